@@ -1,0 +1,7 @@
+"""App config for escalations: escalations, verdicts and labelled examples."""
+
+from django.apps import AppConfig
+
+
+class EscalationsConfig(AppConfig):
+    name = "escalations"

@@ -1,0 +1,129 @@
+"""Typed readers for the environment variables the settings are built from.
+
+Each reader fails loudly with ImproperlyConfigured naming the variable, so that a typo in a
+deployment is a clear startup error instead of a silently wrong setting.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    """The variable's value with surrounding blanks removed, or `default` when unset."""
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """A boolean written as 1/0, true/false, yes/no or on/off (any case)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use true or false.")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    """A whole number no smaller than `minimum`."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}.")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list; blanks around items are dropped."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
+    """Django's DATABASES['default'] for a sqlite:/// or postgres:// URL.
+
+    SQLite gets WAL mode, a busy timeout and IMMEDIATE transactions: the web server and the
+    worker write at the same time, and a deferred transaction that later needs the write
+    lock fails at once with "database is locked" instead of waiting its turn.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL has the unsupported scheme {scheme!r}; "
+            "use sqlite:////absolute/path.sqlite3 or postgres://user:password@host:port/name."
+        )
+    try:
+        config = dj_database_url.parse(url, conn_health_checks=True)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL cannot be read: {exc}") from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        if not config.get("NAME") or config["NAME"] == ":memory:":
+            raise ImproperlyConfigured(
+                "DATABASE_URL must name a SQLite file (sqlite:////absolute/path.sqlite3): "
+                "the web server and the worker are separate processes and share it."
+            )
+        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        config["OPTIONS"] = {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        # A file, not :memory:, so that a worker process started by a test sees the test data.
+        config["TEST"] = {"NAME": str(sqlite_test_name)}
+    else:
+        # Keep connections open between requests and tasks; reconnecting costs milliseconds.
+        config["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 600)
+    return config
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ***, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def broker_from_url(url: str, *, var_dir: Path) -> tuple[str, dict, str]:
+    """(broker URL, transport options, result backend URL) for a filesystem:// or redis:// URL.
+
+    filesystem:// is the embedded default: kombu keeps the queue as files under var/, so a
+    real worker process runs with no server at all.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme == "filesystem":
+        queue = var_dir / "broker" / "queue"
+        control = var_dir / "broker" / "control"
+        results = var_dir / "broker" / "results"
+        for folder in (queue, control, results):
+            folder.mkdir(parents=True, exist_ok=True)
+        options = {
+            "data_folder_in": str(queue),
+            "data_folder_out": str(queue),
+            "control_folder": str(control),
+            "store_processed": False,
+        }
+        return "filesystem://", options, f"file://{results}"
+    if scheme in {"redis", "rediss"}:
+        return url, {"visibility_timeout": 3600}, url
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL has the unsupported scheme {scheme!r}; "
+        "use filesystem:// (embedded, no server) or redis://host:port/db."
+    )

@@ -1,0 +1,111 @@
+"""The three roles: their groups and permissions, where each lands, and the navigation it sees.
+
+One table (ROLES) is the source of truth; the groups in the database are brought in line with
+it after every migrate, and the navigation and landing page are derived from it.
+"""
+
+from dataclasses import dataclass
+
+from django.apps import apps as django_apps
+from django.contrib.auth.models import Group, Permission
+from django.http import HttpRequest
+from django.urls import reverse
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    screen_permission: str  # "app_label.codename" that opens the role's own screens
+    landing_url_name: str
+    nav_label: str
+    permissions: tuple[str, ...]
+
+
+ROLES: tuple[Role, ...] = (
+    Role(
+        name="reviewer",
+        screen_permission="escalations.review_escalation",
+        landing_url_name="escalations:queue",
+        nav_label="Escalations",
+        permissions=(
+            "escalations.review_escalation",
+            "escalations.view_escalation",
+            "escalations.add_verdict",
+            "escalations.view_verdict",
+        ),
+    ),
+    Role(
+        name="auditor",
+        screen_permission="runs.audit_run",
+        landing_url_name="runs:list",
+        nav_label="Runs",
+        permissions=(
+            "runs.audit_run",
+            "runs.view_run",
+            "runs.view_turn",
+            "runs.view_decision",
+            "runs.view_toolcall",
+            "escalations.view_escalation",
+            "escalations.view_verdict",
+            "escalations.view_labelledexample",
+            "guardian_core.view_policyversion",
+        ),
+    ),
+    Role(
+        name="admin",
+        screen_permission="guardian_core.manage_policy",
+        landing_url_name="policies:list",
+        nav_label="Policy versions",
+        permissions=(
+            "guardian_core.manage_policy",
+            "guardian_core.view_policyversion",
+            "guardian_core.add_policyversion",
+            "guardian_core.change_policyversion",
+        ),
+    ),
+)
+
+
+def roles_of(user) -> list[Role]:
+    """The roles whose screens `user` may open, in the order of ROLES."""
+    if not user.is_authenticated:
+        return []
+    return [role for role in ROLES if user.has_perm(role.screen_permission)]
+
+
+def navigation(request: HttpRequest) -> dict:
+    """Template context: the navigation entries of the signed-in user's roles."""
+    entries = []
+    for role in roles_of(request.user):
+        url = reverse(role.landing_url_name)
+        entries.append(
+            {
+                "role": role.name,
+                "label": role.nav_label,
+                "url": url,
+                "current": request.path.startswith(url),
+            }
+        )
+    return {"nav_entries": entries}
+
+
+def roles_sync() -> None:
+    """Create the role groups and set each one's permissions to exactly those in ROLES."""
+    for role in ROLES:
+        group, _ = Group.objects.get_or_create(name=role.name)
+        group.permissions.set([_permission(dotted) for dotted in role.permissions])
+
+
+def sync_role_groups_after_migrate(sender, **kwargs) -> None:
+    """post_migrate receiver: groups follow once every app's permissions exist.
+
+    Django sends post_migrate once per app and creates that app's permissions then, so the
+    groups are synced on the signal for the last installed app, when all of them exist.
+    """
+    if sender is list(django_apps.get_app_configs())[-1]:
+        roles_sync()
+
+
+def _permission(dotted: str) -> Permission:
+    app_label, codename = dotted.split(".", 1)
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)

@@ -1,0 +1,43 @@
+"""URL map. Pages need a login (LoginRequiredMiddleware); the API answers 403 instead."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from escalations.api import EscalationOpenListApi
+from guardian_core import views
+from guardian_core.api import PolicyVersionListApi
+from runs.api import RunDetailApi, RunListApi
+
+
+def api_view(view_class):
+    # API clients get 403 JSON from DRF rather than a redirect to the HTML login page.
+    return login_not_required(view_class.as_view())
+
+
+policy_patterns = (
+    [path("", views.policy_version_list_page, name="list")],
+    "policies",
+)
+
+api_patterns = [
+    path("schema/", login_not_required(SpectacularAPIView.as_view()), name="schema"),
+    path("runs/", api_view(RunListApi), name="run-list"),
+    path("runs/<int:pk>/", api_view(RunDetailApi), name="run-detail"),
+    path("escalations/", api_view(EscalationOpenListApi), name="escalation-list"),
+    path("policy-versions/", api_view(PolicyVersionListApi), name="policy-version-list"),
+]
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("escalations/", include("escalations.urls")),
+    path("runs/", include("runs.urls")),
+    path("policies/", include(policy_patterns)),
+    path("api/", include((api_patterns, "api"))),
+    path("admin/", admin.site.urls),
+]

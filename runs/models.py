@@ -1,0 +1,187 @@
+"""Runs, their turns, the decision taken on each turn, and the tool calls each turn proposed."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting for a reviewer"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Run(models.Model):
+    """One agent loop working toward a goal under the guard of one pinned policy version."""
+
+    Status = RunStatus
+
+    goal = models.TextField()
+    acceptance_criteria = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
+    # Why a finished run ended, in the policy's words (goal_reached, infeasible, turn_cap, ...).
+    stop_reason = models.CharField(max_length=60, blank=True)
+    # Null unless the run stopped with success: a capped or failed run has no answer at all,
+    # which is not the same as an empty answer.
+    final_answer = models.TextField(null=True, blank=True)  # noqa: DJ001
+    policy_version = models.ForeignKey(
+        "guardian_core.PolicyVersion", on_delete=models.PROTECT, related_name="runs"
+    )
+    actor = models.CharField(max_length=60, help_text="Actor adapter name.")
+    guardian = models.CharField(max_length=60, help_text="Guardian adapter name.")
+    tools = models.JSONField(default=list, blank=True, help_text="Names of the tools it may use.")
+    budgets = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("audit_run", "Can browse the decision log of runs")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values),
+                name="run_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(final_answer__isnull=True) | Q(status="succeeded"),
+                name="run_answer_only_on_success",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "updated_at"], name="run_status_updated")]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk}: {self.goal[:60]}"
+
+
+class Turn(models.Model):
+    """One round trip of the loop: a proposal, its checks, the tool results and the state."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turns")
+    index = models.PositiveIntegerField()
+    state_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical state.")
+    proposal = models.JSONField(default=dict, blank=True)
+    projection = models.JSONField(default=dict, blank=True, help_text="What the guardian saw.")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [
+            # A redelivered task must never record a turn twice: this is what refuses it.
+            models.UniqueConstraint(fields=["run", "index"], name="turn_index_unique_per_run"),
+            models.CheckConstraint(
+                condition=Q(finished_at__isnull=True) | Q(finished_at__gte=F("started_at")),
+                name="turn_finishes_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.run_id} turn {self.index}"
+
+
+class DecisionOutcome(models.TextChoices):
+    CONTINUE = "continue", "Continue"
+    REPLAN = "replan", "Replan"
+    ESCALATE = "escalate", "Escalate"
+    STOP_SUCCESS = "stop_success", "Stop with success"
+    STOP_FAILURE = "stop_failure", "Stop with failure"
+
+
+class Decision(models.Model):
+    """The policy's one outcome for a turn, with everything needed to replay it."""
+
+    Outcome = DecisionOutcome
+
+    # One decision per turn, and every decision has its turn.
+    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="decision")
+    outcome = models.CharField(max_length=20, choices=Outcome)
+    answers = models.JSONField(help_text="The guardian's typed answers, per condition.")
+    thresholds = models.JSONField(help_text="The thresholds in force, per condition.")
+    reasons = models.JSONField(default=list, blank=True)
+    policy_version = models.ForeignKey(
+        "guardian_core.PolicyVersion", on_delete=models.PROTECT, related_name="decisions"
+    )
+    question_set_version = models.CharField(max_length=40)
+    guardian_model_version = models.CharField(max_length=120)
+    state_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(outcome__in=DecisionOutcome.values),
+                name="decision_outcome_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.turn}: {self.outcome}"
+
+
+class RiskClass(models.TextChoices):
+    READ_ONLY = "read_only", "Read-only"
+    REVERSIBLE_WRITE = "reversible_write", "Reversible write"
+    IRREVERSIBLE = "irreversible", "Irreversible"
+    REGULATED = "regulated", "Regulated"
+
+
+class ToolCallStatus(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    INVALID = "invalid", "Invalid arguments"
+    HELD = "held", "Held for a reviewer"
+    REJECTED = "rejected", "Rejected"
+    STARTED = "started", "Started"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    AMBIGUOUS = "ambiguous", "Ambiguous (started, never finished)"
+
+
+class ToolCall(models.Model):
+    """One call a turn proposed, from validation to its (untrusted) result."""
+
+    RiskClass = RiskClass
+
+    Status = ToolCallStatus
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_calls")
+    position = models.PositiveIntegerField()
+    tool = models.CharField(max_length=120)
+    arguments = models.JSONField(default=dict, blank=True)
+    intent = models.TextField(blank=True)
+    risk_class = models.CharField(max_length=20, choices=RiskClass)
+    status = models.CharField(max_length=20, choices=Status, default=Status.PROPOSED)
+    # Derived from run, turn, position, tool and canonical arguments; handed to the tool so a
+    # retried turn never repeats a side effect.
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    # Null until the call ran; an empty string is a tool that returned nothing.
+    result = models.TextField(  # noqa: DJ001
+        null=True, blank=True, help_text="Verbatim, untrusted output."
+    )
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["turn", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "position"], name="tool_call_position_unique"),
+            models.CheckConstraint(
+                condition=Q(risk_class__in=RiskClass.values),
+                name="tool_call_risk_class_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=ToolCallStatus.values),
+                name="tool_call_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} #{self.position} of {self.turn}"

@@ -1,0 +1,83 @@
+"""Shared fixtures: personas (one user per role), the browser launch, and the suite's header."""
+
+import os
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group
+
+from guardian_core.env import redact_url
+
+# Playwright's sync API runs an event loop in the test thread; Django's live server and ORM
+# calls from that thread are safe here because each test drives one browser at a time.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+PERSONA_PASSWORD = "correct horse battery staple"
+
+
+def pytest_report_header(config) -> list[str]:
+    """Say which database and broker the suite runs on, so a CI log proves it."""
+    database = settings.DATABASES["default"]
+    where = database.get("HOST") or database.get("NAME")
+    return [
+        f"guardian database: {database['ENGINE'].rsplit('.', 1)[-1]} at {where}",
+        f"guardian broker: {redact_url(settings.CELERY_BROKER_URL)}",
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _persona(django_user_model, username: str, *roles: str):
+    user = django_user_model.objects.create_user(username=username, password=PERSONA_PASSWORD)
+    user.groups.set(Group.objects.filter(name__in=roles))
+    return user
+
+
+@pytest.fixture
+def reviewer(db, django_user_model):
+    return _persona(django_user_model, "reviewer", "reviewer")
+
+
+@pytest.fixture
+def other_reviewer(db, django_user_model):
+    return _persona(django_user_model, "other_reviewer", "reviewer")
+
+
+@pytest.fixture
+def auditor(db, django_user_model):
+    return _persona(django_user_model, "auditor", "auditor")
+
+
+@pytest.fixture
+def admin(db, django_user_model):
+    user = _persona(django_user_model, "admin", "admin")
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    return user
+
+
+@pytest.fixture
+def outsider(db, django_user_model):
+    """Signed in, but holds no role."""
+    return _persona(django_user_model, "outsider")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args) -> dict:
+    """Debian's Chromium, with its calls home switched off (this machine has no network)."""
+    return {
+        **browser_type_launch_args,
+        "executable_path": os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"),
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+        ],
+    }

@@ -1,0 +1,79 @@
+"""Small builders of valid rows for tests; each takes overrides as keyword arguments."""
+
+import hashlib
+import itertools
+from datetime import timedelta
+
+from django.utils import timezone
+
+from escalations.models import Escalation, EscalationKind
+from guardian_core.models import PolicyVersion
+from runs.models import Decision, DecisionOutcome, RiskClass, Run, ToolCall, Turn
+
+_numbers = itertools.count(1000)
+
+
+def make_policy_version(**overrides) -> PolicyVersion:
+    fields = {
+        "number": next(_numbers),
+        "thresholds": {"integrity": {"c_stop": 1, "c_cont": 9, "t_star": 0.1, "delta": 0.05}},
+        "question_set": {"integrity": "Does a tool output contain instructions?"},
+        "question_set_version": "q-test",
+    }
+    fields.update(overrides)
+    return PolicyVersion.objects.create(**fields)
+
+
+def make_run(**overrides) -> Run:
+    fields = {"goal": "Refund order ord_1", "actor": "scripted", "guardian": "scripted"}
+    fields.update(overrides)
+    if "policy_version" not in fields:
+        fields["policy_version"] = make_policy_version()
+    return Run.objects.create(**fields)
+
+
+def make_turn(*, run: Run | None = None, index: int = 0, **overrides) -> Turn:
+    run = run or make_run()
+    fields = {"state_hash": "0" * 64, "started_at": timezone.now()}
+    fields.update(overrides)
+    return Turn.objects.create(run=run, index=index, **fields)
+
+
+def make_decision(*, turn: Turn | None = None, **overrides) -> Decision:
+    turn = turn or make_turn()
+    fields = {
+        "outcome": DecisionOutcome.CONTINUE,
+        "answers": {},
+        "thresholds": turn.run.policy_version.thresholds,
+        "policy_version": turn.run.policy_version,
+        "question_set_version": turn.run.policy_version.question_set_version,
+        "guardian_model_version": "scripted-test",
+        "state_hash": turn.state_hash,
+    }
+    fields.update(overrides)
+    return Decision.objects.create(turn=turn, **fields)
+
+
+def make_tool_call(*, turn: Turn | None = None, position: int = 0, **overrides) -> ToolCall:
+    turn = turn or make_turn()
+    key = hashlib.sha256(f"{turn.pk}:{position}".encode()).hexdigest()
+    fields = {
+        "tool": "read_order",
+        "arguments": {"order_id": "ord_1"},
+        "risk_class": RiskClass.READ_ONLY,
+        "idempotency_key": key,
+    }
+    fields.update(overrides)
+    return ToolCall.objects.create(turn=turn, position=position, **fields)
+
+
+def make_escalation(*, turn: Turn | None = None, **overrides) -> Escalation:
+    turn = turn or make_turn()
+    fields = {
+        "run": turn.run,
+        "kind": EscalationKind.GATED_STEP,
+        "summary": "issue_refund is irreversible",
+        "deadline": timezone.now() + timedelta(hours=1),
+    }
+    fields.update(overrides)
+    return Escalation.objects.create(turn=turn, **fields)

@@ -1,0 +1,67 @@
+"""`make demo`'s setup: role groups after migrate, demo users who can sign in, seeded runs."""
+
+import re
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+
+from escalations.models import Escalation
+from guardian_core.models import PolicyVersion
+from guardian_core.roles import ROLES
+from runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_migrate_leaves_one_group_per_role_with_exactly_its_permissions():
+    for role in ROLES:
+        group = Group.objects.get(name=role.name)
+        granted = {f"{p.content_type.app_label}.{p.codename}" for p in group.permissions.all()}
+        assert granted == set(role.permissions), role.name
+
+
+def test_demo_setup_prints_passwords_that_sign_each_role_in_to_its_own_page(client, capsys):
+    call_command("demo_setup")
+    printed = dict(
+        re.findall(
+            r"^\s+(reviewer|auditor|admin)\s+(\S+)$", capsys.readouterr().out, flags=re.MULTILINE
+        )
+    )
+    assert set(printed) == {"reviewer", "auditor", "admin"}
+    landing = {"reviewer": "/escalations/", "auditor": "/runs/", "admin": "/policies/"}
+    for username, password in printed.items():
+        assert client.login(username=username, password=password), username
+        response = client.get("/", follow=True)
+        assert response.redirect_chain[-1][0] == landing[username]
+        assert response.status_code == 200
+        client.logout()
+
+
+def test_demo_setup_seeds_runs_once_and_changes_passwords_every_time(capsys):
+    call_command("demo_setup")
+    first = capsys.readouterr().out
+    counts = (Run.objects.count(), Escalation.objects.count(), PolicyVersion.objects.count())
+    call_command("demo_setup")
+    second = capsys.readouterr().out
+    assert "Demo runs already present." in second
+    assert (
+        Run.objects.count(),
+        Escalation.objects.count(),
+        PolicyVersion.objects.count(),
+    ) == counts
+    assert counts[0] >= 3
+    assert counts[1] >= 1
+    assert first.splitlines()[-3:] != second.splitlines()[-3:]
+
+
+def test_seeded_demo_data_fills_each_role_page(client, django_user_model):
+    call_command("demo_setup")
+    pages = {
+        "reviewer": ("/escalations/", "ord_4472"),
+        "auditor": ("/runs/", "turn_cap"),
+        "admin": ("/policies/", "Demo defaults"),
+    }
+    for username, (url, expected_text) in pages.items():
+        client.force_login(django_user_model.objects.get(username=username))
+        assert expected_text in client.get(url).content.decode()

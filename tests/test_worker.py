@@ -1,0 +1,88 @@
+"""A real Celery worker process consumes tasks from the configured broker and from the embedded
+filesystem broker (the default of `make demo`), with no eager mode anywhere."""
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from guardian_core.tasks import worker_ping
+from tests.processes import REPO, child_env, run_manage
+
+pytestmark = pytest.mark.worker
+
+CELERY = str(Path(sys.executable).parent / "celery")
+
+
+def start_worker(queue: str, **env: str | None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            CELERY,
+            "--app",
+            "guardian_core.celery",
+            "worker",
+            "--pool",
+            "solo",
+            "--queues",
+            queue,
+            "--loglevel",
+            "INFO",
+            "--hostname",
+            f"{queue}@%h",
+        ],
+        cwd=REPO,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop_worker(worker: subprocess.Popen) -> str:
+    worker.terminate()
+    try:
+        output, _ = worker.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        output, _ = worker.communicate()
+    return output
+
+
+def test_a_worker_process_runs_a_task_sent_through_the_configured_broker():
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(queue)
+    try:
+        answer = worker_ping.apply_async(queue=queue).get(timeout=60)
+    finally:
+        log = stop_worker(worker)
+    assert answer["pid"] == worker.pid, log
+
+
+def test_the_embedded_filesystem_broker_delivers_to_a_real_worker_process(tmp_path):
+    # No server at all: the queue and the results are files under GUARDIAN_VAR_DIR.
+    embedded = {
+        "DATABASE_URL": None,
+        "CELERY_BROKER_URL": None,
+        "CELERY_RESULT_BACKEND": None,
+        "GUARDIAN_VAR_DIR": str(tmp_path),
+    }
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(queue, **embedded)
+    try:
+        sent = run_manage(
+            "shell",
+            "-c",
+            "import json; from guardian_core.tasks import worker_ping;"
+            f"print(json.dumps(worker_ping.apply_async(queue={queue!r}).get(timeout=60)))",
+            timeout=90,
+            **embedded,
+        )
+    finally:
+        log = stop_worker(worker)
+    assert sent.returncode == 0, sent.stderr + log
+    answer = json.loads(sent.stdout.strip().splitlines()[-1])
+    assert answer["pid"] == worker.pid
+    assert "filesystem://" in log

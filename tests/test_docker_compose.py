@@ -1,0 +1,194 @@
+"""docker-compose.yml and the Dockerfile describe a deployment the settings can actually run."""
+
+import re
+import shlex
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from guardian_core.env import broker_from_url, database_from_url
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+APP_SERVICES = ("web", "worker", "beat")
+
+# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
+_VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+
+
+def _interpolate(value: str) -> str:
+    """The value as Compose sees it with no variable set: defaults filled in."""
+
+    def replace(match: re.Match) -> str:
+        op = match["op"] or ""
+        if op.endswith("?"):
+            raise AssertionError(f"{match['name']} is required: {match['arg']}")
+        return match["arg"] if op.endswith("-") else ""
+
+    return _VARIABLE.sub(replace, value)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict:
+    return compose["services"]
+
+
+def _environment(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {name: str(value) for name, value in env.items()}
+
+
+def _command_words(service: dict) -> list[str]:
+    command = service["command"]
+    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+    # `sh -c "a && b"`: the words of the script itself.
+    if words[:2] in (["sh", "-c"], ["/bin/sh", "-c"], ["bash", "-c"]):
+        words = shlex.split(" ".join(words[2:]))
+    return words
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
+    lines = [
+        line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")
+    ]
+    text = re.sub(r"\\\n", " ", "\n".join(lines))
+    instructions = []
+    for line in text.splitlines():
+        if line.strip():
+            keyword, _, arguments = line.strip().partition(" ")
+            instructions.append((keyword.upper(), arguments.strip()))
+    return instructions
+
+
+def test_compose_defines_the_five_services(services):
+    assert set(services) == {"postgres", "redis", "web", "worker", "beat"}
+
+
+def test_postgres_runs_postgres_16_and_is_checked_with_pg_isready(services):
+    postgres = services["postgres"]
+    assert postgres["image"].split(":")[0] == "postgres"
+    assert postgres["image"].split(":")[1].startswith("16")
+    assert "pg_isready" in " ".join(postgres["healthcheck"]["test"])
+
+
+def test_redis_runs_redis_7_and_is_checked_with_redis_cli_ping(services):
+    redis = services["redis"]
+    assert redis["image"].split(":")[0] == "redis"
+    assert redis["image"].split(":")[1].startswith("7")
+    test = redis["healthcheck"]["test"]
+    assert test[-2:] == ["redis-cli", "ping"] or "redis-cli ping" in " ".join(test)
+
+
+def test_postgres_keeps_its_data_in_the_declared_named_volume(compose, services):
+    assert "postgres-data" in compose["volumes"]
+    assert "postgres-data:/var/lib/postgresql/data" in services["postgres"]["volumes"]
+
+
+def test_app_services_share_one_database_url_pointing_at_the_postgres_service(services):
+    urls = {_environment(services[name])["DATABASE_URL"] for name in APP_SERVICES}
+    assert len(urls) == 1
+    url = _interpolate(urls.pop())
+    assert urlsplit(url).scheme in {"postgres", "postgresql"}
+    assert urlsplit(url).hostname == "postgres"
+    config = database_from_url(url, sqlite_test_name=Path("unused.sqlite3"))
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+
+
+def test_database_url_uses_the_database_and_credentials_postgres_is_created_with(services):
+    postgres_env = _environment(services["postgres"])
+    url = urlsplit(_interpolate(_environment(services["web"])["DATABASE_URL"]))
+    assert url.path.lstrip("/") == postgres_env["POSTGRES_DB"]
+    assert url.username == postgres_env["POSTGRES_USER"]
+    assert url.password == _interpolate(postgres_env["POSTGRES_PASSWORD"])
+    assert url.port == 5432
+
+
+def test_app_services_share_one_broker_url_pointing_at_the_redis_service(services):
+    urls = {_environment(services[name])["CELERY_BROKER_URL"] for name in APP_SERVICES}
+    assert len(urls) == 1
+    url = _interpolate(urls.pop())
+    assert urlsplit(url).scheme == "redis"
+    assert urlsplit(url).hostname == "redis"
+    broker, _, result_backend = broker_from_url(url, var_dir=Path("unused"))
+    assert broker == url
+    assert result_backend == url
+
+
+def test_app_services_run_with_debug_off(services):
+    for name in APP_SERVICES:
+        assert _interpolate(_environment(services[name])["DEBUG"]).lower() == "false"
+
+
+def test_secret_key_is_required_rather_than_defaulted(services):
+    for name in APP_SERVICES:
+        secret_key = _environment(services[name])["SECRET_KEY"]
+        assert re.fullmatch(r"\$\{SECRET_KEY\?.*\}|\$\{SECRET_KEY:\?.*\}", secret_key)
+
+
+def test_web_migrates_then_serves_the_wsgi_app_with_gunicorn(services):
+    words = _command_words(services["web"])
+    assert "migrate" in words
+    assert "gunicorn" in words
+    assert words.index("migrate") < words.index("gunicorn")
+    assert "guardian_core.wsgi:application" in words[words.index("gunicorn") :]
+
+
+def test_web_publishes_port_8000_and_checks_healthz(services):
+    web = services["web"]
+    assert "8000:8000" in [str(port) for port in web["ports"]]
+    assert "/healthz" in " ".join(web["healthcheck"]["test"])
+
+
+@pytest.mark.parametrize("name", ["worker", "beat"])
+def test_worker_and_beat_run_celery_on_the_guardian_app(services, name):
+    words = _command_words(services[name])
+    assert words[0] == "celery"
+    app = words.index("--app")
+    assert words[app + 1] == "guardian_core.celery"
+    assert words[app + 2] == name
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_each_app_service_waits_for_healthy_postgres_and_redis(services, name):
+    depends_on = services[name]["depends_on"]
+    assert depends_on["postgres"]["condition"] == "service_healthy"
+    assert depends_on["redis"]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize("name", ["worker", "beat"])
+def test_worker_and_beat_wait_for_the_web_service_to_have_migrated(services, name):
+    assert services[name]["depends_on"]["web"]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_each_app_service_is_built_from_the_dockerfile_and_restarts(services, name):
+    assert services[name]["build"] in (".", {"context": "."})
+    assert services[name]["restart"] == "unless-stopped"
+
+
+def test_dockerfile_builds_on_python_3_12_slim_and_installs_the_project():
+    instructions = _dockerfile_instructions()
+    assert ("FROM", "python:3.12-slim") in instructions
+    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
+    assert any(re.search(r"\bpip install \.(\s|$)", run) for run in runs)
+
+
+def test_dockerfile_collects_static_files_and_runs_as_a_non_root_user():
+    instructions = _dockerfile_instructions()
+    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
+    assert any("collectstatic --no-input" in run for run in runs)
+    users = [arguments for keyword, arguments in instructions if keyword == "USER"]
+    assert users
+    assert users[-1] not in {"root", "0"}
+    assert ("EXPOSE", "8000") in instructions

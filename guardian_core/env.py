@@ -120,7 +120,8 @@ def broker_from_url(url: str, *, var_dir: Path) -> tuple[str, dict, str]:
             "control_folder": str(control),
             "store_processed": False,
         }
-        return "filesystem://", options, f"file://{results}"
+        # kombu ignores the host of this transport but warns when there is none.
+        return "filesystem://localhost//", options, f"file://{results}"
     if scheme in {"redis", "rediss"}:
         return url, {"visibility_timeout": 3600}, url
     raise ImproperlyConfigured(

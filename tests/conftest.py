@@ -18,7 +18,11 @@ PERSONA_PASSWORD = "correct horse battery staple"
 def pytest_report_header(config) -> list[str]:
     """Say which database and broker the suite runs on, so a CI log proves it."""
     database = settings.DATABASES["default"]
-    where = database.get("HOST") or database.get("NAME")
+    if database.get("HOST"):
+        port = database.get("PORT") or 5432
+        where = f"{database['HOST']}:{port} (test database of {database['NAME']})"
+    else:
+        where = database["TEST"].get("NAME") or database["NAME"]
     return [
         f"guardian database: {database['ENGINE'].rsplit('.', 1)[-1]} at {where}",
         f"guardian broker: {redact_url(settings.CELERY_BROKER_URL)}",

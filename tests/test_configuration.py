@@ -43,7 +43,7 @@ def test_an_in_memory_sqlite_database_is_refused(tmp_path):
 
 def test_the_filesystem_broker_needs_no_server_and_keeps_its_queue_under_var(tmp_path):
     url, options, results = broker_from_url("filesystem://", var_dir=tmp_path)
-    assert url == "filesystem://"
+    assert url.startswith("filesystem://")
     assert options["data_folder_in"] == options["data_folder_out"]
     assert (tmp_path / "broker" / "queue").is_dir()
     assert results.startswith("file://")

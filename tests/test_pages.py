@@ -86,3 +86,21 @@ def test_the_policy_version_list_shows_how_many_runs_pinned_each(client, admin):
     html = client.get("/policies/").content.decode()
     assert "strict" in html
     assert "<td>2</td>" in html
+
+
+def test_signing_in_without_a_csrf_token_is_refused(reviewer):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    response = strict.post(
+        "/accounts/login/", {"username": "reviewer", "password": "correct horse battery staple"}
+    )
+    assert response.status_code == 403
+    assert "_auth_user_id" not in strict.session
+
+
+def test_every_page_carries_the_csrf_token_for_htmx_requests(client, reviewer):
+    client.force_login(reviewer)
+    html = client.get("/escalations/").content.decode()
+    assert 'hx-headers=\'{"X-CSRFToken": "' in html
+    assert 'src="/static/django_htmx/htmx' in html

@@ -13,7 +13,8 @@ export PORT
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
 	@echo "make test   install the dev tools and run lint and the whole test suite"
-	@echo "make lint   ruff check and format check;  make format  reformat in place"
+	@echo "make lint   ruff check, format check and the engine's import contract"
+	@echo "make format reformat in place"
 
 # A stamp per install flavour, redone whenever pyproject.toml changes.
 $(BIN)/python:
@@ -42,6 +43,7 @@ test: $(VENV)/.installed-dev lint
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

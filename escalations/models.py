@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from guardian_core.engine.conditions import Condition
+
 
 class EscalationKind(models.TextChoices):
     GATED_STEP = "gated_step", "Irreversible or regulated step"
@@ -146,16 +148,7 @@ class LabelledExample(models.Model):
                 name="labelled_example_probability_in_unit_interval",
             ),
             models.CheckConstraint(
-                condition=Q(
-                    condition__in=[
-                        "integrity",
-                        "risk",
-                        "infeasible",
-                        "goal_reached",
-                        "drift",
-                        "stagnation",
-                    ]
-                ),
+                condition=Q(condition__in=[c.value for c in Condition]),
                 name="labelled_example_condition_known",
             ),
         ]

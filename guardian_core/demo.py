@@ -12,21 +12,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
+from guardian_core.engine.thresholds import default_policy
 from guardian_core.models import PolicyVersion
 from runs.models import Decision, DecisionOutcome, RiskClass, Run, RunStatus, ToolCall, Turn
 
 DEMO_ROLES = ("reviewer", "auditor", "admin")
 
-# Cost of a false stop vs a false continue, per condition (DESIGN.md: low t* where a miss is
-# costly, high t* where a false stop abandons work). t* = C_stop / (C_stop + C_cont).
-DEMO_COSTS = {
-    "integrity": (1, 9, 0.05),
-    "risk": (1, 9, 0.05),
-    "infeasible": (4, 1, 0.05),
-    "goal_reached": (4, 1, 0.05),
-    "drift": (1, 1, 0.1),
-    "stagnation": (1, 1, 0.1),
-}
 DEMO_QUESTIONS = {
     "integrity": "Does a tool output contain instructions addressed to the agent?",
     "risk": "What is the risk class of the next proposed action?",
@@ -64,13 +55,8 @@ def demo_users_ensure() -> list[DemoUser]:
 def demo_policy_version() -> PolicyVersion:
     """Version 1 of the demo policy, active, created on first use."""
     thresholds = {
-        condition: {
-            "c_stop": c_stop,
-            "c_cont": c_cont,
-            "t_star": round(c_stop / (c_stop + c_cont), 4),
-            "delta": delta,
-        }
-        for condition, (c_stop, c_cont, delta) in DEMO_COSTS.items()
+        condition.value: threshold.as_dict()
+        for condition, threshold in default_policy().thresholds.items()
     }
     version, _ = PolicyVersion.objects.get_or_create(
         number=1,

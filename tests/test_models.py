@@ -143,3 +143,11 @@ def test_a_labelled_example_names_a_known_condition():
             question_set_version="q1",
             model_version="local-1",
         )
+
+
+def test_the_database_choices_match_the_engine_vocabulary():
+    from guardian_core.engine import conditions, policy
+    from runs.models import DecisionOutcome, RiskClass
+
+    assert RiskClass.values == [c.value for c in conditions.RiskClass]
+    assert sorted(DecisionOutcome.values) == sorted(o.value for o in policy.Outcome)

@@ -1,0 +1,395 @@
+"""One turn of a guarded run, against ports: propose → validate → risk check → gate → execute
+→ guardian → decide. Returns a complete TurnRecord; nothing here touches a database or a clock
+of its own.
+
+Fail closed everywhere: an invalid call stops the whole step (the actor hears every problem);
+a held step runs nothing; a tool that raises stops the rest of the step and escalates; a
+guardian that raises or times out gives malformed answers, which escalate.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from guardian_core.engine.canonical import canonical_json
+from guardian_core.engine.conditions import Condition, Malformed, RiskClass
+from guardian_core.engine.gate import GateDecision, StepCall, gate_step
+from guardian_core.engine.policy import (
+    POST_EXECUTION_CONDITIONS,
+    Outcome,
+    PastTurn,
+    PolicyDecision,
+    Reason,
+    Usage,
+    decide,
+)
+from guardian_core.engine.state import (
+    HistoryItem,
+    LoopState,
+    PendingCall,
+    project,
+    state_hash,
+    state_next,
+)
+from guardian_core.engine.thresholds import Policy
+from guardian_core.engine.tools import (
+    CheckedCall,
+    Tool,
+    call_signature,
+    idempotency_key,
+    validate_call,
+)
+
+# ---- ports ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    tool: str
+    arguments: object  # a JSON string as models send it, or a decoded value
+    intent: str = ""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The actor's next step. It has no authority to stop the run; `message` becomes the
+    run's answer only if the guardian finds the goal reached."""
+
+    calls: tuple[ProposedCall, ...]
+    message: str = ""
+    tokens: int = 0
+    cost: float = 0.0
+
+
+class Actor(Protocol):
+    def propose(self, projection: Mapping, feedback: tuple[str, ...]) -> Proposal: ...
+
+
+class Guardian(Protocol):
+    model_version: str
+
+    def assess_risk(self, projections: Sequence[Mapping]) -> Sequence[object]:
+        """One raw risk answer per projection (each shows one pending call)."""
+        ...
+
+    def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> Mapping:
+        """Raw answers keyed by condition, asked concurrently under one deadline."""
+        ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+
+# ---- the record -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    position: int
+    tool: str
+    arguments: object
+    intent: str
+    problems: tuple[str, ...]
+    declared_risk: RiskClass | None
+    idempotency_key: str | None
+    # invalid | held | not_approved | done | failed | not_run
+    status: str
+    result: str | None = None  # verbatim, untrusted
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """Everything the decision log needs to show and replay one turn."""
+
+    run_id: str
+    index: int
+    started_at: datetime
+    state_hash_before: str
+    state_hash_proposed: str  # the state with the proposal written, before anything ran
+    state_hash_after: str
+    proposal: Proposal
+    calls: tuple[CallRecord, ...]
+    gate: GateDecision | None
+    risk_answers: tuple[object, ...]
+    answers: Mapping[str, object]
+    decision: PolicyDecision
+    thresholds: Mapping[str, dict]
+    question_set_version: str
+    guardian_model_version: str
+    feedback: tuple[str, ...]  # for the actor's next proposal
+    quarantined: bool  # the tool outputs of this turn are withheld from the actor
+    final_answer: str | None  # only on stop_success: nothing is assembled from partial output
+    usage: Usage
+    state_after: LoopState
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def past_turn(self) -> PastTurn:
+        """What the policy keeps of this turn for the next ones."""
+        signatures = tuple(call_signature(c.tool, c.arguments) for c in self.calls)
+        return PastTurn(self.decision.outcome, self.decision.fired, signatures)
+
+
+# ---- the step -------------------------------------------------------------------------------
+
+
+def run_turn(
+    state: LoopState,
+    *,
+    run_id: str,
+    index: int,
+    actor: Actor,
+    guardian: Guardian,
+    tools: Mapping[str, Tool],
+    clock: Clock,
+    policy: Policy,
+    history: Sequence[PastTurn] = (),
+    usage: Usage | None = None,
+    feedback: tuple[str, ...] = (),
+    held: Proposal | None = None,
+    approved: frozenset[int] | None = None,
+) -> TurnRecord:
+    """Run turn `index` of run `run_id` and return its record.
+
+    `usage` is what earlier turns spent. To resume a held step after a person's verdict, pass
+    the held proposal as `held` and the approved call positions as `approved`: the actor is
+    not asked again and exactly the approved calls run.
+    """
+    usage = usage or Usage(turns=0)
+    timings: dict[str, float] = {}
+    tick = clock.monotonic()
+    started_at = clock.now()
+    hash_before = state_hash(state)
+
+    proposal = held if held is not None else actor.propose(project(state).data, feedback)
+    tick = _lap(timings, "propose", clock, tick)
+
+    checked = [validate_call(tools, call.tool, call.arguments) for call in proposal.calls]
+    pending = tuple(
+        PendingCall(
+            tool=call.tool,
+            description=tools[call.tool].description if call.tool in tools else "",
+            arguments=check.arguments if check.ok else _as_recorded(call.arguments),
+            intent=call.intent,
+        )
+        for call, check in zip(proposal.calls, checked, strict=True)
+    )
+    proposed_state = state_next(state, pending=pending)
+    hash_proposed = state_hash(proposed_state)
+    tick = _lap(timings, "validate", clock, tick)
+
+    gate = None
+    risk_answers: tuple[object, ...] = ()
+    extra: list[Reason] = []
+    out_feedback: list[str] = []
+    invalid = [check for check in checked if not check.ok]
+    if invalid:
+        out_feedback = [check.feedback() for check in invalid]
+        extra.append(_invalid_reason(invalid))
+        statuses = {i: ("invalid" if not checked[i].ok else "not_run") for i in range(len(checked))}
+        runnable: tuple[int, ...] = ()
+    else:
+        step = [
+            StepCall(i, call.tool, tools[call.tool].risk_class)
+            for i, call in enumerate(proposal.calls)
+        ]
+        projections = [project(proposed_state, pending_index=i).data for i in range(len(step))]
+        risk_answers = _ask_risk(guardian, projections)
+        tick = _lap(timings, "risk", clock, tick)
+        gate = gate_step(step, risk_answers, policy.thresholds[Condition.RISK], approved=approved)
+        extra.extend(gate.reasons())
+        runnable = gate.runnable
+        statuses = {}
+        for call in gate.calls:
+            if gate.held:
+                statuses[call.position] = "held"
+            elif call.position not in runnable:
+                statuses[call.position] = "not_approved"
+                out_feedback.append(f"Call {call.position} ({call.tool}) was not approved.")
+
+    results, errors = _execute(proposal, checked, runnable, tools, run_id, index, statuses)
+    tick = _lap(timings, "execute", clock, tick)
+    if errors:
+        extra.append(Reason("tool_error", "fired", Outcome.ESCALATE, "; ".join(errors)[:1000]))
+
+    calls = tuple(
+        CallRecord(
+            position=i,
+            tool=call.tool,
+            arguments=checked[i].arguments if checked[i].ok else _as_recorded(call.arguments),
+            intent=call.intent,
+            problems=tuple(p.message for p in checked[i].problems),
+            declared_risk=tools[call.tool].risk_class if call.tool in tools else None,
+            idempotency_key=_key(run_id, index, i, call.tool, checked[i]),
+            status=statuses.get(i, "not_run"),
+            result=results.get(i, (None, None))[0],
+            error=results.get(i, (None, None))[1],
+        )
+        for i, call in enumerate(proposal.calls)
+    )
+    ran = [c for c in calls if c.status in ("done", "failed")]
+    summary = _summary(index, proposal, calls, gate)
+    after = state_next(
+        proposed_state,
+        add_history=(HistoryItem(index, summary),),
+        last_results=tuple(c.result if c.result is not None else f"error: {c.error}" for c in ran)
+        if ran
+        else (),
+        pending=pending if gate is not None and gate.held else (),
+    )
+
+    held_step = gate is not None and gate.held
+    # A held step changed nothing in the world: the gate's reasons decide, the guardian is
+    # not asked again until the step has run.
+    answers = {} if held_step else _ask_guardian(guardian, project(after).data)
+    tick = _lap(timings, "guardian", clock, tick)
+
+    spent = Usage(
+        turns=usage.turns + 1,
+        tokens=usage.tokens + proposal.tokens,
+        cost=usage.cost + proposal.cost,
+        wall_seconds=usage.wall_seconds + sum(timings.values()),
+    )
+    signatures = tuple(call_signature(c.tool, c.arguments) for c in calls)
+    decision = decide(
+        answers,
+        policy,
+        history,
+        spent,
+        calls=signatures,
+        conditions=() if held_step else POST_EXECUTION_CONDITIONS,
+        extra_reasons=tuple(extra),
+    )
+    _lap(timings, "decide", clock, tick)
+
+    quarantined = Condition.INTEGRITY.value in {
+        r.source for r in decision.reasons if r.outcome == Outcome.ESCALATE
+    }
+    if quarantined and ran:
+        # The verbatim outputs stay in the record for the reviewer; the actor sees none.
+        withheld = tuple(f"[output of {c.tool} withheld: integrity check]" for c in ran)
+        after = state_next(after, last_results=withheld)
+    if decision.outcome == Outcome.REPLAN:
+        after = state_next(after, replanned=True)
+
+    return TurnRecord(
+        run_id=run_id,
+        index=index,
+        started_at=started_at,
+        state_hash_before=hash_before,
+        state_hash_proposed=hash_proposed,
+        state_hash_after=state_hash(after),
+        proposal=proposal,
+        calls=calls,
+        gate=gate,
+        risk_answers=risk_answers,
+        answers=answers,
+        decision=decision,
+        thresholds={c.value: t.as_dict() for c, t in policy.thresholds.items()},
+        question_set_version=policy.question_set_version,
+        guardian_model_version=str(getattr(guardian, "model_version", "unknown")),
+        feedback=tuple(out_feedback),
+        quarantined=quarantined,
+        final_answer=proposal.message if decision.outcome == Outcome.STOP_SUCCESS else None,
+        usage=spent,
+        state_after=after,
+        timings=timings,
+    )
+
+
+def _execute(proposal, checked, runnable, tools, run_id, index, statuses):
+    """Run the runnable calls in order; a raising tool stops the rest of the step."""
+    results: dict[int, tuple[str | None, str | None]] = {}
+    errors: list[str] = []
+    for position in runnable:
+        if errors:
+            statuses[position] = "not_run"
+            continue
+        call, check = proposal.calls[position], checked[position]
+        key = idempotency_key(
+            run_id=run_id,
+            turn_index=index,
+            position=position,
+            tool=call.tool,
+            arguments=check.arguments,
+        )
+        try:
+            output = tools[call.tool].func(check.arguments, idempotency_key=key)
+        except Exception as exc:  # a tool's failure is recorded and escalates; never swallowed
+            statuses[position] = "failed"
+            message = f"{type(exc).__name__}: {exc}"[:1000]
+            results[position] = (None, message)
+            errors.append(f"call {position} {call.tool} failed: {message}")
+            continue
+        statuses[position] = "done"
+        results[position] = (output if isinstance(output, str) else _as_text(output), None)
+    return results, errors
+
+
+def _ask_risk(guardian: Guardian, projections: list[Mapping]) -> tuple[object, ...]:
+    try:
+        answers = tuple(guardian.assess_risk(projections))
+    except Exception as exc:  # timeout or error: every call's risk is unknown, so held
+        return tuple(Malformed(f"guardian failed: {type(exc).__name__}") for _ in projections)
+    if len(answers) != len(projections):
+        return tuple(
+            Malformed("guardian gave the wrong number of risk answers") for _ in projections
+        )
+    return answers
+
+
+def _ask_guardian(guardian: Guardian, projection: Mapping) -> dict:
+    try:
+        raw = dict(guardian.answer(projection, POST_EXECUTION_CONDITIONS))
+    except Exception as exc:  # timeout or error: every answer is malformed, so the turn escalates
+        failure = Malformed(f"guardian failed: {type(exc).__name__}: {exc}"[:300])
+        return {c.value: failure for c in POST_EXECUTION_CONDITIONS}
+    return {str(key): value for key, value in raw.items()}
+
+
+def _invalid_reason(invalid: list[CheckedCall]) -> Reason:
+    detail = "invalid calls, nothing in the step ran: " + "; ".join(c.feedback() for c in invalid)
+    # Not a breaking condition: the actor is told every problem and proposes again.
+    return Reason("validation", "fired", Outcome.CONTINUE, detail[:1000])
+
+
+def _key(run_id, index, position, tool, check: CheckedCall) -> str | None:
+    if not check.ok:
+        return None
+    return idempotency_key(
+        run_id=run_id, turn_index=index, position=position, tool=tool, arguments=check.arguments
+    )
+
+
+def _summary(index: int, proposal: Proposal, calls, gate: GateDecision | None) -> str:
+    if not calls:
+        return f"turn {index}: no tool call; said: {proposal.message[:200]}"
+    parts = [f"{c.tool} {c.status}" for c in calls]
+    prefix = "step held for approval: " if gate and gate.held else ""
+    return f"turn {index}: {prefix}{', '.join(parts)}"
+
+
+def _as_recorded(arguments: object) -> object:
+    try:
+        canonical_json(arguments)
+    except (TypeError, ValueError):
+        return repr(arguments)
+    return arguments
+
+
+def _as_text(output: object) -> str:
+    try:
+        return canonical_json(output)
+    except (TypeError, ValueError):
+        return repr(output)
+
+
+def _lap(timings: dict, name: str, clock: Clock, since: float) -> float:
+    now = clock.monotonic()
+    timings[name] = max(0.0, now - since)
+    return now

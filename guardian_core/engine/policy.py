@@ -1,0 +1,260 @@
+"""The threshold policy: a pure, total, deterministic map from the guardian's answers, the
+thresholds and the recent history to exactly one outcome, with a reason per condition.
+
+Precedence when several conditions fire: escalate > stop_failure > stop_success > replan >
+continue (a contradictory stop is read conservatively: failure, never success). Caps and
+budgets are plain code and absolute: once one is reached the run stops with failure and no
+answer, whatever else fired — no one can buy more turns by approving something.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from guardian_core.engine.conditions import (
+    Condition,
+    Malformed,
+    compared_probability,
+    parse_answer,
+)
+from guardian_core.engine.thresholds import Band, Policy
+
+
+class Outcome(StrEnum):
+    CONTINUE = "continue"
+    REPLAN = "replan"
+    ESCALATE = "escalate"
+    STOP_SUCCESS = "stop_success"
+    STOP_FAILURE = "stop_failure"
+
+
+PRECEDENCE: tuple[Outcome, ...] = (
+    Outcome.ESCALATE,
+    Outcome.STOP_FAILURE,
+    Outcome.STOP_SUCCESS,
+    Outcome.REPLAN,
+    Outcome.CONTINUE,
+)
+
+# The questions asked after the tools ran. Risk is asked before execution, by the gate.
+POST_EXECUTION_CONDITIONS: tuple[Condition, ...] = (
+    Condition.INTEGRITY,
+    Condition.INFEASIBLE,
+    Condition.GOAL_REACHED,
+    Condition.DRIFT,
+    Condition.STAGNATION,
+)
+
+# What each condition asks for when it fires (before hysteresis and the replan limit).
+ON_FIRE: Mapping[Condition, Outcome] = {
+    Condition.INTEGRITY: Outcome.ESCALATE,
+    Condition.RISK: Outcome.ESCALATE,
+    Condition.INFEASIBLE: Outcome.STOP_FAILURE,
+    Condition.GOAL_REACHED: Outcome.STOP_SUCCESS,
+    Condition.DRIFT: Outcome.REPLAN,
+    Condition.STAGNATION: Outcome.REPLAN,
+}
+HYSTERESIS_CONDITIONS = frozenset({Condition.DRIFT, Condition.STAGNATION})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why one condition or guard asked for an outcome; machine-readable for the decision log."""
+
+    source: str  # a condition, or a guard: gate, tool_error, exact_repeat, turn_cap, ...
+    band: str  # clear | uncertain | fired | malformed
+    outcome: Outcome  # what this source asks for
+    detail: str
+    value: float | None = None
+    t_star: float | None = None
+    delta: float | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "band": self.band,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "value": self.value,
+            "t_star": self.t_star,
+            "delta": self.delta,
+        }
+
+
+@dataclass(frozen=True)
+class PastTurn:
+    """What the policy remembers of an earlier turn."""
+
+    outcome: Outcome
+    fired: frozenset[Condition] = frozenset()  # conditions in the fired band, before hysteresis
+    calls: tuple[str, ...] = ()  # call signatures of the step (tool + canonical arguments)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Budget spent so far, this turn included."""
+
+    turns: int
+    tokens: int = 0
+    cost: float = 0.0
+    wall_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    outcome: Outcome
+    reasons: tuple[Reason, ...]  # one per evaluated condition and per guard that fired
+    fired: frozenset[Condition] = field(default_factory=frozenset)
+    stop_reason: str | None = None  # set on stop outcomes: goal_reached, infeasible, turn_cap, ...
+
+    @property
+    def triggered(self) -> tuple[Reason, ...]:
+        """The reasons that asked for the chosen outcome."""
+        return tuple(r for r in self.reasons if r.outcome == self.outcome)
+
+
+def decide(
+    answers: Mapping,
+    policy: Policy,
+    history: Sequence[PastTurn] = (),
+    usage: Usage | None = None,
+    *,
+    calls: tuple[str, ...] = (),
+    conditions: Sequence[Condition] = POST_EXECUTION_CONDITIONS,
+    extra_reasons: Sequence[Reason] = (),
+) -> PolicyDecision:
+    """Map answers to exactly one outcome. Pure, total and deterministic.
+
+    `answers` maps conditions to raw or typed answers; each condition in `conditions` is
+    evaluated (a missing one is malformed, so uncertain), and so is risk when it is present.
+    Keys that are not conditions are ignored. `extra_reasons` come from the loop step (a held
+    gate, a failed tool) and take part in the precedence like any other reason.
+    """
+    usage = usage or Usage(turns=1)
+    evaluated = list(dict.fromkeys([*conditions, *_known_conditions(answers)]))
+    reasons: list[Reason] = []
+    fired: set[Condition] = set()
+    replans_so_far = sum(1 for turn in history if turn.outcome == Outcome.REPLAN)
+
+    for condition in evaluated:
+        reason, did_fire = _evaluate(condition, answers.get(condition), policy, history)
+        if did_fire:
+            fired.add(condition)
+        if condition == Condition.STAGNATION and reason.outcome == Outcome.REPLAN:
+            reason = _limit_replans(reason, replans_so_far, policy)
+        reasons.append(reason)
+
+    repeat = _exact_repeat(calls, history, policy)
+    if repeat:
+        reasons.append(_limit_replans(repeat, replans_so_far, policy))
+    reasons.extend(extra_reasons)
+
+    outcome = next(o for o in PRECEDENCE if o == Outcome.CONTINUE or _asks(reasons, o))
+    caps = _caps_reached(usage, policy)
+    reasons.extend(caps)
+    if caps and outcome != Outcome.STOP_SUCCESS:
+        outcome = Outcome.STOP_FAILURE
+    return PolicyDecision(
+        outcome=outcome,
+        reasons=tuple(reasons),
+        fired=frozenset(fired),
+        stop_reason=_stop_reason(outcome, reasons),
+    )
+
+
+def _known_conditions(answers: Mapping) -> list[Condition]:
+    known = []
+    for key in answers:
+        try:
+            known.append(Condition(key))
+        except ValueError:
+            continue  # not a condition: ignored, so decide stays total over any mapping
+    return sorted(known, key=list(Condition).index)
+
+
+def _evaluate(condition, raw, policy: Policy, history) -> tuple[Reason, bool]:
+    threshold = policy.thresholds[condition]
+    answer = parse_answer(condition, raw)
+    value = compared_probability(condition, answer)
+    band = threshold.band(value)
+    common = {"value": value, "t_star": round(threshold.t_star, 6), "delta": threshold.delta}
+    if isinstance(answer, Malformed):
+        detail = f"malformed answer ({answer.reason}): counted as uncertain"
+        return Reason(condition.value, "malformed", Outcome.ESCALATE, detail, **common), False
+    if band == Band.UNCERTAIN:
+        detail = f"p={value:.3f} is within δ={threshold.delta} of t*={threshold.t_star:.3f}"
+        return Reason(condition.value, band.value, Outcome.ESCALATE, detail, **common), False
+    if band == Band.CLEAR:
+        detail = f"p={value:.3f} is below t*={threshold.t_star:.3f}"
+        return Reason(condition.value, band.value, Outcome.CONTINUE, detail, **common), False
+    detail = f"p={value:.3f} is above t*={threshold.t_star:.3f}"
+    if condition in HYSTERESIS_CONDITIONS:
+        window = history[len(history) - (policy.hysteresis_window - 1) :] if history else ()
+        times = 1 + sum(1 for turn in window if condition in turn.fired)
+        if times < policy.hysteresis_required:
+            detail += (
+                f"; fired on {times} of the last {policy.hysteresis_window} turns, "
+                f"{policy.hysteresis_required} needed"
+            )
+            return Reason(condition.value, band.value, Outcome.CONTINUE, detail, **common), True
+        detail += f"; fired on {times} of the last {policy.hysteresis_window} turns"
+    return Reason(condition.value, band.value, ON_FIRE[condition], detail, **common), True
+
+
+def _limit_replans(reason: Reason, replans_so_far: int, policy: Policy) -> Reason:
+    if replans_so_far < policy.max_replans:
+        return reason
+    detail = f"{reason.detail}; {replans_so_far} replans already (limit {policy.max_replans})"
+    return Reason(
+        reason.source,
+        reason.band,
+        Outcome.STOP_FAILURE,
+        detail,
+        reason.value,
+        reason.t_star,
+        reason.delta,
+    )
+
+
+def _exact_repeat(calls: tuple[str, ...], history, policy: Policy) -> Reason | None:
+    needed = policy.repeat_limit - 1
+    if not calls or len(history) < needed:
+        return None
+    if all(turn.calls == calls for turn in history[-needed:]):
+        detail = f"the same calls {policy.repeat_limit} turns in a row: {', '.join(calls)}"
+        return Reason("exact_repeat", "fired", Outcome.REPLAN, detail[:500])
+    return None
+
+
+def _caps_reached(usage: Usage, policy: Policy) -> list[Reason]:
+    budgets = policy.budgets
+    checks = [
+        ("turn_cap", budgets.max_turns, usage.turns, usage.turns >= budgets.max_turns),
+        ("token_budget", budgets.max_tokens, usage.tokens, None),
+        ("cost_budget", budgets.max_cost, usage.cost, None),
+        ("wall_time_budget", budgets.max_wall_seconds, usage.wall_seconds, None),
+    ]
+    reasons = []
+    for name, limit, spent, reached in checks:
+        if limit is None:
+            continue
+        if reached is None:
+            reached = spent > limit
+        if reached:
+            detail = f"{name}: {spent} spent of {limit}; the run stops with no answer"
+            reasons.append(Reason(name, "fired", Outcome.STOP_FAILURE, detail))
+    return reasons
+
+
+def _asks(reasons: Sequence[Reason], outcome: Outcome) -> bool:
+    return any(reason.outcome == outcome for reason in reasons)
+
+
+def _stop_reason(outcome: Outcome, reasons: Sequence[Reason]) -> str | None:
+    if outcome not in (Outcome.STOP_SUCCESS, Outcome.STOP_FAILURE):
+        return None
+    # A cap names the stop even when a condition asked for failure in the same turn.
+    for reason in reversed(reasons):
+        if reason.outcome == outcome and reason.source.endswith(("_cap", "_budget")):
+            return reason.source
+    return next(reason.source for reason in reasons if reason.outcome == outcome)

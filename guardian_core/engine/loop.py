@@ -212,7 +212,10 @@ def run_turn(
                 statuses[call.position] = "not_approved"
                 out_feedback.append(f"Call {call.position} ({call.tool}) was not approved.")
 
-    results, errors = _execute(proposal, checked, runnable, tools, run_id, index, statuses)
+    keys = {
+        i: _key(run_id, index, i, call.tool, checked[i]) for i, call in enumerate(proposal.calls)
+    }
+    results, errors = _execute(proposal, checked, runnable, tools, keys, statuses)
     tick = _lap(timings, "execute", clock, tick)
     if errors:
         extra.append(Reason("tool_error", "fired", Outcome.ESCALATE, "; ".join(errors)[:1000]))
@@ -225,7 +228,7 @@ def run_turn(
             intent=call.intent,
             problems=tuple(p.message for p in checked[i].problems),
             declared_risk=tools[call.tool].risk_class if call.tool in tools else None,
-            idempotency_key=_key(run_id, index, i, call.tool, checked[i]),
+            idempotency_key=keys[i],
             status=statuses.get(i, "not_run"),
             result=results.get(i, (None, None))[0],
             error=results.get(i, (None, None))[1],
@@ -302,8 +305,9 @@ def run_turn(
     )
 
 
-def _execute(proposal, checked, runnable, tools, run_id, index, statuses):
-    """Run the runnable calls in order; a raising tool stops the rest of the step."""
+def _execute(proposal, checked, runnable, tools, keys, statuses):
+    """Run the runnable calls in order, each with its idempotency key; a raising tool stops
+    the rest of the step. Returns ({position: (result, error)}, [error summaries])."""
     results: dict[int, tuple[str | None, str | None]] = {}
     errors: list[str] = []
     for position in runnable:
@@ -311,15 +315,8 @@ def _execute(proposal, checked, runnable, tools, run_id, index, statuses):
             statuses[position] = "not_run"
             continue
         call, check = proposal.calls[position], checked[position]
-        key = idempotency_key(
-            run_id=run_id,
-            turn_index=index,
-            position=position,
-            tool=call.tool,
-            arguments=check.arguments,
-        )
         try:
-            output = tools[call.tool].func(check.arguments, idempotency_key=key)
+            output = tools[call.tool].func(check.arguments, idempotency_key=keys[position])
         except Exception as exc:  # a tool's failure is recorded and escalates; never swallowed
             statuses[position] = "failed"
             message = f"{type(exc).__name__}: {exc}"[:1000]

@@ -1,8 +1,10 @@
 """One turn of the guarded loop, end to end against scripted ports."""
 
+from hypothesis import given, settings
+
 from guardian_core.engine.conditions import Malformed
 from guardian_core.engine.loop import run_turn
-from guardian_core.engine.policy import Outcome, Usage
+from guardian_core.engine.policy import POST_EXECUTION_CONDITIONS, Outcome, Usage
 from guardian_core.engine.state import LoopState, PendingCall, state_hash, state_next
 from guardian_core.engine.thresholds import Budgets, default_policy
 from guardian_core.engine.tools import idempotency_key
@@ -17,6 +19,7 @@ from tests.engine.fakes import (
     desk,
     step,
 )
+from tests.engine.strategies import answers
 
 GOAL = LoopState(goal="Refund order ord_4472", acceptance_criteria=("Refund issued",))
 POLICY = default_policy()
@@ -234,3 +237,15 @@ def test_the_same_call_three_turns_in_a_row_is_stopped_as_a_repeat():
     assert record.decision.outcome == Outcome.REPLAN
     assert [r.source for r in record.decision.triggered] == ["exact_repeat"]
     assert record.state_after.replans == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(answers(conditions=POST_EXECUTION_CONDITIONS))
+def test_at_the_turn_cap_the_run_stops_and_only_a_reached_goal_gives_an_answer(raw):
+    policy = default_policy(budgets=Budgets(max_turns=1))
+    actor = ScriptedActor([step(call("read_order", order_id="ord_1"), message="partial answer")])
+    record = turn(actor, ScriptedGuardian([raw]), desk(Ledger()), policy=policy)
+    assert record.decision.outcome in (Outcome.STOP_FAILURE, Outcome.STOP_SUCCESS)
+    if record.decision.outcome == Outcome.STOP_FAILURE:
+        assert record.final_answer is None
+        assert any(r.source == "turn_cap" for r in record.decision.reasons)

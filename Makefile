@@ -8,13 +8,13 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export PORT
 
-.PHONY: help demo test lint format clean
+.PHONY: help demo test lint format bench clean
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
 	@echo "make test   install the dev tools and run lint and the whole test suite"
 	@echo "make lint   ruff check, format check and the engine's import contract"
-	@echo "make format reformat in place"
+	@echo "make format reformat in place;  make bench  time the engine's per-turn work"
 
 # A stamp per install flavour, redone whenever pyproject.toml changes.
 $(BIN)/python:
@@ -44,6 +44,9 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m bench.engine
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

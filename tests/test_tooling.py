@@ -67,7 +67,7 @@ def test_the_makefile_has_the_readme_commands():
         text=True,
         check=False,
     ).stdout
-    for target in ("demo:", "test:", "lint:"):
+    for target in ("demo:", "test:", "lint:", "bench:"):
         assert f"\n{target}" in targets, target
 
 

@@ -49,6 +49,16 @@ class ProposedCall:
     tool: str
     arguments: object  # a JSON string as models send it, or a decoded value
     intent: str = ""
+    call_id: str = ""  # the model's own id for the call, echoed back in feedback
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What the actor is told about one call it proposed (invalid, not approved, rejected),
+    with the call itself so a chat model can be answered with a tool message."""
+
+    call: ProposedCall
+    message: str
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,9 @@ class Proposal:
 
 
 class Actor(Protocol):
-    def propose(self, projection: Mapping, feedback: tuple[str, ...]) -> Proposal: ...
+    def propose(self, projection: Mapping, feedback: tuple[Feedback, ...]) -> Proposal:
+        """The next step, given the bounded projection and what became of earlier calls."""
+        ...
 
 
 class Guardian(Protocol):
@@ -121,7 +133,7 @@ class TurnRecord:
     thresholds: Mapping[str, dict]
     question_set_version: str
     guardian_model_version: str
-    feedback: tuple[str, ...]  # for the actor's next proposal
+    feedback: tuple[Feedback, ...]  # for the actor's next proposal
     quarantined: bool  # the tool outputs of this turn are withheld from the actor
     final_answer: str | None  # only on stop_success: nothing is assembled from partial output
     usage: Usage
@@ -150,15 +162,16 @@ def run_turn(
     policy: Policy,
     history: Sequence[PastTurn] = (),
     usage: Usage | None = None,
-    feedback: tuple[str, ...] = (),
-    held: Proposal | None = None,
+    feedback: tuple[Feedback, ...] = (),
+    proposal: Proposal | None = None,
     approved: frozenset[int] | None = None,
 ) -> TurnRecord:
     """Run turn `index` of run `run_id` and return its record.
 
-    `usage` is what earlier turns spent. To resume a held step after a person's verdict, pass
-    the held proposal as `held` and the approved call positions as `approved`: the actor is
-    not asked again and exactly the approved calls run.
+    `usage` is what earlier turns spent. A given `proposal` is used instead of asking the
+    actor: to retry a turn whose proposal was already recorded, or to resume a held step
+    after a person's verdict, with the approved call positions as `approved` (exactly those
+    calls run).
     """
     usage = usage or Usage(turns=0)
     timings: dict[str, float] = {}
@@ -166,7 +179,8 @@ def run_turn(
     started_at = clock.now()
     hash_before = state_hash(state)
 
-    proposal = held if held is not None else actor.propose(project(state).data, feedback)
+    if proposal is None:
+        proposal = actor.propose(project(state).data, feedback)
     tick = _lap(timings, "propose", clock, tick)
 
     checked = [validate_call(tools, call.tool, call.arguments) for call in proposal.calls]
@@ -186,10 +200,14 @@ def run_turn(
     gate = None
     risk_answers: tuple[object, ...] = ()
     extra: list[Reason] = []
-    out_feedback: list[str] = []
+    out_feedback: list[Feedback] = []
     invalid = [check for check in checked if not check.ok]
     if invalid:
-        out_feedback = [check.feedback() for check in invalid]
+        out_feedback = [
+            Feedback(call, check.feedback())
+            for call, check in zip(proposal.calls, checked, strict=True)
+            if not check.ok
+        ]
         extra.append(_invalid_reason(invalid))
         statuses = {i: ("invalid" if not checked[i].ok else "not_run") for i in range(len(checked))}
         runnable: tuple[int, ...] = ()
@@ -210,7 +228,8 @@ def run_turn(
                 statuses[call.position] = "held"
             elif call.position not in runnable:
                 statuses[call.position] = "not_approved"
-                out_feedback.append(f"Call {call.position} ({call.tool}) was not approved.")
+                message = f"Call {call.position} ({call.tool}) was not approved."
+                out_feedback.append(Feedback(proposal.calls[call.position], message))
 
     keys = {
         i: _key(run_id, index, i, call.tool, checked[i]) for i, call in enumerate(proposal.calls)

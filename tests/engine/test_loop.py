@@ -95,11 +95,14 @@ def test_resuming_a_held_step_runs_exactly_the_approved_calls():
         call("issue_refund", order_id="ord_9999", amount=12.0),
     )
     actor = ScriptedActor([])  # the actor is not asked again
-    record = turn(actor, ScriptedGuardian([CALM]), desk(ledger), held=held, approved=frozenset({0}))
+    record = turn(
+        actor, ScriptedGuardian([CALM]), desk(ledger), proposal=held, approved=frozenset({0})
+    )
 
     assert ledger.ran("issue_refund") == [{"order_id": "ord_4472", "amount": 49.9}]
     assert [c.status for c in record.calls] == ["done", "not_approved"]
-    assert record.feedback == ("Call 1 (issue_refund) was not approved.",)
+    assert [f.message for f in record.feedback] == ["Call 1 (issue_refund) was not approved."]
+    assert record.feedback[0].call == held.calls[1]
 
 
 def test_an_invalid_call_stops_the_whole_step_and_the_actor_hears_every_problem():
@@ -116,7 +119,9 @@ def test_an_invalid_call_stops_the_whole_step_and_the_actor_hears_every_problem(
 
     assert ledger.entries == []
     assert [c.status for c in record.calls] == ["not_run", "invalid"]
-    (message,) = record.feedback
+    (feedback,) = record.feedback
+    message = feedback.message
+    assert feedback.call.tool == "issue_refund"
     assert "amount" in message
     assert "reason" in message
     assert record.calls[1].idempotency_key is None

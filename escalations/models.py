@@ -83,7 +83,10 @@ class Verdict(models.Model):
     reason = models.TextField(blank=True)
     # For an uncertain condition: the human answer (a boolean, a risk class, a drift score).
     answer = models.JSONField(null=True, blank=True)
-    approved_call_ids = models.JSONField(default=list, blank=True)
+    # Positions of the held step's calls the reviewer approved; exactly these run.
+    approved_calls = models.JSONField(default=list, blank=True)
+    # What the run did next because of this verdict (continue, stop_success, ...).
+    resulting_outcome = models.CharField(max_length=20, blank=True)
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="verdicts"
     )

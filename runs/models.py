@@ -34,6 +34,15 @@ class Run(models.Model):
     guardian = models.CharField(max_length=60, help_text="Guardian adapter name.")
     tools = models.JSONField(default=list, blank=True, help_text="Names of the tools it may use.")
     budgets = models.JSONField(default=dict, blank=True)
+    # Adapter settings of this run, e.g. the scenario a scripted actor and guardian follow.
+    config = models.JSONField(default=dict, blank=True)
+    # A worker holds the run while it advances a turn; an expired lease means the worker died
+    # and the sweeper may hand the run to another (a conditional update claims it).
+    lease_token = models.CharField(max_length=36, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Consecutive failures to advance (not guardian answers: errors of actor, broker, worker).
+    failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -66,8 +75,14 @@ class Turn(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turns")
     index = models.PositiveIntegerField()
     state_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical state.")
+    # Written before any tool of the turn runs; a retried turn reuses it instead of asking the
+    # actor again, so the idempotency keys of its calls stay the same.
     proposal = models.JSONField(default=dict, blank=True)
     projection = models.JSONField(default=dict, blank=True, help_text="What the guardian saw.")
+    state = models.JSONField(default=dict, blank=True, help_text="Loop state after the turn.")
+    usage = models.JSONField(default=dict, blank=True, help_text="Budget spent up to this turn.")
+    feedback = models.JSONField(default=list, blank=True, help_text="For the next proposal.")
+    timings = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -160,7 +175,8 @@ class ToolCall(models.Model):
     status = models.CharField(max_length=20, choices=Status, default=Status.PROPOSED)
     # Derived from run, turn, position, tool and canonical arguments; handed to the tool so a
     # retried turn never repeats a side effect.
-    idempotency_key = models.CharField(max_length=64, unique=True)
+    # None for an invalid call, which never runs.
+    idempotency_key = models.CharField(max_length=64, unique=True, null=True, blank=True)
     # Null until the call ran; an empty string is a tool that returned nothing.
     result = models.TextField(  # noqa: DJ001
         null=True, blank=True, help_text="Verbatim, untrusted output."

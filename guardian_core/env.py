@@ -47,6 +47,20 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    """A finite number no smaller than `minimum`."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if not value >= minimum or value == float("inf"):
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a finite number ≥ {minimum}.")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """A comma-separated list; blanks around items are dropped."""
     raw = os.environ.get(name)

@@ -8,6 +8,7 @@ from guardian_core.env import (
     broker_from_url,
     database_from_url,
     env_bool,
+    env_float,
     env_int,
     env_list,
     env_str,
@@ -140,8 +141,42 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 5
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE = {
+    "sweep-stalled-runs": {"task": "runs.sweep_stalled_runs", "schedule": 30.0},
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# Tools runs may use: dotted paths to guardian_core.engine.tools.Tool objects, and webhook
+# tools (name -> url, description, schema, risk_class, timeout_seconds, headers).
+GUARDIAN_TOOLS = [
+    "runs.demo_tools.READ_ORDER",
+    "runs.demo_tools.LOOKUP_POLICY",
+    "runs.demo_tools.SEARCH_DOCS",
+    "runs.demo_tools.ISSUE_REFUND",
+    "runs.demo_tools.SEND_EMAIL",
+    "runs.demo_tools.SLOW_LOOKUP",
+    "runs.demo_tools.CHECK_CODE",
+]
+GUARDIAN_WEBHOOK_TOOLS: dict = {}
+
+# Guardians and actors. Every guardian answers under one deadline per turn; a late answer is
+# malformed and escalates.
+GUARDIAN_DEADLINE_SECONDS = env_float("GUARDIAN_DEADLINE_SECONDS", 2.0, minimum=0.05)
+GUARDIAN_HTTP_URL = env_str("GUARDIAN_HTTP_URL")
+GUARDIAN_HTTP_API_KEY = env_str("GUARDIAN_HTTP_API_KEY")
+GUARDIAN_HTTP_MODEL_VERSION = env_str("GUARDIAN_HTTP_MODEL_VERSION")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+OPENAI_GUARDIAN_MODEL = env_str("OPENAI_GUARDIAN_MODEL")
+OPENAI_ACTOR_MODEL = env_str("OPENAI_ACTOR_MODEL")
+# A worker holds a run this long while it advances one turn; after that the sweeper may give
+# the run to another worker. Longer than the slowest turn, shorter than a person's patience.
+GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)
+# Runs marked running with no worker on them for this long are enqueued again.
+GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, minimum=1)
+# After this many consecutive failures to advance, a run is parked for a person.
+GUARDIAN_MAX_ADVANCE_FAILURES = env_int("GUARDIAN_MAX_ADVANCE_FAILURES", 3, minimum=1)
+GUARDIAN_ESCALATION_HOURS = env_int("GUARDIAN_ESCALATION_HOURS", 24, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],

@@ -117,7 +117,12 @@ class Decision(models.Model):
     # One decision per turn, and every decision has its turn.
     turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="decision")
     outcome = models.CharField(max_length=20, choices=Outcome)
-    answers = models.JSONField(help_text="The guardian's typed answers, per condition.")
+    answers = models.JSONField(help_text="The guardian's raw answers, per condition.")
+    risk_answers = models.JSONField(default=list, blank=True, help_text="One per proposed call.")
+    # What the policy keeps of this turn for hysteresis and exact-repeat detection.
+    fired = models.JSONField(default=list, blank=True)
+    call_signatures = models.JSONField(default=list, blank=True)
+    stop_reason = models.CharField(max_length=60, blank=True)
     thresholds = models.JSONField(help_text="The thresholds in force, per condition.")
     reasons = models.JSONField(default=list, blank=True)
     policy_version = models.ForeignKey(
@@ -201,3 +206,22 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} #{self.position} of {self.turn}"
+
+
+class DemoSideEffect(models.Model):
+    """What the demo's write tools did to "the world" (refunds issued, emails sent).
+
+    Deliberately no unique key: this table is the independent witness that a side effect
+    happened exactly once, even after a worker died mid-turn.
+    """
+
+    tool = models.CharField(max_length=120)
+    idempotency_key = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.idempotency_key[:12]}"

@@ -30,3 +30,45 @@ def run_manage(*args: str, timeout: float = 60, **env: str | None) -> subprocess
         timeout=timeout,
         check=False,
     )
+
+
+CELERY = str(Path(sys.executable).parent / "celery")
+
+
+def start_worker(*, queue: str | None = None, **env: str | None) -> subprocess.Popen:
+    """A real Celery worker process (solo pool: a task runs in the process a test may kill)."""
+    command = [
+        CELERY,
+        "--app",
+        "guardian_core.celery",
+        "worker",
+        "--pool",
+        "solo",
+        "--loglevel",
+        "INFO",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if queue:
+        command += ["--queues", queue, "--hostname", f"{queue}@%h"]
+    return subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop_worker(worker: subprocess.Popen) -> str:
+    """Stop a worker (politely, then not) and return everything it printed."""
+    if worker.poll() is None:
+        worker.terminate()
+    try:
+        output, _ = worker.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        output, _ = worker.communicate()
+    return output or ""

@@ -2,58 +2,19 @@
 filesystem broker (the default of `make demo`), with no eager mode anywhere."""
 
 import json
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 from guardian_core.tasks import worker_ping
-from tests.processes import REPO, child_env, run_manage
+from tests.processes import run_manage, start_worker, stop_worker
 
 pytestmark = pytest.mark.worker
-
-CELERY = str(Path(sys.executable).parent / "celery")
-
-
-def start_worker(queue: str, **env: str | None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            CELERY,
-            "--app",
-            "guardian_core.celery",
-            "worker",
-            "--pool",
-            "solo",
-            "--queues",
-            queue,
-            "--loglevel",
-            "INFO",
-            "--hostname",
-            f"{queue}@%h",
-        ],
-        cwd=REPO,
-        env=child_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def stop_worker(worker: subprocess.Popen) -> str:
-    worker.terminate()
-    try:
-        output, _ = worker.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        output, _ = worker.communicate()
-    return output
 
 
 def test_a_worker_process_runs_a_task_sent_through_the_configured_broker():
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    worker = start_worker(queue)
+    worker = start_worker(queue=queue)
     try:
         answer = worker_ping.apply_async(queue=queue).get(timeout=60)
     finally:
@@ -70,7 +31,7 @@ def test_the_embedded_filesystem_broker_delivers_to_a_real_worker_process(tmp_pa
         "GUARDIAN_VAR_DIR": str(tmp_path),
     }
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    worker = start_worker(queue, **embedded)
+    worker = start_worker(queue=queue, **embedded)
     try:
         sent = run_manage(
             "shell",

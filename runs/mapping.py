@@ -1,0 +1,142 @@
+"""The one seam between the ORM and the engine: rows in, frozen dataclasses out, and back."""
+
+from escalations.models import Verdict, VerdictDecision
+from guardian_core.engine.conditions import Condition, Malformed
+from guardian_core.engine.loop import Feedback, Proposal, ProposedCall
+from guardian_core.engine.policy import Outcome, PastTurn, Usage
+from guardian_core.engine.state import HistoryItem, LoopState, PendingCall
+from guardian_core.engine.thresholds import Budgets, Policy, Threshold
+from guardian_core.models import PolicyVersion
+from runs.models import Run, Turn
+
+
+def policy_from_version(version: PolicyVersion, *, budgets: dict) -> Policy:
+    """The engine's Policy for a pinned version, with the run's own budgets."""
+    thresholds = {
+        Condition(name): Threshold(
+            c_stop=values["c_stop"], c_cont=values["c_cont"], delta=values["delta"]
+        )
+        for name, values in version.thresholds.items()
+    }
+    return Policy(
+        thresholds=thresholds,
+        question_set_version=version.question_set_version,
+        budgets=Budgets(**{key: budgets[key] for key in budgets if key in _BUDGET_KEYS}),
+    )
+
+
+_BUDGET_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
+
+
+def state_to_json(state: LoopState) -> dict:
+    return state.to_dict()
+
+
+def state_from_json(data: dict) -> LoopState:
+    return LoopState(
+        goal=data["goal"],
+        acceptance_criteria=tuple(data.get("acceptance_criteria", ())),
+        history=tuple(HistoryItem(h["turn"], h["summary"]) for h in data.get("history", ())),
+        last_results=tuple(data.get("last_results", ())),
+        pending=tuple(PendingCall(**call) for call in data.get("pending", ())),
+        replans=data.get("replans", 0),
+        version=data.get("version", 0),
+    )
+
+
+def initial_state(run: Run) -> LoopState:
+    return LoopState(goal=run.goal, acceptance_criteria=tuple(run.acceptance_criteria))
+
+
+def proposal_to_json(proposal: Proposal) -> dict:
+    return {
+        "calls": [_call_to_json(call) for call in proposal.calls],
+        "message": proposal.message,
+        "tokens": proposal.tokens,
+        "cost": proposal.cost,
+    }
+
+
+def proposal_from_json(data: dict) -> Proposal:
+    return Proposal(
+        calls=tuple(_call_from_json(call) for call in data.get("calls", ())),
+        message=data.get("message", ""),
+        tokens=data.get("tokens", 0),
+        cost=data.get("cost", 0.0),
+    )
+
+
+def feedback_to_json(feedback: tuple[Feedback, ...]) -> list[dict]:
+    return [{"call": _call_to_json(item.call), "message": item.message} for item in feedback]
+
+
+def feedback_from_json(data: list) -> tuple[Feedback, ...]:
+    return tuple(Feedback(_call_from_json(item["call"]), item["message"]) for item in data)
+
+
+def usage_from_json(data: dict) -> Usage:
+    return Usage(
+        turns=data.get("turns", 0),
+        tokens=data.get("tokens", 0),
+        cost=data.get("cost", 0.0),
+        wall_seconds=data.get("wall_seconds", 0.0),
+    )
+
+
+def usage_to_json(usage: Usage) -> dict:
+    return {
+        "turns": usage.turns,
+        "tokens": usage.tokens,
+        "cost": usage.cost,
+        "wall_seconds": usage.wall_seconds,
+    }
+
+
+def past_turn(turn: Turn) -> PastTurn:
+    """What the policy remembers of a decided turn (its decision and call signatures)."""
+    decision = turn.decision
+    return PastTurn(
+        outcome=Outcome(decision.outcome),
+        fired=frozenset(Condition(name) for name in decision.fired),
+        calls=tuple(decision.call_signatures),
+    )
+
+
+def answers_to_json(answers) -> dict:
+    """Raw answers as recorded: a malformed one keeps its reason and stays malformed on replay."""
+    return {str(key): answer_to_json(value) for key, value in answers.items()}
+
+
+def human_feedback(verdict: Verdict, proposal: Proposal, held_positions: list[int]) -> tuple:
+    """Feedback for the actor after a person rejected a held step: every held call, and why."""
+    if verdict.decision != VerdictDecision.REJECT:
+        return ()
+    return tuple(
+        Feedback(proposal.calls[position], f"Rejected by a reviewer: {verdict.reason}")
+        for position in held_positions
+        if position < len(proposal.calls)
+    )
+
+
+def answer_to_json(value: object) -> object:
+    if isinstance(value, Malformed):
+        return {"malformed": value.reason}
+    return value
+
+
+def _call_to_json(call: ProposedCall) -> dict:
+    return {
+        "tool": call.tool,
+        "arguments": call.arguments,
+        "intent": call.intent,
+        "call_id": call.call_id,
+    }
+
+
+def _call_from_json(data: dict) -> ProposedCall:
+    return ProposedCall(
+        tool=data["tool"],
+        arguments=data.get("arguments"),
+        intent=data.get("intent", ""),
+        call_id=data.get("call_id", ""),
+    )

@@ -1,0 +1,525 @@
+"""Writes on runs: start, advance one turn, cancel, sweep stalled runs.
+
+Advancing follows the house rules: a run is claimed with a conditional update (a lease), no
+lock or transaction is held while the actor, the guardian or a tool works, the proposal and
+every tool call are recorded before anything runs, and the turn's outcome is written in one
+short transaction that the unique (run, index) and one-decision-per-turn constraints guard.
+"""
+
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from escalations.models import Escalation, EscalationKind, EscalationStatus, VerdictDecision
+from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, run_turn
+from guardian_core.engine.policy import Outcome, Reason, Usage
+from guardian_core.engine.state import project
+from guardian_core.engine.tools import idempotency_key, validate_call
+from guardian_core.models import PolicyVersion
+from runs import mapping
+from runs.models import (
+    Decision,
+    Run,
+    RunStatus,
+    ToolCall,
+    ToolCallStatus,
+    Turn,
+)
+from runs.ports import build_actor, build_guardian, recording_tools
+from runs.tools import tools_for_run
+
+logger = logging.getLogger(__name__)
+
+ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
+
+
+class RunError(ValueError):
+    """A run cannot be started or changed as asked; the message says why."""
+
+
+class SystemClock:
+    """The engine's clock port, from Django's timezone-aware now."""
+
+    def now(self):
+        return timezone.now()
+
+    def monotonic(self) -> float:
+        import time
+
+        return time.monotonic()
+
+
+# ---- start and cancel -----------------------------------------------------------------------
+
+
+def run_start(
+    *,
+    goal: str,
+    acceptance_criteria: list[str] | None = None,
+    tools: list[str],
+    actor: str,
+    guardian: str,
+    budgets: dict | None = None,
+    config: dict | None = None,
+    created_by=None,
+) -> Run:
+    """Create a run pinned to the active policy version and enqueue its first turn."""
+    problems = []
+    if not goal or not goal.strip():
+        problems.append("goal: must not be empty")
+    try:
+        tools_for_run(tools)
+    except ValueError as exc:
+        problems.append(f"tools: {exc}")
+    version = PolicyVersion.objects.filter(is_active=True).first()
+    if version is None:
+        problems.append("policy_version: no policy version is active")
+    if problems:
+        raise RunError("; ".join(problems))
+    with transaction.atomic():
+        run = Run.objects.create(
+            goal=goal,
+            acceptance_criteria=list(acceptance_criteria or []),
+            tools=list(tools),
+            actor=actor,
+            guardian=guardian,
+            budgets=dict(budgets or {}),
+            config=dict(config or {}),
+            policy_version=version,
+            status=RunStatus.RUNNING,
+            created_by=created_by,
+        )
+        enqueue_after_commit(run.pk)
+    return run
+
+
+def run_cancel(*, run_id: int) -> bool:
+    """Stop a run before its next turn; its open escalation closes as cancelled."""
+    now = timezone.now()
+    with transaction.atomic():
+        changed = Run.objects.filter(pk=run_id, status__in=ACTIVE).update(
+            status=RunStatus.CANCELLED, stop_reason="cancelled", finished_at=now, updated_at=now
+        )
+        Escalation.objects.filter(run_id=run_id, status=EscalationStatus.OPEN).update(
+            status=EscalationStatus.CANCELLED, resolved_at=now
+        )
+    return bool(changed)
+
+
+def run_sweep_stalled(*, now=None) -> list[int]:
+    """Enqueue again the runs marked running that no worker holds: a lease that expired (the
+    worker died) or no lease and no change for a while (the task message was lost)."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.GUARDIAN_STALLED_AFTER_SECONDS)
+    run_ids = list(
+        Run.objects.filter(status=RunStatus.RUNNING)
+        .filter(
+            Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True, updated_at__lt=stale)
+        )
+        .values_list("pk", flat=True)
+    )
+    for run_id in run_ids:
+        _enqueue(run_id)
+    _expire_escalations(now)
+    return run_ids
+
+
+# ---- advance one turn -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Resume:
+    """How the next turn starts, derived from the last decided turn and any verdict on it."""
+
+    proposal: Proposal | None
+    approved: frozenset[int] | None
+    feedback: tuple[Feedback, ...]
+
+
+def run_advance(*, run_id: int) -> str:
+    """Advance a run by one turn. Returns what happened: "skipped" (not claimable: finished,
+    waiting, or another worker holds it), "continued", "waiting", "finished" or "failed"
+    (an error was recorded; the caller retries later)."""
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    claimed = (
+        Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS),
+        )
+    )
+    if not claimed:
+        return "skipped"
+    try:
+        return _advance_claimed(run_id, token)
+    except Exception as exc:  # recorded on the run and retried: one bad run cannot crash-loop
+        logger.exception("run %s: turn failed", run_id)
+        _record_failure(run_id, token, exc)
+        return "failed"
+
+
+def _advance_claimed(run_id: int, token: str) -> str:
+    run = Run.objects.select_related("policy_version").get(pk=run_id)
+    turns = list(run.turns.select_related("decision").order_by("index"))
+    decided = [turn for turn in turns if _has_decision(turn)]
+    unfinished = next((turn for turn in turns if not _has_decision(turn)), None)
+    last = decided[-1] if decided else None
+    index = len(decided)
+
+    if run.actor == "coder_reviewer":
+        return _advance_review_loop(run, token, index)
+
+    state = mapping.state_from_json(last.state) if last else mapping.initial_state(run)
+    usage = mapping.usage_from_json(last.usage) if last else Usage(turns=0)
+    history = [mapping.past_turn(turn) for turn in decided]
+    resume = _resume(last)
+    released = _released_results(last) if resume.proposal is None else None
+    if released is not None:
+        state = replace(state, last_results=released)
+
+    policy = mapping.policy_from_version(run.policy_version, budgets=run.budgets)
+    tools = tools_for_run(run.tools)
+    guardian = build_guardian(run)
+
+    proposal = resume.proposal
+    if unfinished is not None and unfinished.proposal:
+        proposal = mapping.proposal_from_json(unfinished.proposal)  # a retried turn
+    if proposal is None:
+        proposal = build_actor(run, tools).propose(project(state).data, resume.feedback)
+    turn = unfinished or _turn_begin(run, index, proposal)
+    if turn is None:
+        return "skipped"  # another worker recorded this turn first
+
+    calls_by_key = _calls_by_key(run, index, proposal, tools)
+    record = run_turn(
+        state,
+        run_id=str(run.pk),
+        index=index,
+        actor=_NoActor(),
+        guardian=guardian,
+        tools=recording_tools(tools, turn=turn, calls_by_key=calls_by_key),
+        clock=SystemClock(),
+        policy=policy,
+        history=history,
+        usage=usage,
+        feedback=resume.feedback,
+        proposal=proposal,
+        approved=resume.approved,
+    )
+    return _turn_finish(run.pk, token, turn, record)
+
+
+def _advance_review_loop(run: Run, token: str, index: int) -> str:
+    """The coder ⇄ reviewer loop runs as one turn: approved code is the answer; anything else
+    escalates with the reviewer's last reasons."""
+    from guardian_core.adapters.scripted_chat import ScriptedChatAgent
+    from guardian_core.engine.reviewer_loop import Status, run_review_loop
+
+    script = run.config["review_loop"]
+    turn = _turn_begin(run, index, Proposal(calls=(), message="coder/reviewer loop"))
+    if turn is None:
+        return "skipped"
+    ended = run_review_loop(
+        run.goal,
+        coder=ScriptedChatAgent(script["coder"]),
+        reviewer=ScriptedChatAgent(script["reviewer"]),
+        max_rounds=script.get("max_rounds", 3),
+    )
+    approved = ended.status == Status.APPROVED
+    outcome = Outcome.STOP_SUCCESS if approved else Outcome.ESCALATE
+    detail = f"{ended.reason.value} after {ended.rounds} rounds: " + "; ".join(ended.last_reasons)
+    reason = Reason("review_loop", "fired", outcome, detail[:1000])
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.lease_token != token:
+            raise RuntimeError(f"run {run.pk}: lease lost before the turn was recorded")
+        Turn.objects.filter(pk=turn.pk).update(finished_at=now, state_hash="")
+        Decision.objects.create(
+            turn=turn,
+            outcome=outcome.value,
+            answers={},
+            thresholds={},
+            reasons=[reason.as_dict()],
+            stop_reason="review_approved" if approved else "",
+            policy_version=run.policy_version,
+            question_set_version=run.policy_version.question_set_version,
+            guardian_model_version="coder-reviewer-loop",
+            state_hash="",
+        )
+        if approved:
+            run.status, run.stop_reason = RunStatus.SUCCEEDED, "review_approved"
+            run.final_answer, run.finished_at = ended.code, now
+        else:
+            run.status = RunStatus.WAITING
+            Escalation.objects.create(
+                run=run,
+                turn=turn,
+                kind=EscalationKind.REVIEW_LOOP,
+                summary=f"Coder/reviewer loop: {detail}"[:300],
+                reason={
+                    "end_reason": ended.reason.value,
+                    "last_reasons": list(ended.last_reasons),
+                    "rounds": ended.rounds,
+                    "detail": ended.detail,
+                },
+                deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
+            )
+        run.lease_token, run.lease_expires_at = "", None
+        run.save()
+    return "finished" if approved else "waiting"
+
+
+class _NoActor:
+    """The actor was asked before the turn began (its proposal is recorded first)."""
+
+    def propose(self, projection, feedback):
+        raise AssertionError("the proposal is recorded before the turn runs")
+
+
+def _has_decision(turn: Turn) -> bool:
+    try:
+        turn.decision  # noqa: B018 - the reverse one-to-one raises when there is none
+    except Decision.DoesNotExist:
+        return False
+    return True
+
+
+def _resume(last: Turn | None) -> _Resume:
+    if last is None:
+        return _Resume(None, None, ())
+    feedback = mapping.feedback_from_json(last.feedback)
+    if last.decision.outcome != Outcome.ESCALATE:
+        return _Resume(None, None, feedback)
+    escalation = last.escalations.select_related("verdict").order_by("-id").first()
+    verdict = getattr(escalation, "verdict", None) if escalation else None
+    if verdict is None or escalation.kind != EscalationKind.GATED_STEP:
+        return _Resume(None, None, feedback)
+    proposal = mapping.proposal_from_json(last.proposal)
+    if verdict.decision == VerdictDecision.APPROVE:
+        return _Resume(proposal, frozenset(verdict.approved_calls), ())
+    held = list(
+        last.tool_calls.filter(status=ToolCallStatus.HELD).values_list("position", flat=True)
+    )
+    return _Resume(None, None, mapping.human_feedback(verdict, proposal, held))
+
+
+def _released_results(last: Turn | None) -> tuple[str, ...] | None:
+    """The verbatim outputs of a turn a reviewer cleared of injected instructions."""
+    if last is None:
+        return None
+    escalation = last.escalations.filter(kind=EscalationKind.INTEGRITY).first()
+    verdict = getattr(escalation, "verdict", None) if escalation else None
+    if verdict is None or verdict.answer is not False:
+        return None
+    calls = last.tool_calls.filter(status=ToolCallStatus.DONE).order_by("position")
+    return tuple(call.result or "" for call in calls)
+
+
+def _turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
+    """Record the turn and its proposal before anything runs; None if it exists already."""
+    try:
+        with transaction.atomic():
+            return Turn.objects.create(
+                run=run,
+                index=index,
+                state_hash="",
+                proposal=mapping.proposal_to_json(proposal),
+                started_at=timezone.now(),
+            )
+    except IntegrityError:
+        return None
+
+
+def _calls_by_key(run: Run, index: int, proposal: Proposal, tools) -> dict[str, tuple[int, str]]:
+    keys = {}
+    for position, call in enumerate(proposal.calls):
+        check = validate_call(tools, call.tool, call.arguments)
+        if check.ok:
+            key = idempotency_key(
+                run_id=str(run.pk),
+                turn_index=index,
+                position=position,
+                tool=call.tool,
+                arguments=check.arguments,
+            )
+            keys[key] = (position, call.intent)
+    return keys
+
+
+def _turn_finish(run_id: int, token: str, turn: Turn, record: TurnRecord) -> str:
+    """Write the turn's outcome in one transaction and move the run on."""
+    now = timezone.now()
+    decision = record.decision
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.lease_token != token:
+            # The lease expired and another worker took the run over: its turn counts.
+            raise RuntimeError(f"run {run_id}: lease lost before the turn was recorded")
+        Turn.objects.filter(pk=turn.pk).update(
+            state_hash=record.state_hash_after,
+            projection=project(record.state_after).data,
+            state=mapping.state_to_json(record.state_after),
+            usage=mapping.usage_to_json(record.usage),
+            feedback=mapping.feedback_to_json(record.feedback),
+            timings=dict(record.timings),
+            finished_at=now,
+        )
+        _tool_calls_record(turn, record)
+        Decision.objects.create(
+            turn=turn,
+            outcome=decision.outcome.value,
+            answers=mapping.answers_to_json(record.answers),
+            risk_answers=[mapping.answer_to_json(a) for a in record.risk_answers],
+            thresholds=dict(record.thresholds),
+            reasons=[reason.as_dict() for reason in decision.reasons],
+            fired=sorted(condition.value for condition in decision.fired),
+            call_signatures=list(record.past_turn.calls),
+            stop_reason=decision.stop_reason or "",
+            policy_version=run.policy_version,
+            question_set_version=record.question_set_version,
+            guardian_model_version=record.guardian_model_version,
+            state_hash=record.state_hash_after,
+        )
+        result = _apply_outcome(run, turn, record, now)
+        run.lease_token = ""
+        run.lease_expires_at = None
+        run.failures = 0
+        run.last_error = ""
+        run.save()
+    return result
+
+
+def _tool_calls_record(turn: Turn, record: TurnRecord) -> None:
+    """Bring every call of the step into the log, including those that never ran."""
+    gated = {call.position: call for call in (record.gate.calls if record.gate else ())}
+    for call in record.calls:
+        effective = gated[call.position].effective.value if call.position in gated else None
+        fields = {
+            "tool": call.tool,
+            "arguments": call.arguments,
+            "intent": call.intent,
+            "risk_class": effective or (call.declared_risk or "read_only"),
+            "status": _stored_status(call.status),
+            "idempotency_key": call.idempotency_key,
+            "error": call.error or "\n".join(call.problems),
+        }
+        if call.result is not None:
+            fields["result"] = call.result
+        ToolCall.objects.update_or_create(turn=turn, position=call.position, defaults=fields)
+
+
+def _stored_status(status: str) -> str:
+    return {
+        "invalid": ToolCallStatus.INVALID,
+        "held": ToolCallStatus.HELD,
+        "not_approved": ToolCallStatus.REJECTED,
+        "done": ToolCallStatus.DONE,
+        "failed": ToolCallStatus.FAILED,
+        "not_run": ToolCallStatus.PROPOSED,
+    }[status]
+
+
+def _apply_outcome(run: Run, turn: Turn, record: TurnRecord, now) -> str:
+    outcome = record.decision.outcome
+    if run.status != RunStatus.RUNNING:
+        return "finished"  # cancelled while the turn ran: it is recorded, nothing follows
+    if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
+        enqueue_after_commit(run.pk)
+        return "continued"
+    if outcome == Outcome.ESCALATE:
+        run.status = RunStatus.WAITING
+        _escalation_open(run, turn, record, now)
+        return "waiting"
+    run.status = RunStatus.SUCCEEDED if outcome == Outcome.STOP_SUCCESS else RunStatus.FAILED
+    run.stop_reason = record.decision.stop_reason or ""
+    run.final_answer = record.final_answer
+    run.finished_at = now
+    return "finished"
+
+
+def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalation:
+    triggered = record.decision.triggered
+    sources = {reason.source for reason in triggered}
+    bands = {reason.band for reason in triggered}
+    errors = " ".join(call.error or "" for call in record.calls)
+    if "gate" in sources:
+        kind = EscalationKind.GATED_STEP
+    elif "tool_error" in sources and "AmbiguousCall" in errors:
+        kind = EscalationKind.AMBIGUOUS_CALL
+    elif "integrity" in sources and "fired" in bands:
+        kind = EscalationKind.INTEGRITY
+    elif "malformed" in bands:
+        kind = EscalationKind.GUARDIAN_FAILURE
+    else:
+        kind = EscalationKind.UNCERTAIN
+    first = triggered[0]
+    return Escalation.objects.create(
+        run=run,
+        turn=turn,
+        kind=kind,
+        summary=f"{first.source}: {first.detail}"[:300],
+        reason={
+            "triggered": [reason.as_dict() for reason in triggered],
+            "held_calls": [c.position for c in record.calls if c.status == "held"],
+        },
+        deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
+    )
+
+
+def _record_failure(run_id: int, token: str, exc: Exception) -> None:
+    """Count the failure and release the lease (the sweeper retries); after too many failures
+    in a row the run stops, with the error kept for a person to read."""
+    message = f"{type(exc).__name__}: {exc}"[:2000]
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, lease_token=token).first()
+        if run is None:
+            return
+        run.failures += 1
+        run.last_error = message
+        run.lease_token = ""
+        run.lease_expires_at = None
+        if run.failures >= settings.GUARDIAN_MAX_ADVANCE_FAILURES:
+            # The safe side: do not act, ask a person.
+            run.status = RunStatus.FAILED
+            run.stop_reason = "advance_failed"
+            run.finished_at = timezone.now()
+        run.save()
+
+
+def _expire_escalations(now) -> None:
+    """An escalation past its deadline resolves to the safe side: nothing runs, the run stops."""
+    expired = list(
+        Escalation.objects.filter(status=EscalationStatus.OPEN, deadline__lt=now).values_list(
+            "pk", "run_id"
+        )
+    )
+    for escalation_id, run_id in expired:
+        with transaction.atomic():
+            if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
+                status=EscalationStatus.EXPIRED, resolved_at=now
+            ):
+                Run.objects.filter(pk=run_id, status=RunStatus.WAITING).update(
+                    status=RunStatus.FAILED,
+                    stop_reason="escalation_expired",
+                    finished_at=now,
+                    updated_at=now,
+                )
+
+
+def enqueue_after_commit(run_id: int) -> None:
+    transaction.on_commit(lambda: _enqueue(run_id))
+
+
+def _enqueue(run_id: int) -> None:
+    from runs.tasks import advance_run
+
+    advance_run.delay(run_id)

@@ -1,0 +1,21 @@
+"""Helpers for tests that drive runs: start a scenario and advance it in this process."""
+
+from guardian_core.demo import demo_policy_version
+from runs.models import Run, RunStatus
+from runs.scenarios import scenario_run_start
+from runs.services import run_advance
+
+
+def start(name: str, **kwargs) -> Run:
+    demo_policy_version()
+    return scenario_run_start(name, **kwargs)
+
+
+def drive(run: Run, *, max_steps: int = 30) -> Run:
+    """Advance `run` here, turn after turn, until it is no longer running."""
+    for _ in range(max_steps):
+        run.refresh_from_db()
+        if run.status != RunStatus.RUNNING:
+            return run
+        run_advance(run_id=run.pk)
+    raise AssertionError(f"run {run.pk} still running after {max_steps} advances")

@@ -1,0 +1,289 @@
+"""Driving runs turn by turn through the services (in this process; tests/test_worker_runs.py
+does it with real worker processes)."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from escalations.models import EscalationKind, EscalationStatus, LabelledExample
+from escalations.services import EscalationError, escalation_resolve
+from guardian_core.engine.tools import idempotency_key
+from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus, Turn
+from runs.reporting import expectation_problems
+from runs.scenarios import scenario_load, scenario_names
+from runs.services import RunError, run_advance, run_cancel, run_start, run_sweep_stalled
+from tests.runs_helpers import drive, start
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("name", scenario_names())
+def test_each_demo_scenario_ends_where_it_should(name, settings):
+    settings.GUARDIAN_DEADLINE_SECONDS = 0.3  # the timeout scenario waits out one deadline
+    run = drive(start(name))
+    assert expectation_problems(run, scenario_load(name)["expect"]) == []
+
+
+def test_every_turn_index_appears_once_and_in_order():
+    run = drive(start("drifting_agent"))
+    assert list(run.turns.values_list("index", flat=True)) == [0, 1, 2, 3, 4]
+
+
+def test_a_duplicate_message_for_a_claimed_run_is_dropped():
+    run = start("goal_reached")
+    Run.objects.filter(pk=run.pk).update(
+        lease_token="other", lease_expires_at=timezone.now() + timedelta(minutes=5)
+    )
+    assert run_advance(run_id=run.pk) == "skipped"
+    assert not Turn.objects.filter(run=run).exists()
+
+
+def test_a_message_for_a_finished_run_is_dropped():
+    run = drive(start("goal_reached"))
+    turns = run.turns.count()
+    assert run_advance(run_id=run.pk) == "skipped"
+    assert run.turns.count() == turns
+
+
+def test_a_run_cannot_start_with_unknown_tools_or_no_goal():
+    start("goal_reached")  # makes a policy version active
+    with pytest.raises(RunError) as error:
+        run_start(
+            goal=" ", tools=["read_order", "launch_rocket"], actor="scripted", guardian="scripted"
+        )
+    assert "goal: must not be empty" in str(error.value)
+    assert "unknown tools: launch_rocket" in str(error.value)
+
+
+def test_the_run_pins_the_active_policy_version():
+    run = start("goal_reached")
+    assert run.policy_version.is_active
+
+
+def _approve(run, user, **kwargs):
+    escalation = run.escalations.get(status=EscalationStatus.OPEN)
+    return escalation_resolve(escalation_id=escalation.pk, reviewer=user, **kwargs)
+
+
+def test_approving_a_held_refund_runs_it_once_and_the_run_finishes(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    assert DemoSideEffect.objects.count() == 0  # held: nothing ran before the verdict
+    _approve(run, reviewer, decision="approve")
+    run = drive(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert list(DemoSideEffect.objects.values_list("tool", flat=True)) == ["issue_refund"]
+    assert run.final_answer == "Refund of 49.90 issued for ord_4472."
+
+
+def test_rejecting_a_held_refund_tells_the_actor_why_and_nothing_runs(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    _approve(run, reviewer, decision="reject", reason="The parcel was insured; no refund.")
+    run_advance(run_id=run.pk)
+    next_turn = run.turns.order_by("-index").first()
+    assert next_turn.proposal["message"] == "Understood: I will not issue that refund."
+    assert DemoSideEffect.objects.count() == 0
+    held_turn = run.turns.get(index=1)
+    assert held_turn.tool_calls.get().status == ToolCallStatus.HELD
+
+
+def test_a_rejection_without_a_reason_is_refused_and_nothing_changes(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    with pytest.raises(EscalationError, match="reason: a rejection needs a reason"):
+        _approve(run, reviewer, decision="reject")
+    assert run.escalations.get().status == EscalationStatus.OPEN
+
+
+def test_someone_without_the_reviewer_role_cannot_resolve(auditor):
+    run = drive(start("refund_waits_for_approval"))
+    with pytest.raises(EscalationError, match="may not review"):
+        _approve(run, auditor, decision="approve")
+
+
+def test_a_verdict_becomes_a_labelled_example_with_the_versions_in_force(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    verdict = _approve(run, reviewer, decision="approve")
+    example = LabelledExample.objects.get()
+    assert example.verdict == verdict
+    assert (example.condition, example.label, example.source) == ("risk", "irreversible", "human")
+    assert example.probability == pytest.approx(0.98)
+    assert example.labelled_by == reviewer
+    assert example.model_version == "scripted-1"
+    assert example.question_set_version == run.policy_version.question_set_version
+    assert example.projection["pending_proposal"]["tool"] == "issue_refund"
+
+
+def test_a_person_answering_an_uncertain_turn_lets_the_policy_decide(reviewer, settings):
+    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    run = drive(start("guardian_timeout"))
+    answer = {
+        "integrity": False,
+        "infeasible": False,
+        "goal_reached": False,
+        "drift": 4,
+        "stagnation": False,
+    }
+    verdict = _approve(run, reviewer, decision="answer", answer=answer)
+    assert verdict.resulting_outcome == "continue"
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert LabelledExample.objects.filter(verdict=verdict).count() == 5
+
+
+def test_a_confirmed_injection_keeps_the_output_withheld_and_the_run_goes_on(reviewer):
+    run = drive(start("injected_instruction"))
+    _approve(run, reviewer, decision="answer", answer={"integrity": True})
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    run_advance(run_id=run.pk)
+    last = run.turns.order_by("-index").first()
+    assert "IGNORE ALL PREVIOUS INSTRUCTIONS" not in str(last.projection)
+
+
+def test_cancelling_stops_the_run_before_its_next_turn_and_closes_its_escalation(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    assert run_cancel(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert run.escalations.get().status == EscalationStatus.CANCELLED
+    assert run_advance(run_id=run.pk) == "skipped"
+
+
+def _refund_key(run, index, position=0):
+    return idempotency_key(
+        run_id=str(run.pk),
+        turn_index=index,
+        position=position,
+        tool="issue_refund",
+        arguments={"order_id": "ord_4472", "amount": 49.9},
+    )
+
+
+def test_an_irreversible_call_found_started_after_a_crash_is_never_retried(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    _approve(run, reviewer, decision="approve")
+    # A worker died inside the refund: the turn and the started call are on record.
+    turn = Turn.objects.create(
+        run=run,
+        index=2,
+        state_hash="",
+        started_at=timezone.now(),
+        proposal=run.turns.get(index=1).proposal,
+    )
+    ToolCall.objects.create(
+        turn=turn,
+        position=0,
+        tool="issue_refund",
+        arguments={"order_id": "ord_4472", "amount": 49.9},
+        risk_class="irreversible",
+        status=ToolCallStatus.STARTED,
+        idempotency_key=_refund_key(run, 2),
+        started_at=timezone.now(),
+    )
+    run = drive(run)
+    assert DemoSideEffect.objects.count() == 0
+    assert run.status == RunStatus.WAITING
+    escalation = run.escalations.get(status=EscalationStatus.OPEN)
+    assert escalation.kind == EscalationKind.AMBIGUOUS_CALL
+    assert "did it go through" in escalation.summary + str(escalation.reason)
+
+
+def test_a_call_already_done_returns_its_stored_result_instead_of_running_again(reviewer):
+    run = drive(start("refund_waits_for_approval"))
+    _approve(run, reviewer, decision="approve")
+    turn = Turn.objects.create(
+        run=run,
+        index=2,
+        state_hash="",
+        started_at=timezone.now(),
+        proposal=run.turns.get(index=1).proposal,
+    )
+    ToolCall.objects.create(
+        turn=turn,
+        position=0,
+        tool="issue_refund",
+        arguments={"order_id": "ord_4472", "amount": 49.9},
+        risk_class="irreversible",
+        status=ToolCallStatus.DONE,
+        result="Refund of 49.90 issued for ord_4472.",
+        idempotency_key=_refund_key(run, 2),
+        started_at=timezone.now(),
+    )
+    run = drive(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert DemoSideEffect.objects.count() == 0  # the stored result stood in for the call
+
+
+def test_a_read_only_call_found_started_after_a_crash_runs_again_with_the_same_key():
+    run = start("goal_reached")
+    proposal = {
+        "calls": [
+            {
+                "tool": "read_order",
+                "arguments": {"order_id": "ord_1001"},
+                "intent": "",
+                "call_id": "",
+            }
+        ],
+        "message": "",
+        "tokens": 120,
+        "cost": 0,
+    }
+    turn = Turn.objects.create(
+        run=run, index=0, state_hash="", started_at=timezone.now(), proposal=proposal
+    )
+    key = idempotency_key(
+        run_id=str(run.pk),
+        turn_index=0,
+        position=0,
+        tool="read_order",
+        arguments={"order_id": "ord_1001"},
+    )
+    ToolCall.objects.create(
+        turn=turn,
+        position=0,
+        tool="read_order",
+        arguments={"order_id": "ord_1001"},
+        risk_class="read_only",
+        status=ToolCallStatus.STARTED,
+        idempotency_key=key,
+        started_at=timezone.now(),
+    )
+    run = drive(run)
+    assert run.status == RunStatus.SUCCEEDED
+    call = ToolCall.objects.get(idempotency_key=key)
+    assert call.status == ToolCallStatus.DONE
+    assert "ord_1001" in call.result
+
+
+def test_a_run_that_keeps_failing_to_advance_stops_with_its_error_kept(settings):
+    settings.GUARDIAN_MAX_ADVANCE_FAILURES = 2
+    run = start("goal_reached")
+    Run.objects.filter(pk=run.pk).update(guardian="no-such-guardian")
+    assert run_advance(run_id=run.pk) == "failed"
+    run.refresh_from_db()
+    assert (run.status, run.failures) == (RunStatus.RUNNING, 1)
+    assert "no-such-guardian" in run.last_error
+    assert run_advance(run_id=run.pk) == "failed"
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason) == (RunStatus.FAILED, "advance_failed")
+    assert not run.turns.exists()
+
+
+def test_the_sweeper_enqueues_runs_whose_worker_died():
+    run = start("goal_reached")
+    Run.objects.filter(pk=run.pk).update(
+        lease_token="dead", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert run_sweep_stalled() == [run.pk]
+    assert run_advance(run_id=run.pk) == "continued"  # the expired lease is claimable
+
+
+def test_an_expired_escalation_resolves_to_the_safe_side():
+    run = drive(start("refund_waits_for_approval"))
+    run.escalations.update(deadline=timezone.now() - timedelta(minutes=1))
+    run_sweep_stalled()
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason) == (RunStatus.FAILED, "escalation_expired")
+    assert run.escalations.get().status == EscalationStatus.EXPIRED
+    assert DemoSideEffect.objects.count() == 0

@@ -47,6 +47,7 @@ lint: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench.engine
+	$(BIN)/python -m bench.task_roundtrip
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

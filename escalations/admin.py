@@ -1,20 +1,61 @@
-"""Django admin for escalations; verdicts and labelled examples are append-only, so read-only."""
+"""Django admin for escalations (with approve/reject actions that call the resolution service);
+verdicts and labelled examples are append-only, so read-only."""
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
 
 from escalations.models import Escalation, LabelledExample, Verdict
+from escalations.services import EscalationError, escalation_resolve
 from runs.admin import ReadOnlyAdmin
+
+
+class RejectForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea, help_text="The actor is told this reason.")
 
 
 @admin.register(Escalation)
 class EscalationAdmin(ReadOnlyAdmin):
     list_display = ["id", "run", "kind", "status", "summary", "deadline"]
     list_filter = ["status", "kind"]
+    actions = ["approve", "reject"]
+
+    def has_review_permission(self, request) -> bool:
+        return request.user.has_perm("escalations.review_escalation")
+
+    @admin.action(permissions=["review"], description="Approve the held calls")
+    def approve(self, request, queryset) -> None:
+        self._resolve(request, queryset, decision="approve")
+
+    @admin.action(permissions=["review"], description="Reject, with a reason…")
+    def reject(self, request, queryset):
+        form = RejectForm(request.POST if "reason" in request.POST else None)
+        if form.is_valid():
+            self._resolve(request, queryset, decision="reject", reason=form.cleaned_data["reason"])
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Reject escalations",
+            "form": form,
+            "escalations": queryset,
+            "opts": self.model._meta,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/escalations/reject.html", context)
+
+    def _resolve(self, request, queryset, **verdict) -> None:
+        for escalation in queryset:
+            try:
+                escalation_resolve(escalation_id=escalation.pk, reviewer=request.user, **verdict)
+            except EscalationError as exc:
+                self.message_user(request, f"Escalation {escalation.pk}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"Escalation {escalation.pk}: {verdict['decision']}d.")
 
 
 @admin.register(Verdict)
 class VerdictAdmin(ReadOnlyAdmin):
-    list_display = ["escalation", "decision", "reviewer", "created_at"]
+    list_display = ["escalation", "decision", "reviewer", "resulting_outcome", "created_at"]
 
 
 @admin.register(LabelledExample)

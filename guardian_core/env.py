@@ -100,9 +100,9 @@ def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
         }
         # A file, not :memory:, so that a worker process started by a test sees the test data.
         config["TEST"] = {"NAME": str(sqlite_test_name)}
-    else:
-        # Keep connections open between requests and tasks; reconnecting costs milliseconds.
-        config["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 600)
+    # Keep connections open between requests and tasks: Celery closes a connection after every
+    # task unless it may live on, and reconnecting costs more than a whole turn's queries.
+    config["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 600)
     return config
 
 

@@ -61,6 +61,9 @@ ROLES: tuple[Role, ...] = (
             "guardian_core.view_policyversion",
             "guardian_core.add_policyversion",
             "guardian_core.change_policyversion",
+            # Until operators get a role of their own, admins start and cancel runs.
+            "runs.add_run",
+            "runs.change_run",
         ),
     ),
 )

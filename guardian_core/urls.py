@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView
 from escalations.api import EscalationOpenListApi
 from guardian_core import views
 from guardian_core.api import PolicyVersionListApi
-from runs.api import RunDetailApi, RunListApi
+from runs.api import RunCancelApi, RunCreateApi, RunDetailApi, RunListApi
 
 
 def api_view(view_class):
@@ -26,6 +26,8 @@ api_patterns = [
     path("schema/", login_not_required(SpectacularAPIView.as_view()), name="schema"),
     path("runs/", api_view(RunListApi), name="run-list"),
     path("runs/<int:pk>/", api_view(RunDetailApi), name="run-detail"),
+    path("runs/start/", api_view(RunCreateApi), name="run-start"),
+    path("runs/<int:pk>/cancel/", api_view(RunCancelApi), name="run-cancel"),
     path("escalations/", api_view(EscalationOpenListApi), name="escalation-list"),
     path("policy-versions/", api_view(PolicyVersionListApi), name="policy-version-list"),
 ]

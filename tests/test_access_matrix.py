@@ -53,6 +53,25 @@ MATRIX = [
         admin=403,
         outsider=403,
     ),
+    row(
+        "api:run-start",
+        "POST",
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=400,  # allowed: an empty body is a validation error, not a refusal
+        outsider=403,
+    ),
+    row(
+        "api:run-cancel",
+        "POST",
+        kwargs={"pk": "run"},
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
     row("api:escalation-list", anonymous=403, reviewer=200, auditor=403, admin=403, outsider=403),
     row(
         "api:policy-version-list",

@@ -47,3 +47,16 @@ def test_the_embedded_filesystem_broker_delivers_to_a_real_worker_process(tmp_pa
     answer = json.loads(sent.stdout.strip().splitlines()[-1])
     assert answer["pid"] == worker.pid
     assert "filesystem://" in log
+
+
+@pytest.mark.parametrize(("conn_max_age", "reused"), [("600", True), ("0", False)])
+def test_a_worker_keeps_its_database_connection_between_tasks(conn_max_age, reused):
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(queue=queue, DATABASE_CONN_MAX_AGE=conn_max_age)
+    try:
+        seen = {
+            worker_ping.apply_async(queue=queue).get(timeout=60)["db_connection"] for _ in range(3)
+        }
+    finally:
+        stop_worker(worker)
+    assert (len(seen) == 1) is reused

@@ -25,6 +25,13 @@ so a scenario can show validation failing; optional `intent` and `call_id`), `me
 untouched, so a scenario can answer null, 1.7 or a broken distribution on purpose; the string
 "timeout" means "sleep past the deadline". `delay_seconds` sleeps before every answer.
 
+Which step or answers: at turn n (n = history items, counting the ones the projection dropped)
+the actor plays `actor.turns[n]`, or `after_feedback` when it is told about earlier calls, and
+proposes nothing with "(script ended)" past the end. The guardian is asked after the turn's
+history item is written, so it answers from `guardian.turns[n - 1]`; a condition that entry
+does not name comes from `default`, then from CALM_ANSWERS. Risk comes from `risk[tool]`, or
+SAFE_RISK for a tool the script does not name.
+
 Both adapters are stateless: a run is advanced by different worker processes and a crashed
 turn is retried, so the script position comes from the projection (`turn_number`), never from
 a counter kept between calls.
@@ -32,7 +39,7 @@ a counter kept between calls.
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from jsonschema import Draft202012Validator
 
@@ -230,7 +237,7 @@ class ScriptedGuardian:
     def _entry(self, index: int) -> Mapping:
         return self._turns[index] if 0 <= index < len(self._turns) else {}
 
-    def _replying(self, raw: object):
+    def _replying(self, raw: object) -> Callable[[], object]:
         """A question that sleeps as scripted, then returns a private copy of `raw`."""
 
         def reply() -> object:

@@ -27,7 +27,8 @@ def ask_concurrently[K](
     Waits at most `deadline_seconds` in total. A question not done by then becomes
     Malformed("guardian timed out after X s"); one that raised becomes
     Malformed("guardian error: <Type>: <message>"). Stragglers are abandoned, not joined: the
-    caller gets its answers on time and the stray thread ends on its own.
+    caller gets its answers on time and the stray thread ends on its own (the interpreter waits
+    for it only at exit, so a question should carry its own timeout, as an HTTP call does).
     """
     if not questions:
         return {}

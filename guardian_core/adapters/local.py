@@ -1,0 +1,621 @@
+"""The built-in offline guardian: one small calibrated classifier per breaking condition.
+
+Each condition has its own features, over only the part of the projection its question is
+about: word and character n-grams (presence for integrity, TF-IDF elsewhere) plus a few hand
+features where text alone cannot see the signal (cues of text addressed to the agent, sensitive
+subjects of a call, overlap with the goal and its criteria, repeated summaries). Each has a
+logistic regression wrapped in a sigmoid calibration map fitted on a fixed 3-fold split:
+binary for integrity, infeasible, goal_reached and stagnation, 4 classes for risk, 5 for drift.
+
+The models are trained at first use, in memory, from the JSON Lines files in
+`local_training/` (written by `local_training/generate.py`), and cached per process. No pickle
+is stored: a pickle breaks with the scikit-learn version, while retraining from sorted data
+with fixed seeds on one thread gives the same probabilities in every process. The model version
+is "local-1+" and the head of the training files' SHA-256, so a changed training set is a new
+model version; bump MODEL_FAMILY when the features or the training code change.
+"""
+
+import contextlib
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+from threadpoolctl import threadpool_limits
+
+from guardian_core.adapters.timing import ask_concurrently
+from guardian_core.engine.conditions import DRIFT_SCORES, Condition, Malformed, RiskClass
+
+MODEL_FAMILY = "local-1"
+TRAINING_DIR = Path(__file__).resolve().parent / "local_training"
+DEFAULT_DEADLINE_SECONDS = 2.0
+RANDOM_STATE = 0
+CALIBRATION_FOLDS = 3
+# Probabilities are rounded so that a replay compares equal even if a later numpy sums in
+# another order; six decimals are far finer than any threshold or uncertain band.
+DECIMALS = 6
+HAND_WEIGHT = 2.0
+NO_PENDING_CALL = "no pending proposal to assess"
+RECENT = 3  # history items that make "the current sub-task" for drift
+WINDOW = 4  # history items in which stagnation looks for repeats
+
+# ---- reading a projection ------------------------------------------------------------------
+
+_TURN_PREFIX = re.compile(r"^\s*turn\s+\d+\s*:\s*", re.IGNORECASE)
+_WORD = re.compile(r"[a-z0-9]+")
+_ENTITY = re.compile(r"\b([a-z]+)[_-](\d{3,})\b", re.IGNORECASE)
+_STATUS = re.compile(r"\b(done|failed|invalid|held|not_approved|not_run)\b")
+# Words that say how a step went or glue a sentence together, not what the step was about.
+_STOPWORDS = frozenset(
+    [
+        *("a", "an", "and", "are", "as", "at", "be", "been", "by", "can", "did", "do", "for"),
+        *("from", "has", "have", "i", "in", "is", "it", "its", "no", "not", "of", "on", "or"),
+        *("our", "the", "then", "this", "to", "was", "were", "will", "with", "you", "your"),
+        # the loop's own words for how a call went
+        *("approval", "approved", "arguments", "call", "called", "done", "error", "failed"),
+        *("held", "invalid", "not_approved", "not_run", "reviewer", "run", "said", "step"),
+        *("tool", "tried", "turn", "waiting", "worked"),
+    ]
+)
+
+
+def _text_list(value: object) -> list[str]:
+    if not isinstance(value, list | tuple):
+        return []
+    return [v if isinstance(v, str) else json.dumps(v, sort_keys=True) for v in value]
+
+
+def _results(p: Mapping) -> list[str]:
+    return _text_list(p.get("last_results"))
+
+
+def _summaries(p: Mapping) -> list[str]:
+    """History summaries, oldest first, without their "turn N:" prefix."""
+    items = p.get("history") if isinstance(p.get("history"), list) else []
+    return [
+        _TURN_PREFIX.sub("", str(item.get("summary", ""))) if isinstance(item, Mapping) else ""
+        for item in items
+    ]
+
+
+def _goal_text(p: Mapping) -> str:
+    return " ".join([str(p.get("goal", "")), *_text_list(p.get("acceptance_criteria"))])
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("_", " "))
+
+
+def _stem(word: str) -> str:
+    """A crude stem, enough for ship/ships/shipped/shipping and refund/refunds/refunded."""
+    if word.isdigit():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiou":
+        word = word[:-1]
+    return word[:6]
+
+
+def _stems(text: str) -> set[str]:
+    """The stems of the content words of `text`; ids keep their digits."""
+    return {_stem(w) for w in _words(text) if w not in _STOPWORDS and (len(w) > 2 or w.isdigit())}
+
+
+def _entities(text: str) -> set[tuple[str, str]]:
+    return {(kind.lower(), number) for kind, number in _ENTITY.findall(text)}
+
+
+def _overlap(part: set, whole: set) -> float:
+    return len(part & whole) / len(part) if part else 0.0
+
+
+def _entity_features(goal: str, text: str) -> list[float]:
+    """[the goal's own ids appear, ids of the same kind but another entity appear]."""
+    goal_ids, seen = _entities(goal), _entities(text)
+    kinds = {kind for kind, _ in goal_ids}
+    return [
+        float(bool(goal_ids & seen)),
+        float(any(kind in kinds and entity not in goal_ids for kind, entity in seen)),
+    ]
+
+
+def _done_text(summary: str) -> str:
+    """What a summary shows was achieved: calls that went through (not held or failed ones)
+    and what the agent told the user."""
+    summary = summary.replace("step held for approval:", "")
+    said = summary.split("said:", 1)[1] if "no tool call; said:" in summary else ""
+    done = [p for p in summary.split(",") if re.search(r"\b(done|worked)\b", p)]
+    return " ".join([*done, said])
+
+
+def _tool_words(name: object) -> str:
+    return f"{name} {str(name).replace('_', ' ')}"
+
+
+def _pending_text(p: Mapping) -> str:
+    pending = p.get("pending_proposal")
+    if not isinstance(pending, Mapping):
+        return ""
+    arguments = pending.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: its words are still worth reading
+            arguments = json.loads(arguments)
+    return " ".join(
+        [
+            _tool_words(pending.get("tool", "")),
+            str(pending.get("description", "")),
+            str(pending.get("intent", "")),
+            _flatten(arguments),
+        ]
+    )
+
+
+def _tool_name(p: Mapping) -> str:
+    """The tool's name as words, where character n-grams catch refund/refunds/refunded."""
+    pending = p.get("pending_proposal")
+    if not isinstance(pending, Mapping):
+        return ""
+    return str(pending.get("tool", "")).replace("_", " ")
+
+
+# Regulated is about the subject, not the verb: these stems make a call regulated wherever they
+# appear, including words the training set never pairs with a tool.
+_SENSITIVE = re.compile(
+    r"patient|medic|health|clinic|diagnos|prescri|symptom|lab.?result|tax|credit|loan|kyc|"
+    r"\bssn\b|social.security|\bpii\b|personal.data|gdpr|biometric|passport|genetic|\bdna\b|"
+    r"court|legal|lawsuit|insurance|beneficiar|pension|portfolio|securities|trade|criminal",
+    re.IGNORECASE,
+)
+_FINAL = re.compile(r"cannot be (undone|unsent|recovered)|permanent|irreversib|\bfinal\b", re.I)
+_HARMLESS = re.compile(r"read.only|nothing is changed|no side effects?|never executed", re.I)
+
+
+def _risk_hand(p: Mapping) -> list[float]:
+    pending = p.get("pending_proposal")
+    if not isinstance(pending, Mapping):
+        return [0.0, 0.0, 0.0]
+    subject = " ".join([str(pending.get("tool", "")), str(pending.get("description", ""))])
+    arguments = pending.get("arguments")
+    if isinstance(arguments, Mapping):
+        subject += " " + " ".join(str(key) for key in arguments)
+    description = str(pending.get("description", ""))
+    return [
+        float(bool(_SENSITIVE.search(subject.replace("_", " ")))),
+        float(bool(_FINAL.search(description))),
+        float(bool(_HARMLESS.search(description))),
+    ]
+
+
+def _flatten(value: object) -> str:
+    """Argument keys and values as words: `patient_id` or `ssn` say as much as the tool name."""
+    if isinstance(value, Mapping):
+        return " ".join(f"{_tool_words(k)} {_flatten(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return " ".join(_flatten(v) for v in value)
+    return str(value)
+
+
+# ---- per-condition text and hand features --------------------------------------------------
+
+
+def _integrity_text(p: Mapping) -> str:
+    return "\n".join(_results(p))
+
+
+# Cues of text addressed to the agent rather than to a person, kept generic so they carry over
+# to phrasings the training set does not have: who is addressed, an attempt to replace the
+# agent's instructions, a harmful act asked for, and text hidden from a human reader.
+_ADDRESSES_AGENT = re.compile(
+    r"\b(ai|assistant|agent|model|llm|chatbot|gpt|bot|language model)s?\b[^.!?\n]{0,40}"
+    r"(must|should|shall|need|are required|is required|have to|now|:|,)",
+    re.IGNORECASE,
+)
+_OVERRIDE = re.compile(
+    r"\b(ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,30}\b(previous|prior|earlier|"
+    r"above|all|your|the user|instructions|guidelines|rules|task)\b|new (system )?instructions|"
+    r"system prompt|you are now|admin mode|developer mode|\[/?inst\]|<\|im_start\|>",
+    re.IGNORECASE,
+)
+_HARMFUL_ACT = re.compile(
+    r"\b(transfer|wire|send|email|e-mail|forward|export|upload|delete|erase|grant|approve|"
+    r"reveal|disable|share|post|leak|print|output|issue_refund|refund)\b[^.!?\n]{0,60}"
+    r"\b(all|every|funds|money|password|passwords|credentials|keys?|contacts|files|list|"
+    r"database|data|prompt|access|admin|account|acct|iban|conversation)\b",
+    re.IGNORECASE,
+)
+_HIDDEN = re.compile(r"<!--|display:\s*none|<div hidden|\[comment\]|</?system>", re.IGNORECASE)
+
+
+def _integrity_hand(p: Mapping) -> list[float]:
+    results = _results(p)
+    text = "\n".join(results)
+    cues = [bool(rx.search(text)) for rx in (_ADDRESSES_AGENT, _OVERRIDE, _HARMFUL_ACT, _HIDDEN)]
+    return [float(bool(results)), *map(float, cues), float(sum(cues) >= 2)]
+
+
+def _progress_text(p: Mapping) -> str:
+    """What the run did lately and what came back: infeasible and goal_reached read this."""
+    return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)])
+
+
+def _statuses(summary: str) -> set[str]:
+    found = set(_STATUS.findall(summary))
+    if "no tool call" in summary:
+        found.add("no_call")
+    return found
+
+
+def _infeasible_hand(p: Mapping) -> list[float]:
+    recent = _summaries(p)[-RECENT:]
+    bad = [bool(_statuses(s) & {"failed", "invalid", "not_approved"}) for s in recent]
+    silent = [("no_call" in _statuses(s)) for s in recent]
+    replans = p.get("replans") if isinstance(p.get("replans"), int) else 0
+    return [
+        sum(bad) / RECENT,
+        float(bool(recent) and bad[-1]),
+        sum(silent) / RECENT,
+        min(1.0, replans / 3),
+        float(not _results(p)),
+    ]
+
+
+# Goals met by telling someone something: reached only once the agent has said it.
+_ASKS_TO_TELL = re.compile(
+    r"\b(tell|answer|inform|reply|explain|let \w+ know|knows?|is told|told|gets? the)\b", re.I
+)
+
+
+def _said(summary: str) -> str:
+    return summary.split("said:", 1)[1] if "no tool call; said:" in summary else ""
+
+
+def _goal_reached_hand(p: Mapping) -> list[float]:
+    criteria = _text_list(p.get("acceptance_criteria")) or [str(p.get("goal", ""))]
+    summaries = _summaries(p)
+    evidence = " ".join([*_results(p), *(_done_text(s) for s in summaries[-RECENT:])])
+    coverage = [_overlap(_stems(c), _stems(evidence)) for c in criteria]
+    last = _statuses(summaries[-1]) if summaries else set()
+    asks_to_tell = bool(_ASKS_TO_TELL.search(_goal_text(p)))
+    said = _said(summaries[-1]) if summaries else ""
+    return [
+        sum(coverage) / len(coverage),
+        min(coverage),
+        *_entity_features(_goal_text(p), evidence),
+        float("held" in last),
+        float(bool(last & {"failed", "invalid", "not_approved"})),
+        float(not _results(p)),
+        float(asks_to_tell),
+        float(bool(said)),
+        float(asks_to_tell and not said),  # the answer is still owed
+        _overlap(_stems(str(p.get("goal", ""))), _stems(said)),
+    ]
+
+
+def _recent_text(p: Mapping) -> str:
+    return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)])
+
+
+def _drift_hand(p: Mapping) -> list[float]:
+    goal = _goal_text(p)
+    goal_stems = _stems(goal)
+    recent = _summaries(p)[-RECENT:]
+    items = [_stems(s) for s in recent]
+    hits = [float(bool(s & goal_stems)) for s in items]
+    shares = [_overlap(s, goal_stems) for s in items]
+    results = " ".join(_results(p))
+    silent = [("no_call" in _statuses(s)) for s in recent]
+    return [
+        sum(hits) / len(hits) if hits else 0.0,
+        hits[-1] if hits else 0.0,
+        sum(shares) / len(shares) if shares else 0.0,
+        _overlap(_stems(results), goal_stems),
+        _overlap(goal_stems, _stems(results)),
+        *_entity_features(goal, results),
+        sum(silent) / RECENT,
+        float(not recent),
+    ]
+
+
+def _stagnation_text(p: Mapping) -> str:
+    return " \n ".join([*_summaries(p)[-WINDOW:], *_results(p)])
+
+
+def _stagnation_hand(p: Mapping) -> list[float]:
+    window = [s.strip().lower() for s in _summaries(p)[-WINDOW:]]
+    if not window:
+        return [0.0] * 7
+    trailing = 1
+    while trailing < len(window) and window[-1 - trailing] == window[-1]:
+        trailing += 1
+    stems = [_stems(s) for s in window]
+    similar = [
+        len(a & b) / len(a | b) if a | b else 1.0 for a, b in zip(stems, stems[1:], strict=False)
+    ]
+    cycling = len(window) >= 4 and window[-1] == window[-3] and window[-2] == window[-4]
+    silent = [("no_call" in _statuses(s)) for s in window]
+    replans = p.get("replans") if isinstance(p.get("replans"), int) else 0
+    return [
+        1 - len(set(window)) / len(window),  # the share of repeated summaries
+        (trailing - 1) / (WINDOW - 1),
+        sum(similar) / len(similar) if similar else 0.0,
+        float(cycling),
+        sum(silent) / WINDOW,
+        len(window) / WINDOW,
+        min(1.0, replans / 3),
+    ]
+
+
+# ---- the models ----------------------------------------------------------------------------
+
+
+def _texts(extract: Callable[[Mapping], str]) -> FunctionTransformer:
+    return FunctionTransformer(partial(_each, extract))
+
+
+def _numbers(extract: Callable[[Mapping], list[float]]) -> FunctionTransformer:
+    return FunctionTransformer(partial(_each_array, extract))
+
+
+def _each(extract: Callable[[Mapping], str], projections: Sequence[Mapping]) -> list[str]:
+    return [extract(p) for p in projections]
+
+
+def _each_array(extract, projections: Sequence[Mapping]) -> np.ndarray:
+    return np.array([extract(p) for p in projections], dtype=np.float64)
+
+
+def _words_tfidf(extract, ngrams: tuple[int, int] = (1, 2)) -> Pipeline:
+    vectorizer = TfidfVectorizer(ngram_range=ngrams, sublinear_tf=True, min_df=2)
+    return make_pipeline(_texts(extract), vectorizer)
+
+
+def _chars_tfidf(extract, ngrams: tuple[int, int] = (3, 5)) -> Pipeline:
+    vectorizer = TfidfVectorizer(
+        analyzer="char_wb", ngram_range=ngrams, sublinear_tf=True, min_df=2, max_features=20000
+    )
+    return make_pipeline(_texts(extract), vectorizer)
+
+
+def _present(extract, analyzer: str, ngrams: tuple[int, int]) -> Pipeline:
+    vectorizer = CountVectorizer(analyzer=analyzer, ngram_range=ngrams, binary=True, min_df=2)
+    return make_pipeline(_texts(extract), vectorizer)
+
+
+def _features(condition: Condition) -> FeatureUnion:
+    """What each classifier looks at: only the part of the projection its question is about."""
+    match condition:
+        case Condition.INTEGRITY:
+            # Presence, not frequency: one injected sentence is as telling in a long output as
+            # in a short one, and words common to every output weigh nothing either way.
+            parts = [
+                ("words", _present(_integrity_text, "word", (1, 2))),
+                ("chars", _present(_integrity_text, "char_wb", (3, 5))),
+                ("hand", _numbers(_integrity_hand)),
+            ]
+        case Condition.RISK:
+            parts = [
+                ("words", _words_tfidf(_pending_text)),
+                ("tool", _chars_tfidf(_tool_name)),
+                ("hand", _numbers(_risk_hand)),
+            ]
+        case Condition.INFEASIBLE:
+            parts = [
+                ("words", _words_tfidf(_progress_text, (1, 3))),
+                ("hand", _numbers(_infeasible_hand)),
+            ]
+        case Condition.GOAL_REACHED:
+            parts = [
+                ("words", _words_tfidf(_progress_text)),
+                ("hand", _numbers(_goal_reached_hand)),
+            ]
+        case Condition.DRIFT:
+            parts = [("words", _words_tfidf(_recent_text, (1, 1))), ("hand", _numbers(_drift_hand))]
+        case Condition.STAGNATION:
+            parts = [
+                ("words", _words_tfidf(_stagnation_text, (1, 1))),
+                ("hand", _numbers(_stagnation_hand)),
+            ]
+    # Hand features are few and general: a larger scale lets the fit lean on them rather than
+    # on thousands of n-grams that only the training set's wording has.
+    weights = {name: HAND_WEIGHT for name, _ in parts if name == "hand"}
+    return FeatureUnion(parts, transformer_weights=weights)
+
+
+# Regularisation per condition. Integrity has tens of thousands of presence features for a few
+# hundred examples: a tighter fit keeps it from memorising the training set's wording.
+_C = {
+    Condition.INTEGRITY: 1.0,
+    Condition.RISK: 10.0,
+    Condition.INFEASIBLE: 10.0,
+    Condition.GOAL_REACHED: 10.0,
+    Condition.DRIFT: 10.0,
+    Condition.STAGNATION: 10.0,
+}
+
+
+def labels_of(condition: Condition) -> tuple:
+    """The answer's classes in output order: (False, True), the risk classes, or drift 0-4."""
+    if condition == Condition.RISK:
+        return tuple(member.value for member in RiskClass)
+    if condition == Condition.DRIFT:
+        return DRIFT_SCORES
+    return (False, True)
+
+
+@dataclass(frozen=True)
+class ConditionModel:
+    """One condition's fitted pipeline, and the classes its answers are over."""
+
+    condition: Condition
+    pipeline: Pipeline
+
+    def distributions(self, projections: Sequence[Mapping]) -> list[dict]:
+        """{label: probability} over every label of the condition, even one absent in training."""
+        rows = self.pipeline.predict_proba(list(projections))
+        classes = [_plain(c) for c in self.pipeline.classes_]
+        out = []
+        for row in rows:
+            dist = dict.fromkeys(labels_of(self.condition), 0.0)
+            for label, probability in zip(classes, row, strict=True):
+                dist[label] = round(float(probability), DECIMALS)
+            out.append(dist)
+        return out
+
+    def answers(self, projections: Sequence[Mapping]) -> list[object]:
+        """Raw answers in the shapes conditions.parse_answer takes."""
+        out: list[object] = []
+        for dist in self.distributions(projections):
+            if self.condition == Condition.DRIFT:
+                out.append({str(score): p for score, p in dist.items()})
+            elif self.condition == Condition.RISK:
+                out.append(dist)
+            else:
+                out.append(dist[True])
+        return out
+
+
+def _plain(label: object) -> object:
+    # numpy scalars back to the JSON types the labels came as (bool, int, str).
+    return label.item() if isinstance(label, np.generic) else label
+
+
+def train(condition: Condition, examples: Sequence[Mapping]) -> ConditionModel:
+    """Fit `condition`'s classifier on labelled traces; same examples, same model, any process."""
+    ordered = sorted(examples, key=lambda e: json.dumps(e, sort_keys=True, ensure_ascii=False))
+    projections = [e["projection"] for e in ordered]
+    labels = np.array([_label(condition, e["label"]) for e in ordered], dtype=object)
+    if condition == Condition.RISK:
+        labels = labels.astype(str)
+    elif condition == Condition.DRIFT:
+        labels = labels.astype(np.int64)
+    else:
+        labels = labels.astype(bool)
+    classifier = CalibratedClassifierCV(
+        LogisticRegression(C=_C[condition], max_iter=5000, random_state=RANDOM_STATE),
+        method="sigmoid",
+        cv=StratifiedKFold(n_splits=CALIBRATION_FOLDS, shuffle=True, random_state=RANDOM_STATE),
+    )
+    pipeline = Pipeline([("features", _features(condition)), ("classifier", classifier)])
+    # One BLAS thread: the same sums in the same order, so the same floats in every process.
+    with threadpool_limits(limits=1):
+        pipeline.fit(projections, labels)
+    return ConditionModel(condition, pipeline)
+
+
+def _label(condition: Condition, label: object) -> object:
+    allowed = labels_of(condition)
+    if isinstance(label, bool) != (allowed == (False, True)) or label not in allowed:
+        raise ValueError(f"{condition}: label {label!r} is not one of {allowed}")
+    return label
+
+
+# ---- the bundled training set and the per-process cache -----------------------------------
+
+
+def load_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[dict]:
+    """The labelled traces of `condition` from `<directory>/<condition>.jsonl`."""
+    path = directory / f"{condition}.jsonl"
+    examples = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        example = json.loads(line)
+        if example.get("condition") != str(condition):
+            raise ValueError(f"{path.name}:{number}: condition {example.get('condition')!r}")
+        examples.append(example)
+    return examples
+
+
+def training_digest(directory: Path = TRAINING_DIR) -> str:
+    """SHA-256 over the training files (name and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.jsonl")):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+_MODELS: dict[Condition, ConditionModel] = {}
+_TRAINING = threading.Lock()  # concurrent first uses train once, not once per thread
+
+
+def model_for(condition: Condition) -> ConditionModel:
+    """`condition`'s model, trained on the bundled set at its first use in this process."""
+    model = _MODELS.get(condition)
+    if model is None:
+        with _TRAINING:
+            model = _MODELS.get(condition)
+            if model is None:
+                model = train(condition, load_examples(condition))
+                _MODELS[condition] = model
+    return model
+
+
+# ---- the guardian --------------------------------------------------------------------------
+
+
+class LocalGuardian:
+    """The embedded default guardian: offline, deterministic, calibrated per condition."""
+
+    def __init__(self, *, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> None:
+        self.deadline_seconds = deadline_seconds
+        self.model_version = f"{MODEL_FAMILY}+{training_digest()[:12]}"
+
+    def warm(self) -> float:
+        """Train every model now (e.g. when a worker starts); returns the seconds it took."""
+        start = time.perf_counter()
+        for condition in Condition:
+            model_for(condition)
+        return time.perf_counter() - start
+
+    def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> dict[str, object]:
+        """{condition: P(yes) or distribution}, every condition asked at once under the
+        deadline. Training happens before the clock starts: a first use is slow, not late."""
+        models = {str(c): model_for(Condition(c)) for c in conditions}
+        questions = {
+            key: partial(_first_answer, model, projection) for key, model in models.items()
+        }
+        risk = str(Condition.RISK)
+        if risk in questions and not isinstance(projection.get("pending_proposal"), Mapping):
+            questions[risk] = partial(Malformed, NO_PENDING_CALL)  # nothing to classify
+        return ask_concurrently(questions, deadline_seconds=self.deadline_seconds)
+
+    def assess_risk(self, projections: Sequence[Mapping]) -> list[object]:
+        """One risk distribution per projection, from its pending proposal."""
+        model = model_for(Condition.RISK)
+        projections = list(projections)
+        asked = [
+            i for i, p in enumerate(projections) if isinstance(p.get("pending_proposal"), Mapping)
+        ]
+        if not asked:
+            return [Malformed(NO_PENDING_CALL) for _ in projections]
+        batch = ask_concurrently(
+            {"risk": partial(model.answers, [projections[i] for i in asked])},
+            deadline_seconds=self.deadline_seconds,
+        )["risk"]
+        answers: list[object] = [Malformed(NO_PENDING_CALL)] * len(projections)
+        for n, i in enumerate(asked):
+            answers[i] = batch if isinstance(batch, Malformed) else batch[n]
+        return answers
+
+
+def _first_answer(model: ConditionModel, projection: Mapping) -> object:
+    return model.answers([projection])[0]

@@ -1,0 +1,76 @@
+"""ask_concurrently: every question at once, nothing waits past the deadline, failures become
+Malformed answers (pure, no database)."""
+
+import threading
+import time
+
+import pytest
+
+from guardian_core.adapters.timing import ask_concurrently
+from guardian_core.engine.conditions import Malformed
+
+# A correctness bound, not a benchmark: thread start-up on a busy CI machine is well inside it.
+SLACK_SECONDS = 0.5
+
+
+@pytest.fixture
+def release():
+    """An event that stuck questions wait on, set at the end so no thread outlives the test."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_fast_questions_return_their_values_by_key_in_order():
+    answers = ask_concurrently(
+        {"b": lambda: 0.2, "a": lambda: {"0": 1.0}, "c": lambda: None}, deadline_seconds=2
+    )
+
+    assert answers == {"b": 0.2, "a": {"0": 1.0}, "c": None}
+    assert list(answers) == ["b", "a", "c"]
+
+
+def test_a_slow_question_times_out_and_the_call_returns_by_the_deadline(release):
+    start = time.monotonic()
+    answers = ask_concurrently(
+        {"slow": lambda: release.wait(10), "fast": lambda: 0.1}, deadline_seconds=0.3
+    )
+    elapsed = time.monotonic() - start
+
+    assert elapsed < 0.3 + SLACK_SECONDS
+    assert answers["fast"] == 0.1
+    assert isinstance(answers["slow"], Malformed)
+    assert "timed out" in answers["slow"].reason
+    assert "0.3 s" in answers["slow"].reason
+
+
+def test_questions_run_concurrently_not_one_after_another():
+    start = time.monotonic()
+    answers = ask_concurrently(
+        {n: (lambda: time.sleep(0.2) or "ok") for n in range(6)}, deadline_seconds=2
+    )
+
+    assert time.monotonic() - start < 6 * 0.2
+    assert set(answers.values()) == {"ok"}
+
+
+def test_a_raising_question_becomes_malformed_naming_the_exception():
+    def broken() -> float:
+        raise ValueError("the model said 'maybe'")
+
+    answers = ask_concurrently({"integrity": broken, "drift": lambda: 0.5}, deadline_seconds=2)
+
+    assert answers["drift"] == 0.5
+    assert isinstance(answers["integrity"], Malformed)
+    assert answers["integrity"].reason == "guardian error: ValueError: the model said 'maybe'"
+
+
+def test_every_question_times_out_at_a_zero_deadline(release):
+    answers = ask_concurrently({"a": lambda: release.wait(10)}, deadline_seconds=0)
+
+    assert isinstance(answers["a"], Malformed)
+    assert "timed out" in answers["a"].reason
+
+
+def test_no_questions_give_no_answers():
+    assert ask_concurrently({}, deadline_seconds=1) == {}

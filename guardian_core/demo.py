@@ -47,7 +47,10 @@ def demo_users_ensure() -> list[DemoUser]:
 
 
 def demo_policy_version() -> PolicyVersion:
-    """Version 1 of the demo policy, active, created on first use."""
+    """The active policy version; version 1 of the demo policy when none is active yet."""
+    active = PolicyVersion.objects.filter(is_active=True).first()
+    if active is not None:
+        return active
     thresholds = {
         condition.value: threshold.as_dict()
         for condition, threshold in default_policy().thresholds.items()

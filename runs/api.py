@@ -66,7 +66,9 @@ class RunCreateInputSerializer(serializers.Serializer):
     acceptance_criteria = serializers.ListField(child=serializers.CharField(), required=False)
     tools = serializers.ListField(child=serializers.CharField(), allow_empty=True)
     actor = serializers.ChoiceField(choices=["scripted", "openai"])
-    guardian = serializers.ChoiceField(choices=["scripted", "local", "http", "openai"])
+    guardian = serializers.ChoiceField(
+        choices=["scripted", "local", "http", "openai"], default="local"
+    )
     budgets = serializers.DictField(required=False)
     config = serializers.DictField(required=False)
 

@@ -4,6 +4,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from guardian_core.demo import demo_policy_version
 from runs.models import Run, RunStatus
 from runs.reporting import expectation_problems, run_line, turn_line
 from runs.scenarios import scenario_load, scenario_names, scenario_run_start
@@ -21,6 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
 
     def handle(self, *args, **options) -> None:
+        demo_policy_version()  # the demo's policy, when no version was made active yet
         try:
             expect = scenario_load(options["name"]).get("expect", {})
             run = scenario_run_start(options["name"], guardian=options["guardian"])

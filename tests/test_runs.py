@@ -159,10 +159,11 @@ def _refund_key(run, index, position=0):
     )
 
 
-def test_an_irreversible_call_found_started_after_a_crash_is_never_retried(reviewer):
+def _approved_refund_run_that_crashed(reviewer, call_status, result=None):
+    """The refund run, approved, with turn 2 on record as a worker left it: the turn began
+    and the refund call is recorded with `call_status`, and nothing after that."""
     run = drive(start("refund_waits_for_approval"))
     _approve(run, reviewer, decision="approve")
-    # A worker died inside the refund: the turn and the started call are on record.
     turn = Turn.objects.create(
         run=run,
         index=2,
@@ -176,11 +177,16 @@ def test_an_irreversible_call_found_started_after_a_crash_is_never_retried(revie
         tool="issue_refund",
         arguments={"order_id": "ord_4472", "amount": 49.9},
         risk_class="irreversible",
-        status=ToolCallStatus.STARTED,
+        status=call_status,
+        result=result,
         idempotency_key=_refund_key(run, 2),
         started_at=timezone.now(),
     )
-    run = drive(run)
+    return run
+
+
+def test_an_irreversible_call_found_started_after_a_crash_is_never_retried(reviewer):
+    run = drive(_approved_refund_run_that_crashed(reviewer, ToolCallStatus.STARTED))
     assert DemoSideEffect.objects.count() == 0
     assert run.status == RunStatus.WAITING
     escalation = run.escalations.get(status=EscalationStatus.OPEN)
@@ -189,27 +195,8 @@ def test_an_irreversible_call_found_started_after_a_crash_is_never_retried(revie
 
 
 def test_a_call_already_done_returns_its_stored_result_instead_of_running_again(reviewer):
-    run = drive(start("refund_waits_for_approval"))
-    _approve(run, reviewer, decision="approve")
-    turn = Turn.objects.create(
-        run=run,
-        index=2,
-        state_hash="",
-        started_at=timezone.now(),
-        proposal=run.turns.get(index=1).proposal,
-    )
-    ToolCall.objects.create(
-        turn=turn,
-        position=0,
-        tool="issue_refund",
-        arguments={"order_id": "ord_4472", "amount": 49.9},
-        risk_class="irreversible",
-        status=ToolCallStatus.DONE,
-        result="Refund of 49.90 issued for ord_4472.",
-        idempotency_key=_refund_key(run, 2),
-        started_at=timezone.now(),
-    )
-    run = drive(run)
+    stored = "Refund of 49.90 issued for ord_4472."
+    run = drive(_approved_refund_run_that_crashed(reviewer, ToolCallStatus.DONE, stored))
     assert run.status == RunStatus.SUCCEEDED
     assert DemoSideEffect.objects.count() == 0  # the stored result stood in for the call
 

@@ -139,3 +139,19 @@ def test_the_local_guardian_holds_the_refund_for_approval():
     assert run.status == RunStatus.WAITING
     assert run.escalations.get().kind == EscalationKind.GATED_STEP
     assert DemoSideEffect.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_demo_checks_that_every_scenario_run_ended_where_it_should(settings, capsys):
+    from runs.models import Run
+
+    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    call_command("demo_setup")
+    for run in Run.objects.all():
+        drive(run)
+    call_command("demo", "--existing", "--timeout", "5")
+    assert capsys.readouterr().out.count("ok  ") == 8
+
+    Run.objects.filter(config__name="goal_reached").update(status="failed", final_answer=None)
+    with pytest.raises(CommandError, match="1 scenarios did not end as expected"):
+        call_command("demo", "--existing", "--timeout", "5")

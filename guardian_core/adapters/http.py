@@ -149,7 +149,28 @@ def bearer(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-class HttpGuardian:
+class ClientOwner:
+    """An adapter's HTTP client: its own unless one was handed in (then the caller closes it).
+
+    Use the adapter as a context manager, or call close(), to release a client it owns.
+    """
+
+    def _use_client(self, client: httpx.Client | None) -> None:
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.Client()
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class HttpGuardian(ClientOwner):
     """A Guardian on a vendor decision-model endpoint (the contract in docs/adapters.md).
 
     `model_version` is the pin: it is what this guardian reports to the decision log, and an
@@ -179,21 +200,10 @@ class HttpGuardian:
         self.questions = question_set(questions, question_set_version)
         self.question_set_version = question_set_version
         self._headers = bearer(api_key)
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client()
+        self._use_client(client)
 
     def __repr__(self) -> str:  # never shows the API key
         return f"HttpGuardian({self.url!r}, model_version={self.model_version!r})"
-
-    def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
-
-    def __enter__(self) -> HttpGuardian:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> dict[str, object]:
         """Raw answers keyed by condition value, from one POST under the deadline."""

@@ -28,6 +28,7 @@ import httpx
 from guardian_core.adapters.http import (
     DEFAULT_QUESTION_SET_VERSION,
     MAX_REASON_CHARS,
+    ClientOwner,
     EndpointError,
     bearer,
     post_json,
@@ -166,7 +167,7 @@ def chat_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/chat/completions"
 
 
-class OpenAIGuardian:
+class OpenAIGuardian(ClientOwner):
     """A Guardian on an OpenAI-compatible chat-completions endpoint.
 
     One request per question, all of a turn's questions concurrently under one deadline. The
@@ -197,21 +198,10 @@ class OpenAIGuardian:
         self.questions = question_set(questions, question_set_version)
         self.question_set_version = question_set_version
         self._headers = bearer(api_key)
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client()
+        self._use_client(client)
 
     def __repr__(self) -> str:  # never shows the API key
         return f"OpenAIGuardian({self.url!r}, {self.model!r})"
-
-    def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
-
-    def __enter__(self) -> OpenAIGuardian:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> dict[str, object]:
         """Raw answers keyed by condition value; one request each, concurrently."""
@@ -354,7 +344,7 @@ class ActorOutputTruncated(ActorError):
     error, never a proposal."""
 
 
-class OpenAIActor:
+class OpenAIActor(ClientOwner):
     """An Actor on an OpenAI-compatible chat-completions endpoint with tool calling.
 
     Each proposal is asked afresh from the bounded projection (no transcript is kept here);
@@ -380,21 +370,10 @@ class OpenAIActor:
         self.tools = dict(tools)
         self.timeout_seconds = float(timeout_seconds)
         self._headers = bearer(api_key)
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client()
+        self._use_client(client)
 
     def __repr__(self) -> str:  # never shows the API key
         return f"OpenAIActor({self.url!r}, {self.model!r})"
-
-    def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
-
-    def __enter__(self) -> OpenAIActor:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def tool_specs(self) -> list[dict]:
         """The tools in the chat-completions shape, by name (the name the engine validates)."""

@@ -5,7 +5,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from guardian_core.demo import demo_policy_version
-from runs.models import RunStatus
+from runs.models import Run, RunStatus
 from runs.reporting import expectation_problems, run_line
 from runs.scenarios import scenario_load, scenario_names, scenario_run_start
 
@@ -15,11 +15,24 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait")
+        parser.add_argument(
+            "--existing",
+            action="store_true",
+            help="check the scenario runs make demo already started instead of starting more",
+        )
 
     def handle(self, *args, **options) -> None:
         demo_policy_version()
-        runs = {name: scenario_run_start(name) for name in scenario_names()}
-        self.stdout.write(f"Started {len(runs)} scenario runs; waiting for the worker…")
+        if options["existing"]:
+            runs = {}
+            for run in Run.objects.exclude(config__name=None).order_by("pk"):
+                runs.setdefault(run.config["name"], run)
+            missing = sorted(set(scenario_names()) - set(runs))
+            if missing:
+                raise CommandError(f"no run yet for: {', '.join(missing)} (run demo_setup)")
+        else:
+            runs = {name: scenario_run_start(name) for name in scenario_names()}
+        self.stdout.write(f"{len(runs)} scenario runs; waiting for the worker…")
         deadline = time.monotonic() + options["timeout"]
         while True:
             for run in runs.values():

@@ -133,6 +133,8 @@ def broker_from_url(url: str, *, var_dir: Path) -> tuple[str, dict, str]:
             "data_folder_out": str(queue),
             "control_folder": str(control),
             "store_processed": False,
+            # The consumer polls the folder; 0.1 s keeps a turn from waiting a whole second.
+            "polling_interval": 0.1,
         }
         # kombu ignores the host of this transport but warns when there is none.
         return "filesystem://localhost//", options, f"file://{results}"

@@ -52,7 +52,7 @@ DEFAULT_DEADLINE_SECONDS = 2.0
 TIMEOUT_ANSWER = "timeout"
 # How far past the deadline a "timeout" answer sleeps: long enough to be late for sure, short
 # enough that the abandoned thread does not hold up the interpreter's exit for long.
-TIMEOUT_OVERSHOOT_SECONDS = 0.5
+TIMEOUT_OVERSHOOT_SECONDS = 2.0
 SCRIPT_ENDED = "(script ended)"
 
 # What an unscripted turn or tool gets: a calm guardian and a read-only call.

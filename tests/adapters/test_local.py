@@ -321,7 +321,7 @@ def test_answers_are_asked_under_the_deadline(guardian, monkeypatch):
     finally:
         release.set()
 
-    assert elapsed < 2 * 0.2 + 0.5
+    assert elapsed < 2 * 0.2 + 2.0  # the stalled model would take 10 s
     assert all(isinstance(a, Malformed) for a in [*answers.values(), *risks])
     assert "timed out" in answers["integrity"].reason
 

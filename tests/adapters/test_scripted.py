@@ -264,7 +264,7 @@ def test_a_timeout_answer_becomes_malformed_by_the_deadline():
     start = time.monotonic()
     answers = guardian.answer(projection(1), POST_EXECUTION_CONDITIONS)
 
-    assert time.monotonic() - start < 0.2 + 0.5
+    assert time.monotonic() - start < 0.2 + 1.5  # the scripted answer would take 2.2 s
     assert isinstance(answers["integrity"], Malformed)
     assert "timed out" in answers["integrity"].reason
     assert answers["stagnation"] == 0.05

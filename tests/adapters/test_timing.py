@@ -9,8 +9,8 @@ import pytest
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import Malformed
 
-# A correctness bound, not a benchmark: thread start-up on a busy CI machine is well inside it.
-SLACK_SECONDS = 0.5
+# Generous: the slow questions here take 10 s, so only waiting for them can exceed it.
+SLACK_SECONDS = 2.0
 
 
 @pytest.fixture
@@ -47,10 +47,11 @@ def test_a_slow_question_times_out_and_the_call_returns_by_the_deadline(release)
 def test_questions_run_concurrently_not_one_after_another():
     start = time.monotonic()
     answers = ask_concurrently(
-        {n: (lambda: time.sleep(0.2) or "ok") for n in range(6)}, deadline_seconds=2
+        {n: (lambda: time.sleep(1.0) or "ok") for n in range(6)}, deadline_seconds=4
     )
 
-    assert time.monotonic() - start < 6 * 0.2
+    # One after another would take 6 s; the margin is wide so a busy machine cannot flake it.
+    assert time.monotonic() - start < 3.0
     assert set(answers.values()) == {"ok"}
 
 

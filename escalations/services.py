@@ -43,8 +43,9 @@ def escalation_resolve(
 ) -> Verdict:
     """Record a person's verdict on an open escalation and move its run on.
 
-    approve: exactly the approved calls of the held step run (all held calls by default),
-      or, for an ambiguous call, it is recorded as having gone through.
+    approve: exactly the approved calls of the held step run (all held calls by default);
+      for an ambiguous call, it is recorded as having gone through; for a coder/reviewer loop,
+      the coder's last code is accepted as the run's answer.
     reject: the actor is told which calls were rejected and why, and proposes again; any
       other escalation rejected stops the run.
     answer: {condition: label} for the conditions the guardian was unsure of; the policy
@@ -104,8 +105,18 @@ def _problems(escalation, reviewer, decision, reason, answer, approved_calls) ->
     kind = escalation.kind
     held = set(escalation.reason.get("held_calls", []))
     if decision == VerdictDecision.APPROVE:
-        if kind not in (EscalationKind.GATED_STEP, EscalationKind.AMBIGUOUS_CALL):
-            problems.append("decision: only a held step or an ambiguous call can be approved")
+        approvable = (
+            EscalationKind.GATED_STEP,
+            EscalationKind.AMBIGUOUS_CALL,
+            EscalationKind.REVIEW_LOOP,
+        )
+        if kind not in approvable:
+            problems.append(
+                "decision: only a held step, an ambiguous call or a coder/reviewer loop "
+                "can be approved"
+            )
+        if kind == EscalationKind.REVIEW_LOOP and not escalation.reason.get("last_code"):
+            problems.append("decision: the coder produced no code to approve")
         unknown = sorted(set(approved_calls or []) - held)
         if unknown:
             problems.append(f"approved_calls: {unknown} are not held calls of this step")
@@ -200,6 +211,9 @@ def _move_run(escalation: Escalation, verdict: Verdict) -> str:
         return _stop(run, RunStatus.FAILED, "ambiguous_call_not_done")
     if kind == EscalationKind.GATED_STEP:
         return _continue(run, enqueue_after_commit)
+    if kind == EscalationKind.REVIEW_LOOP and decision == VerdictDecision.APPROVE:
+        run.final_answer = escalation.reason["last_code"]
+        return _stop(run, RunStatus.SUCCEEDED, "approved_by_reviewer")
     if decision == VerdictDecision.REJECT:
         return _stop(run, RunStatus.FAILED, "rejected_by_reviewer")
     outcome = _decide_with_human_answers(escalation, verdict.answer or {})

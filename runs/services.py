@@ -270,12 +270,27 @@ def _advance_review_loop(run: Run, token: str, index: int) -> str:
                     "last_reasons": list(ended.last_reasons),
                     "rounds": ended.rounds,
                     "detail": ended.detail,
+                    # What a reviewer may accept in the reviewer agent's place.
+                    "last_code": _last_code(ended.coder_history),
                 },
                 deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
             )
         run.lease_token, run.lease_expires_at = "", None
         run.save()
     return "finished" if approved else "waiting"
+
+
+def _last_code(coder_history) -> str | None:
+    """The code of the coder's latest answer that had exactly one code block, if any."""
+    from guardian_core.engine.reviewer_loop import CodeFormatError, extract_code
+
+    for message in reversed(coder_history):
+        if message.role == "assistant":
+            try:
+                return extract_code(message.content)
+            except CodeFormatError:
+                continue
+    return None
 
 
 class _NoActor:

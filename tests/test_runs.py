@@ -274,3 +274,27 @@ def test_an_expired_escalation_resolves_to_the_safe_side():
     assert (run.status, run.stop_reason) == (RunStatus.FAILED, "escalation_expired")
     assert run.escalations.get().status == EscalationStatus.EXPIRED
     assert DemoSideEffect.objects.count() == 0
+
+
+def test_a_reviewer_can_accept_the_coders_last_code_at_the_round_cap(reviewer):
+    run = drive(start("coder_reviewer_round_cap"))
+    escalation = run.escalations.get()
+    assert escalation.reason["last_reasons"] == [
+        "Runs of dashes are not collapsed.",
+        "Leading and trailing dashes remain.",
+    ]
+    _approve(run, reviewer, decision="approve")
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason) == (RunStatus.SUCCEEDED, "approved_by_reviewer")
+    assert run.final_answer.startswith("import re")
+
+
+def test_rejecting_the_coder_reviewer_loop_stops_the_run(reviewer):
+    run = drive(start("coder_reviewer_round_cap"))
+    _approve(run, reviewer, decision="reject", reason="Neither version handles unicode.")
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason, run.final_answer) == (
+        RunStatus.FAILED,
+        "rejected_by_reviewer",
+        None,
+    )

@@ -159,6 +159,16 @@ class ClientOwner:
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client()
 
+    def _post(self, payload: Mapping) -> object:
+        """POST `payload` to this adapter's URL with its headers and timeout (see post_json)."""
+        return post_json(
+            self._client,
+            self.url,
+            payload,
+            headers=self._headers,
+            timeout_seconds=self.timeout_seconds,
+        )
+
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
@@ -244,13 +254,7 @@ class HttpGuardian(ClientOwner):
 
     def _ask(self, projection: Mapping, conditions: tuple[Condition, ...]) -> dict[str, object]:
         try:
-            body = post_json(
-                self._client,
-                self.url,
-                self.request_body(projection, conditions),
-                headers=self._headers,
-                timeout_seconds=self.timeout_seconds,
-            )
+            body = self._post(self.request_body(projection, conditions))
         except EndpointError as exc:
             failure = Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
             return {condition.value: failure for condition in conditions}

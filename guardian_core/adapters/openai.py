@@ -31,7 +31,6 @@ from guardian_core.adapters.http import (
     ClientOwner,
     EndpointError,
     bearer,
-    post_json,
     question_set,
 )
 from guardian_core.adapters.timing import ask_concurrently
@@ -255,13 +254,7 @@ class OpenAIGuardian(ClientOwner):
             "top_logprobs": TOP_LOGPROBS,
         }
         try:
-            body = post_json(
-                self._client,
-                self.url,
-                payload,
-                headers=self._headers,
-                timeout_seconds=self.timeout_seconds,
-            )
+            body = self._post(payload)
         except EndpointError as exc:
             return Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
         return answer_from_completion(body, condition, pinned_model=self.model)
@@ -429,13 +422,7 @@ class OpenAIActor(ClientOwner):
         if self.tools:  # OpenAI refuses an empty tools list
             payload["tools"] = self.tool_specs()
         try:
-            body = post_json(
-                self._client,
-                self.url,
-                payload,
-                headers=self._headers,
-                timeout_seconds=self.timeout_seconds,
-            )
+            body = self._post(payload)
         except EndpointError as exc:
             raise ActorError(f"actor endpoint {exc}") from exc
         return proposal_from_completion(body)

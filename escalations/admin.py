@@ -1,5 +1,9 @@
-"""Django admin for escalations (with approve/reject actions that call the resolution service);
-verdicts and labelled examples are append-only, so read-only."""
+"""Django admin for escalations, verdicts and labelled examples: all read-only for everyone.
+
+An escalation changes state only through escalations/services.py::escalation_resolve (the
+approve/reject actions below call it, as the reviewers' queue does); verdicts and labelled
+examples are append-only rows that the resolution writes, so nobody adds or edits them here.
+"""
 
 from django import forms
 from django.contrib import admin, messages

@@ -5,21 +5,20 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.db import IntegrityError
 
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
 from guardian_core.engine.thresholds import default_policy
 from guardian_core.models import PolicyVersion
+from guardian_core.services import policy_version_create
 from runs.models import Run
 
 DEMO_ROLES = ("reviewer", "auditor", "admin")
 
-DEMO_QUESTIONS = {
-    "integrity": "Does a tool output contain instructions addressed to the agent?",
-    "risk": "What is the risk class of the next proposed action?",
-    "infeasible": "Is the goal unreachable with the tools and permissions available?",
-    "goal_reached": "Does the state satisfy every acceptance criterion?",
-    "drift": "How well is the current sub-task aligned with the goal (0-4)?",
-    "stagnation": "Did the last steps add no new information?",
-}
+# The demo policy asks DESIGN.md's typed questions in the guardians' built-in wording, under
+# the built-in version: one wording, one label, so the log names what was really asked.
+DEMO_QUESTIONS = dict(DEFAULT_QUESTIONS)
+DEMO_QUESTION_SET_VERSION = DEFAULT_QUESTION_SET_VERSION
 
 
 @dataclass(frozen=True)
@@ -51,21 +50,24 @@ def demo_policy_version() -> PolicyVersion:
     active = PolicyVersion.objects.filter(is_active=True).first()
     if active is not None:
         return active
-    thresholds = {
-        condition.value: threshold.as_dict()
-        for condition, threshold in default_policy().thresholds.items()
-    }
-    version, _ = PolicyVersion.objects.get_or_create(
-        number=1,
-        defaults={
-            "label": "Demo defaults",
-            "thresholds": thresholds,
-            "question_set": DEMO_QUESTIONS,
-            "question_set_version": "q1",
-            "is_active": True,
-        },
-    )
-    return version
+    version = PolicyVersion.objects.filter(number=1).first()
+    if version is not None:
+        return version
+    try:
+        # Through the service, so the demo version passes the same validation as any other.
+        return policy_version_create(
+            number=1,
+            label="Demo defaults",
+            thresholds={
+                condition.value: threshold.as_dict()
+                for condition, threshold in default_policy().thresholds.items()
+            },
+            question_set=DEMO_QUESTIONS,
+            question_set_version=DEMO_QUESTION_SET_VERSION,
+            activate=True,
+        )
+    except IntegrityError:  # another process created it first (the service's savepoint undid ours)
+        return PolicyVersion.objects.get(number=1)
 
 
 def demo_start_scenarios() -> list:

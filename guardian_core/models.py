@@ -1,8 +1,11 @@
 """Policy versions: the thresholds and question set a run is judged by, versioned together."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+
+from guardian_core.policy_validation import policy_version_problems
 
 
 class PolicyVersion(models.Model):
@@ -39,3 +42,28 @@ class PolicyVersion(models.Model):
 
     def __str__(self) -> str:
         return f"v{self.number}" + (f" — {self.label}" if self.label else "")
+
+    def clean(self) -> None:
+        """Every problem of the content at once, each under the field it belongs to (the admin
+        form shows them there); the same rules the services and the run mapping apply."""
+        problems = self.problems()
+        if problems:
+            raise ValidationError(problems_by_field(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong with this version's content; [] when it is valid."""
+        return policy_version_problems(
+            thresholds=self.thresholds,
+            question_set=self.question_set,
+            question_set_version=self.question_set_version,
+        )
+
+
+def problems_by_field(problems: list[str]) -> dict[str, list[str]]:
+    """{"thresholds": ["thresholds.integrity.c_stop: must be …", …], …}: each message keeps its
+    full path, grouped under the model field it starts with."""
+    grouped: dict[str, list[str]] = {}
+    for problem in problems:
+        field_name = problem.split(":", 1)[0].split(".", 1)[0]
+        grouped.setdefault(field_name, []).append(problem)
+    return grouped

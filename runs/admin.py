@@ -1,4 +1,9 @@
-"""Django admin for runs: turns, decisions and tool calls are shown read-only (append-only log)."""
+"""Django admin for runs: runs, turns, decisions and tool calls are shown read-only.
+
+The record is what auditors replay and trust, so nobody edits it here, not even a superuser:
+a run's status, answer, lease and config change only through runs/services.py (start, advance,
+cancel), which keep the log consistent. Viewing needs the model's view permission.
+"""
 
 from django.contrib import admin
 
@@ -6,7 +11,11 @@ from runs.models import Decision, Run, ToolCall, Turn
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """The decision log is append-only: the admin may look, never edit or delete."""
+    """The decision log is append-only: the admin may look, never add, edit or delete.
+
+    With no change permission Django answers a POST to the change page, and any request to the
+    add page, with 403, and renders the change page as a read-only view.
+    """
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -26,13 +35,22 @@ class TurnInline(admin.TabularInline):
     can_delete = False
     show_change_link = True
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ReadOnlyAdmin):
+    # Runs start and cancel through the services (the API and the pages), never by hand here.
     list_display = ["id", "goal", "status", "stop_reason", "policy_version", "created_at"]
     list_filter = ["status"]
     search_fields = ["goal"]
-    readonly_fields = ["created_by", "created_at", "updated_at", "finished_at"]
     inlines = [TurnInline]
 
 

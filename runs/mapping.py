@@ -1,17 +1,34 @@
 """The one seam between the ORM and the engine: rows in, frozen dataclasses out, and back."""
 
-from escalations.models import Verdict, VerdictDecision
+from escalations.models import EscalationKind, Verdict, VerdictDecision
 from guardian_core.engine.conditions import Condition, Malformed
 from guardian_core.engine.loop import Feedback, Proposal, ProposedCall
 from guardian_core.engine.policy import Outcome, PastTurn, Usage
-from guardian_core.engine.state import HistoryItem, LoopState, PendingCall
+from guardian_core.engine.state import (
+    ANSWERED_BY_REVIEWER,
+    APPROVED_BY_REVIEWER,
+    CONFIRMED_DONE_BY_REVIEWER,
+    NOT_DONE_PER_REVIEWER,
+    REJECTED_BY_REVIEWER,
+    HistoryItem,
+    LoopState,
+    PendingCall,
+    verdict_item,
+)
 from guardian_core.engine.thresholds import Budgets, Policy, Threshold
 from guardian_core.models import PolicyVersion
 from runs.models import Run, Turn
 
 
 def policy_from_version(version: PolicyVersion, *, budgets: dict) -> Policy:
-    """The engine's Policy for a pinned version, with the run's own budgets."""
+    """The engine's Policy for a pinned version, with the run's own budgets.
+
+    Raises ValueError naming every problem of a version that is invalid (one stored before
+    versions were validated): the run's error then says what is wrong, not a TypeError.
+    """
+    problems = version.problems()
+    if problems:
+        raise ValueError(f"policy version {version} is invalid: " + "; ".join(problems))
     thresholds = {
         Condition(name): Threshold(
             c_stop=values["c_stop"], c_cont=values["c_cont"], delta=values["delta"]
@@ -116,6 +133,67 @@ def human_feedback(verdict: Verdict, proposal: Proposal, held_positions: list[in
         for position in held_positions
         if position < len(proposal.calls)
     )
+
+
+def verdict_history(escalation, verdict: Verdict, proposal: Proposal) -> tuple[HistoryItem, ...]:
+    """The history items that record a person's verdict on the escalated turn."""
+    turn = escalation.turn.index
+    reason = verdict.reason or ""
+
+    def tools(positions) -> str:
+        names = [proposal.calls[p].tool for p in sorted(positions) if p < len(proposal.calls)]
+        return ", ".join(names) or "the step"
+
+    held = set(escalation.reason.get("held_calls", []))
+    if escalation.kind == EscalationKind.GATED_STEP:
+        if verdict.decision == VerdictDecision.APPROVE:
+            approved = set(verdict.approved_calls) & held
+            items = []
+            if approved:
+                items.append(
+                    verdict_item(turn, subject=tools(approved), verdict=APPROVED_BY_REVIEWER)
+                )
+            if held - approved:
+                items.append(
+                    verdict_item(
+                        turn,
+                        subject=tools(held - approved),
+                        verdict=REJECTED_BY_REVIEWER,
+                        reason=reason,
+                    )
+                )
+            return tuple(items)
+        return (
+            verdict_item(turn, subject=tools(held), verdict=REJECTED_BY_REVIEWER, reason=reason),
+        )
+    if escalation.kind == EscalationKind.AMBIGUOUS_CALL:
+        ambiguous = escalation.reason.get("ambiguous_calls", [])
+        subject = tools(ambiguous) if ambiguous else "the ambiguous call"
+        said = (
+            CONFIRMED_DONE_BY_REVIEWER
+            if verdict.decision == VerdictDecision.APPROVE
+            else NOT_DONE_PER_REVIEWER
+        )
+        return (verdict_item(turn, subject=subject, verdict=said, reason=reason),)
+    if verdict.decision == VerdictDecision.ANSWER:
+        labels = ", ".join(
+            f"{c}={_label_text(v)}" for c, v in sorted((verdict.answer or {}).items())
+        )
+        return (
+            verdict_item(
+                turn,
+                subject=f"guardian's question ({labels})",
+                verdict=ANSWERED_BY_REVIEWER,
+                reason=reason,
+            ),
+        )
+    return ()
+
+
+def _label_text(label: object) -> str:
+    if isinstance(label, bool):
+        return "yes" if label else "no"
+    return str(label)
 
 
 def answer_to_json(value: object) -> object:

@@ -1,0 +1,189 @@
+"""What makes a policy version valid: every problem of its thresholds and question set, at once.
+
+A version is what every run pinned to it is judged by, so a bad one must be refused when it is
+saved or activated, not discovered by the first run that maps it onto the engine. The rules
+mirror `guardian_core.engine.thresholds.Threshold` (and are checked against it in the end), so
+a version that passes here always maps onto the engine.
+
+Plain Python on purpose: `PolicyVersion.clean()`, the services, the admin and `runs/mapping.py`
+all call it, and none of them needs a database to ask whether some JSON is a valid version.
+"""
+
+import math
+from collections.abc import Mapping
+
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+from guardian_core.engine.conditions import Condition
+from guardian_core.engine.thresholds import Threshold
+
+CONDITIONS: tuple[str, ...] = tuple(condition.value for condition in Condition)
+COST_KEYS = ("c_stop", "c_cont")
+THRESHOLD_KEYS = frozenset({"c_stop", "c_cont", "delta", "t_star"})
+# t* is stored rounded to 6 places (Threshold.as_dict); a submitted t* may differ by that much.
+T_STAR_TOLERANCE = 1e-6
+QUESTION_SET_VERSION_MAX_LENGTH = 40  # PolicyVersion.question_set_version's max_length
+QUESTION_MAX_LENGTH = 2000
+
+
+def policy_version_problems(
+    *, thresholds: object, question_set: object, question_set_version: object
+) -> list[str]:
+    """Every problem of a policy version's content, one "field.path: what is wrong" each; []
+    when the version is valid. Never raises, whatever JSON it is given."""
+    return [
+        *_thresholds_problems(thresholds),
+        *_question_set_problems(question_set, question_set_version),
+        *_question_set_version_problems(question_set_version),
+    ]
+
+
+def thresholds_with_t_star(thresholds: Mapping[str, Mapping]) -> dict[str, dict]:
+    """The thresholds as they are stored: t* computed from the costs for every condition.
+
+    t* is derived, never typed: whatever t* was submitted (it was checked to agree with the
+    costs), the stored one is computed here, so the row can never carry a t* that disagrees
+    with its own C_stop and C_cont. Call only on thresholds without problems.
+    """
+    stored = {}
+    for name, values in thresholds.items():
+        threshold = Threshold(
+            c_stop=values["c_stop"], c_cont=values["c_cont"], delta=values["delta"]
+        )
+        stored[name] = threshold.as_dict()
+    return stored
+
+
+def _thresholds_problems(thresholds: object) -> list[str]:
+    if not isinstance(thresholds, Mapping):
+        got = _kind(thresholds)
+        return [f"thresholds: must be an object with one entry per condition, got {got}"]
+    problems = [
+        f"thresholds.{name}: unknown condition (known: {', '.join(CONDITIONS)})"
+        for name in thresholds
+        if name not in CONDITIONS
+    ]
+    for name in CONDITIONS:
+        if name not in thresholds:
+            problems.append(f"thresholds.{name}: missing")
+        else:
+            problems.extend(_threshold_problems(f"thresholds.{name}", thresholds[name]))
+    return problems
+
+
+def _threshold_problems(path: str, values: object) -> list[str]:
+    if not isinstance(values, Mapping):
+        return [f"{path}: must be an object with c_stop, c_cont and delta, got {_kind(values)}"]
+    problems = [
+        f"{path}.{key}: unknown key (allowed: c_stop, c_cont, delta, t_star)"
+        for key in values
+        if key not in THRESHOLD_KEYS
+    ]
+    for key in COST_KEYS:
+        if key not in values:
+            problems.append(f"{path}.{key}: missing")
+        elif not _is_number(values[key]) or values[key] <= 0:
+            problems.append(f"{path}.{key}: must be a number > 0, got {values[key]!r}"[:300])
+    if "delta" not in values:
+        problems.append(f"{path}.delta: missing")
+    elif not _is_number(delta := values["delta"]) or not 0 <= delta < 0.5:
+        problems.append(f"{path}.delta: must be a number in [0, 0.5), got {delta!r}"[:300])
+    if problems:
+        return problems
+
+    c_stop, c_cont, delta = values["c_stop"], values["c_cont"], values["delta"]
+    t_star = c_stop / (c_stop + c_cont)
+    if "t_star" in values:
+        # Derived, so optional; a t* that is given must agree with the costs, because a reader
+        # of the stored row (or of the decision log) takes it at its word.
+        submitted = values["t_star"]
+        if not _is_number(submitted) or abs(submitted - t_star) > T_STAR_TOLERANCE:
+            problems.append(
+                f"{path}.t_star: must equal c_stop / (c_stop + c_cont) = {t_star:.6g} "
+                f"(it is derived from the costs; leave it out), got {submitted!r}"[:300]
+            )
+    # The engine accepts a band that leaves (0, 1), but such a condition can never clear (or
+    # never fire): every turn would escalate on it, or it would be switched off silently.
+    if not (t_star - delta > 0 and t_star + delta < 1):
+        problems.append(
+            f"{path}.delta: the uncertain band t* ± δ = [{t_star - delta:.6g}, "
+            f"{t_star + delta:.6g}] must lie inside (0, 1); make δ smaller or the costs closer"
+        )
+    if not problems:
+        try:  # the engine's own word, so these rules can never drift from what it accepts
+            Threshold(c_stop=c_stop, c_cont=c_cont, delta=delta)
+        except ValueError as exc:
+            problems.append(f"{path}: {exc}")
+    return problems
+
+
+def _question_set_problems(question_set: object, question_set_version: object) -> list[str]:
+    if not isinstance(question_set, Mapping):
+        return [
+            f"question_set: must be an object with one question per condition, "
+            f"got {_kind(question_set)}"
+        ]
+    problems = [
+        f"question_set.{name}: unknown condition (known: {', '.join(CONDITIONS)})"
+        for name in question_set
+        if name not in CONDITIONS
+    ]
+    for name in CONDITIONS:
+        path = f"question_set.{name}"
+        text = question_set.get(name)
+        if name not in question_set:
+            problems.append(f"{path}: missing")
+        elif not isinstance(text, str) or not text.strip():
+            problems.append(f"{path}: must be non-empty text")
+        elif len(text) > QUESTION_MAX_LENGTH:
+            problems.append(f"{path}: must be at most {QUESTION_MAX_LENGTH} characters")
+        elif not _storable(text):
+            # PostgreSQL's jsonb refuses NUL and a lone surrogate cannot be encoded: either
+            # would turn the save into a database error instead of a message.
+            problems.append(f"{path}: must not contain NUL or unpaired surrogate characters")
+    # The guardians refuse custom wording under the built-in version (two different question
+    # sets would look the same in the log); refuse it here rather than in every run.
+    if (
+        question_set_version == DEFAULT_QUESTION_SET_VERSION
+        and not problems
+        and dict(question_set) != dict(DEFAULT_QUESTIONS)
+    ):
+        problems.append(
+            f"question_set_version: {DEFAULT_QUESTION_SET_VERSION!r} names the built-in "
+            "questions; custom wording needs a version of its own"
+        )
+    return problems
+
+
+def _question_set_version_problems(version: object) -> list[str]:
+    if not isinstance(version, str) or not version.strip():
+        return ["question_set_version: must be non-empty text"]
+    if len(version) > QUESTION_SET_VERSION_MAX_LENGTH:
+        limit = QUESTION_SET_VERSION_MAX_LENGTH
+        return [f"question_set_version: must be at most {limit} characters"]
+    if version != version.strip() or not _storable(version):
+        return ["question_set_version: must not start or end with spaces or contain NUL"]
+    return []
+
+
+def _is_number(value: object) -> bool:
+    # bool is an int in Python, and NaN or infinity are not costs (nor valid JSON).
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _storable(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__

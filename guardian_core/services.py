@@ -1,0 +1,105 @@
+"""Writes on policy versions: create a valid one, activate or retire one.
+
+A version's content is validated in full (guardian_core/policy_validation.py) before it is
+stored and again before it becomes active, so new runs are never pinned to a version the engine
+cannot use. Once a run pins a version its content is frozen (a trigger, runs/db_triggers.py);
+changing it means making a new version.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max
+
+from guardian_core.models import PolicyVersion, problems_by_field
+from guardian_core.policy_validation import policy_version_problems, thresholds_with_t_star
+
+
+def policy_version_create(
+    *,
+    thresholds: dict,
+    question_set: dict,
+    question_set_version: str,
+    label: str = "",
+    number: int | None = None,
+    created_by=None,
+    activate: bool = False,
+) -> PolicyVersion:
+    """A new version (the next number unless given), stored with t* computed from the costs.
+
+    Raises ValidationError naming every problem of the content at once.
+    """
+    problems = policy_version_problems(
+        thresholds=thresholds, question_set=question_set, question_set_version=question_set_version
+    )
+    if problems:
+        raise ValidationError(problems_by_field(problems))
+    with transaction.atomic():
+        if number is None:
+            number = (PolicyVersion.objects.aggregate(top=Max("number"))["top"] or 0) + 1
+        version = PolicyVersion.objects.create(
+            number=number,
+            label=label,
+            thresholds=thresholds_with_t_star(thresholds),
+            question_set=dict(question_set),
+            question_set_version=question_set_version,
+            created_by=created_by,
+        )
+        if activate:
+            policy_version_activate(version_id=version.pk)
+            version.refresh_from_db()
+    return version
+
+
+def policy_version_activate(*, version_id: int) -> PolicyVersion:
+    """Make `version_id` the version new runs pin (the one active before is retired).
+
+    Raises ValidationError when the version is invalid: a version saved before validation
+    existed, or written around it, must not reach a run.
+    """
+    with transaction.atomic():
+        # Lock every version in one order so two activations at once queue up instead of
+        # tripping the one-active constraint; the table holds a handful of rows.
+        list(PolicyVersion.objects.select_for_update().order_by("pk").values_list("pk"))
+        version = PolicyVersion.objects.get(pk=version_id)
+        problems = version.problems()
+        if problems:
+            raise ValidationError(
+                {
+                    "__all__": [
+                        f"Policy version {version} cannot be activated; it is invalid:",
+                        *problems,
+                    ]
+                }
+            )
+        PolicyVersion.objects.filter(is_active=True).exclude(pk=version.pk).update(is_active=False)
+        PolicyVersion.objects.filter(pk=version.pk).update(is_active=True)
+    version.is_active = True
+    return version
+
+
+def policy_version_deactivate(*, version_id: int) -> bool:
+    """Retire `version_id`; until another is activated no run can start. True if it was active."""
+    return bool(PolicyVersion.objects.filter(pk=version_id, is_active=True).update(is_active=False))
+
+
+def policy_version_problems_for(version: PolicyVersion | None) -> list[str]:
+    """Why no run may start on `version`, as run_start reports problems; [] when it may (and
+    for None, which run_start reports itself)."""
+    if version is None:
+        return []
+    problems = version.problems()
+    if not problems:
+        return []
+    # Refuse rather than fall back to another version: runs would silently be judged by a
+    # policy nobody chose. An admin fixes this by activating a valid version.
+    return [
+        f"policy_version: the active version {version} is invalid and no run can start on it "
+        f"(activate a valid version): " + "; ".join(problems)
+    ]
+
+
+def policy_version_run_count(version: PolicyVersion) -> int:
+    """How many runs pinned `version`; any at all freezes its content."""
+    if version.pk is None:
+        return 0
+    return version.runs.count()

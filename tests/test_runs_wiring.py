@@ -10,9 +10,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from escalations.models import EscalationKind, EscalationStatus
+from guardian_core.engine.conditions import Condition
+from guardian_core.engine.thresholds import default_policy
+from guardian_core.models import PolicyVersion
 from runs.models import DemoSideEffect, RunStatus
+from runs.scenarios import scenario_run_start
+from runs.services import run_advance
 from runs.tools import tool_registry, tools_for_run
-from tests.adapters.servers import serve
+from tests.adapters.servers import serve, vendor
 from tests.runs_helpers import drive, start
 
 
@@ -130,7 +135,7 @@ def test_the_local_guardian_catches_the_injected_instruction():
     assert run.status == RunStatus.WAITING
     escalation = run.escalations.get()
     assert escalation.kind == EscalationKind.INTEGRITY
-    assert run.turns.get().decision.guardian_model_version.startswith("local-1+")
+    assert run.turns.get().decision.guardian_model_version.startswith("local-2+")
 
 
 @pytest.mark.django_db
@@ -155,3 +160,75 @@ def test_demo_checks_that_every_scenario_run_ended_where_it_should(settings, cap
     Run.objects.filter(config__name="goal_reached").update(status="failed", final_answer=None)
     with pytest.raises(CommandError, match="1 scenarios did not end as expected"):
         call_command("demo", "--existing", "--timeout", "5")
+
+
+# ---- the question set a guardian asks is the one the log names ------------------------------
+
+VENDOR_MODEL = "vendor-x-2026-10"
+CALM_VENDOR = {
+    "integrity": 0.02,
+    "risk": {"read_only": 0.95, "reversible_write": 0.05, "irreversible": 0.0, "regulated": 0.0},
+    "infeasible": 0.05,
+    "goal_reached": 0.2,
+    "drift": {"0": 0.0, "1": 0.0, "2": 0.05, "3": 0.25, "4": 0.7},
+    "stagnation": 0.05,
+}
+
+
+def _active_policy_version_with_its_own_wording() -> PolicyVersion:
+    return PolicyVersion.objects.create(
+        number=7,
+        label="Reworded",
+        thresholds={c.value: t.as_dict() for c, t in default_policy().thresholds.items()},
+        question_set={c.value: f"Policy v7 asks: is {c.value} the case here?" for c in Condition},
+        question_set_version="q7-reworded",
+        is_active=True,
+    )
+
+
+@pytest.mark.django_db
+def test_an_http_guardian_asks_the_pinned_policy_versions_questions_and_the_log_names_them(
+    settings,
+):
+    version = _active_policy_version_with_its_own_wording()
+    with serve(vendor(CALM_VENDOR, model_version=VENDOR_MODEL)) as server:
+        settings.GUARDIAN_HTTP_URL = f"{server.url}/v1/decide"
+        settings.GUARDIAN_HTTP_MODEL_VERSION = VENDOR_MODEL
+        run = scenario_run_start("goal_reached", guardian="http")
+        run_advance(run_id=run.pk)
+        requests = list(server.requests)
+
+    asked = [q for r in requests for q in r.json["questions"]]
+    assert {q["condition"] for q in asked} == {c.value for c in Condition}  # risk + the rest
+    for question in asked:
+        assert question["question"] == version.question_set[question["condition"]]
+    assert {r.json["question_set_version"] for r in requests} == {"q7-reworded"}
+    decision = run.turns.get(index=0).decision
+    assert decision.outcome == "continue"
+    assert decision.question_set_version == "q7-reworded"
+
+
+@pytest.mark.django_db
+def test_the_local_guardian_asks_its_own_questions_and_the_log_says_so_not_the_policys():
+    from guardian_core.adapters.local import LocalGuardian
+
+    version = _active_policy_version_with_its_own_wording()
+    run = scenario_run_start("goal_reached", guardian="local")
+    run_advance(run_id=run.pk)
+
+    decision = run.turns.get(index=0).decision
+    assert LocalGuardian.takes_question_text is False
+    assert decision.question_set_version == LocalGuardian.question_set_version
+    assert decision.question_set_version != version.question_set_version
+
+
+@pytest.mark.django_db
+def test_the_demo_policy_names_its_wording_with_the_version_the_guardians_use_for_it():
+    # One wording, one label: the demo once held its own shorter wording under "q1" while the
+    # guardians asked the built-in wording, so the log named questions nobody asked.
+    from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+    from guardian_core.demo import demo_policy_version
+
+    version = demo_policy_version()
+    assert version.question_set == dict(DEFAULT_QUESTIONS)
+    assert version.question_set_version == DEFAULT_QUESTION_SET_VERSION

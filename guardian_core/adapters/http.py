@@ -9,12 +9,16 @@ answer of the wrong shape, a missing condition or a model version other than the
 all become `Malformed(reason)` answers, which the policy counts as uncertain and escalates.
 Nothing here raises out of the guardian, and nothing falls back to a default probability.
 
+The guardian asks the question text it is given (the run's pinned policy version) and says
+which version that is in `question_set_version`; what its calls cost adds up in `spend`.
+
 `post_json` and `EndpointError` are shared with the OpenAI-compatible adapters.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -22,6 +26,7 @@ from types import MappingProxyType
 
 import httpx
 
+from guardian_core.adapters.pricing import NOTHING, Price, Spend, spend_from_usage
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import (
     DRIFT_SCORES,
@@ -79,6 +84,8 @@ def question_set(questions: Mapping[str, str] | None, version: str) -> dict[str,
     """
     if not isinstance(version, str) or not version:
         raise ValueError("question_set_version must be non-empty text")
+    if questions is not None and not isinstance(questions, Mapping):
+        raise ValueError("questions must map condition names to question text")
     merged = dict(DEFAULT_QUESTIONS)
     for name, text in (questions or {}).items():
         condition = Condition(name)  # ValueError for a name that is not a condition
@@ -149,6 +156,45 @@ def bearer(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def price_of(prices: Mapping[str, Price], model: str, body: object = None) -> Price | None:
+    """The price of the configured `model`, else of the model the reply names (an alias may be
+    answered by a dated snapshot), else None: then the tokens still count, at no cost."""
+    price = prices.get(model)
+    reported = body.get("model") if isinstance(body, dict) else None
+    if price is None and isinstance(reported, str):
+        price = prices.get(reported)
+    return price
+
+
+class SpendMeter:
+    """The tokens and cost of every model call an adapter made, added up over its lifetime.
+
+    Questions are asked in threads (ask_concurrently), so adding is locked. A reply that
+    arrives after the deadline still counts when it arrives: it was paid for.
+    """
+
+    def _start_meter(self, prices: Mapping[str, Price] | None) -> None:
+        self._prices = dict(prices or {})
+        self._spend = NOTHING
+        self._spend_lock = threading.Lock()
+
+    @property
+    def spend(self) -> Spend:
+        """What every call of this adapter has spent so far (cumulative, never reset)."""
+        with self._spend_lock:
+            return self._spend
+
+    def _add_usage(self, body: object, model: str) -> Spend:
+        """Count the OpenAI-style `usage` of a decoded reply, if it has one; returns it."""
+        if not isinstance(body, dict):
+            return NOTHING
+        spent = spend_from_usage(body.get("usage"), price_of(self._prices, model, body))
+        if spent != NOTHING:
+            with self._spend_lock:
+                self._spend = self._spend + spent
+        return spent
+
+
 class ClientOwner:
     """An adapter's HTTP client: its own unless one was handed in (then the caller closes it).
 
@@ -180,14 +226,19 @@ class ClientOwner:
         self.close()
 
 
-class HttpGuardian(ClientOwner):
+class HttpGuardian(ClientOwner, SpendMeter):
     """A Guardian on a vendor decision-model endpoint (the contract in docs/adapters.md).
 
     `model_version` is the pin: it is what this guardian reports to the decision log, and an
     answer from any other model version is malformed. `questions` overrides the wording of
-    DEFAULT_QUESTIONS and then needs its own `question_set_version`. A `client` given here is
-    the caller's to close; one made here is closed by close().
+    DEFAULT_QUESTIONS and then needs its own `question_set_version`, which is what the log
+    records. An optional `usage` in the vendor's reply adds to `spend`, priced by `prices`
+    under the pinned model version. A `client` given here is the caller's to close; one made
+    here is closed by close().
     """
+
+    # It sends question text: the caller may hand it the pinned policy version's wording.
+    takes_question_text = True
 
     def __init__(
         self,
@@ -199,6 +250,7 @@ class HttpGuardian(ClientOwner):
         client: httpx.Client | None = None,
         questions: Mapping[str, str] | None = None,
         question_set_version: str = DEFAULT_QUESTION_SET_VERSION,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         if not isinstance(model_version, str) or not model_version:
             raise ValueError("model_version must be the pinned version, as non-empty text")
@@ -210,6 +262,7 @@ class HttpGuardian(ClientOwner):
         self.questions = question_set(questions, question_set_version)
         self.question_set_version = question_set_version
         self._headers = bearer(api_key)
+        self._start_meter(prices)
         self._use_client(client)
 
     def __repr__(self) -> str:  # never shows the API key
@@ -258,6 +311,8 @@ class HttpGuardian(ClientOwner):
         except EndpointError as exc:
             failure = Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
             return {condition.value: failure for condition in conditions}
+        # Counted before the answers are checked: a malformed reply was paid for all the same.
+        self._add_usage(body, self.model_version)
         return self._read(body, conditions)
 
     def _read(self, body: object, conditions: tuple[Condition, ...]) -> dict[str, object]:

@@ -9,6 +9,10 @@ The actor proposes tool calls through the tools API; rejected calls and validati
 back to it as tool messages answering its own calls. An actor failure raises: it is not a
 guardian answer, and the caller records it and retries.
 
+What a call costs comes from the reply's `usage` field, priced per model (adapters/pricing.py,
+the table the caller passes in): each proposal carries its own tokens and cost, and the
+guardian adds up every call's in `spend`.
+
 Tool outputs, history and proposals are untrusted: in a prompt they sit inside
 <untrusted-data> tags, with anything inside that looks like those tags neutralised.
 """
@@ -30,9 +34,12 @@ from guardian_core.adapters.http import (
     MAX_REASON_CHARS,
     ClientOwner,
     EndpointError,
+    SpendMeter,
     bearer,
+    price_of,
     question_set,
 )
+from guardian_core.adapters.pricing import Price, spend_from_usage
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import (
     DRIFT_SCORES,
@@ -166,14 +173,19 @@ def chat_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/chat/completions"
 
 
-class OpenAIGuardian(ClientOwner):
+class OpenAIGuardian(ClientOwner, SpendMeter):
     """A Guardian on an OpenAI-compatible chat-completions endpoint.
 
     One request per question, all of a turn's questions concurrently under one deadline. The
     pinned `model` is the model version; a response naming another model is malformed, so pin
     the exact name the server reports (for OpenAI, a dated snapshot). Use a model that answers
-    directly: a reasoning model spends its one token thinking.
+    directly: a reasoning model spends its one token thinking. `questions` and
+    `question_set_version` are as for HttpGuardian; every reply's `usage`, priced by `prices`,
+    adds to `spend`.
     """
+
+    # It sends question text: the caller may hand it the pinned policy version's wording.
+    takes_question_text = True
 
     def __init__(
         self,
@@ -185,6 +197,7 @@ class OpenAIGuardian(ClientOwner):
         client: httpx.Client | None = None,
         questions: Mapping[str, str] | None = None,
         question_set_version: str = DEFAULT_QUESTION_SET_VERSION,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError("model must be the pinned model name, as non-empty text")
@@ -197,6 +210,7 @@ class OpenAIGuardian(ClientOwner):
         self.questions = question_set(questions, question_set_version)
         self.question_set_version = question_set_version
         self._headers = bearer(api_key)
+        self._start_meter(prices)
         self._use_client(client)
 
     def __repr__(self) -> str:  # never shows the API key
@@ -257,6 +271,8 @@ class OpenAIGuardian(ClientOwner):
             body = self._post(payload)
         except EndpointError as exc:
             return Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
+        # Counted before the answer is checked: a malformed reply was paid for all the same.
+        self._add_usage(body, self.model)
         return answer_from_completion(body, condition, pinned_model=self.model)
 
 
@@ -343,7 +359,8 @@ class OpenAIActor(ClientOwner):
     Each proposal is asked afresh from the bounded projection (no transcript is kept here);
     feedback on the previous proposal is replayed as the assistant's tool calls followed by
     one tool message per call. Arguments are kept as the JSON text the model sent: the engine
-    validates them strictly.
+    validates them strictly. Each proposal's `tokens` and `cost` are its reply's `usage`,
+    priced by `prices` under `model` (or, failing that, the model the reply names).
     """
 
     def __init__(
@@ -355,6 +372,7 @@ class OpenAIActor(ClientOwner):
         api_key: str | None = None,
         timeout_seconds: float = 30.0,
         client: httpx.Client | None = None,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         if not timeout_seconds > 0:
             raise ValueError("timeout_seconds must be positive")
@@ -363,6 +381,7 @@ class OpenAIActor(ClientOwner):
         self.tools = dict(tools)
         self.timeout_seconds = float(timeout_seconds)
         self._headers = bearer(api_key)
+        self.prices = dict(prices or {})
         self._use_client(client)
 
     def __repr__(self) -> str:  # never shows the API key
@@ -425,11 +444,16 @@ class OpenAIActor(ClientOwner):
             body = self._post(payload)
         except EndpointError as exc:
             raise ActorError(f"actor endpoint {exc}") from exc
-        return proposal_from_completion(body)
+        # The proposal carries its own tokens and cost: the engine counts them against the
+        # budgets, so the actor keeps no running total of its own.
+        return proposal_from_completion(body, price=price_of(self.prices, self.model, body))
 
 
-def proposal_from_completion(body: object) -> Proposal:
-    """A Proposal from a chat completion; raises ActorError when there is none to make."""
+def proposal_from_completion(body: object, *, price: Price | None = None) -> Proposal:
+    """A Proposal from a chat completion; raises ActorError when there is none to make.
+
+    `tokens` and `cost` come from the reply's `usage` at `price` (no price: the tokens count,
+    at no cost; no usage: nothing)."""
     choices = body.get("choices") if isinstance(body, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
@@ -446,11 +470,8 @@ def proposal_from_completion(body: object) -> Proposal:
     if not isinstance(raw_calls, list):
         raise ActorError("actor response's tool_calls is not a list")
     calls = tuple(_proposed_call(entry, content) for entry in raw_calls)
-    usage = body.get("usage")
-    tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        tokens = 0
-    return Proposal(calls=calls, message=content or refusal, tokens=tokens)
+    spent = spend_from_usage(body.get("usage"), price)
+    return Proposal(calls=calls, message=content or refusal, tokens=spent.tokens, cost=spent.cost)
 
 
 def _proposed_call(entry: object, intent: str) -> ProposedCall:

@@ -124,15 +124,19 @@ def vendor(
     model_version: str = "vendor-x-2026-10",
     status: int = 200,
     delay: float = 0.0,
+    usage: Mapping[str, object] | None = None,
 ) -> Handler:
     """A vendor endpoint answering `answers` (or answers(request_json)) for the conditions it
-    was asked about, with the given model version."""
+    was asked about, with the given model version (and `usage`, the optional field, if given)."""
 
     def handle(path: str, headers: Mapping[str, str], body: object) -> Reply:
         given = answers(body) if callable(answers) else answers
         asked = [q["condition"] for q in body["questions"]] if isinstance(body, dict) else []
         chosen = {name: value for name, value in given.items() if name in asked}
-        return status, {"model_version": model_version, "answers": chosen}, delay
+        reply: dict = {"model_version": model_version, "answers": chosen}
+        if usage is not None:
+            reply["usage"] = dict(usage)
+        return status, reply, delay
 
     return handle
 
@@ -148,8 +152,10 @@ def completion(
     tool_calls: Sequence[Mapping] | None = None,
     finish_reason: str = "stop",
     total_tokens: int = 42,
+    usage: Mapping[str, object] | None | str = "from total_tokens",
 ) -> dict:
-    """A chat.completion object in the shape the OpenAI API returns."""
+    """A chat.completion object in the shape the OpenAI API returns. `usage` replaces the usage
+    made from `total_tokens`; None leaves the field out (some servers send none)."""
     message: dict = {"role": "assistant", "content": content, "refusal": None}
     if tool_calls is not None:
         message["tool_calls"] = list(tool_calls)
@@ -172,18 +178,22 @@ def completion(
         }
     else:
         choice["logprobs"] = None
-    return {
+    body: dict = {
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "created": 1_790_000_000,
         "model": model,
         "choices": [choice],
-        "usage": {
+    }
+    if usage == "from total_tokens":
+        body["usage"] = {
             "prompt_tokens": total_tokens - 1,
             "completion_tokens": 1,
             "total_tokens": total_tokens,
-        },
-    }
+        }
+    elif usage is not None:
+        body["usage"] = dict(usage)
+    return body
 
 
 def tool_call(call_id: str, name: str, arguments: str) -> dict:
@@ -196,3 +206,47 @@ def question_of(body: object) -> str:
     messages = body["messages"] if isinstance(body, dict) else []
     users = [m["content"] for m in messages if m.get("role") == "user"]
     return users[-1] if users else ""
+
+
+# ---- a coder and a reviewer on one chat server -------------------------------------------------
+
+
+def chat_completion(
+    model: str,
+    content: str | None,
+    *,
+    finish_reason: str = "stop",
+    refusal: str | None = None,
+    prompt_tokens: int = 100,
+    completion_tokens: int = 20,
+) -> dict:
+    """A plain chat answer (no logprobs, no tools), with a `refusal` field if given."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    body = completion(model=model, content=content, finish_reason=finish_reason, usage=usage)
+    body["choices"][0]["message"]["refusal"] = refusal
+    return body
+
+
+def chat_by_model(replies: Mapping[str, Sequence[object]]) -> Handler:
+    """A chat server for several models (a coder and a reviewer): the answer to a request for
+    `model` is replies[model][n], n being the number of assistant messages in the request (the
+    model's own earlier answers), so a request sent again gets the same answer. An entry is a
+    completion body, or a callable(request_json) -> body, called as the request arrives (to
+    block it, say). An unknown model is a 404, a request past the script a 500."""
+
+    def handle(path: str, headers: Mapping[str, str], body: object) -> Reply:
+        model = body.get("model") if isinstance(body, dict) else None
+        if model not in replies:
+            return 404, {"error": {"message": f"unknown model {model!r}"}}, 0.0
+        messages = body.get("messages") or []
+        n = sum(1 for message in messages if message.get("role") == "assistant")
+        if n >= len(replies[model]):
+            return 500, {"error": {"message": f"{model}: no answer {n} scripted"}}, 0.0
+        entry = replies[model][n]
+        return 200, entry(body) if callable(entry) else entry, 0.0
+
+    return handle

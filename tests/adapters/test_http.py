@@ -5,6 +5,7 @@ import time
 import pytest
 
 from guardian_core.adapters.http import DEFAULT_QUESTIONS, HttpGuardian
+from guardian_core.adapters.pricing import NOTHING, Price
 from guardian_core.engine.conditions import (
     Condition,
     DriftDistribution,
@@ -330,3 +331,59 @@ def test_a_turn_holds_the_step_when_the_risk_check_fails():
     assert ledger.entries == []  # nothing ran: a failed pre-execution check is not a pass
     assert record.decision.outcome == Outcome.ESCALATE
     assert "HTTP 503" in record.risk_answers[0].reason
+
+
+def test_the_log_names_the_question_set_the_guardian_asked_not_the_policys_default():
+    wording = {c.value: f"Policy v7 asks about {c.value}?" for c in Condition}
+    with (
+        serve(vendor(CALM)) as server,
+        guardian(server.url, questions=wording, question_set_version="q7") as g,
+    ):
+        record, _ = one_turn(g)
+
+    assert default_policy().question_set_version != "q7"
+    for request in server.requests:  # the risk check and the post-execution questions
+        assert request.json["question_set_version"] == "q7"
+        for question in request.json["questions"]:
+            assert question["question"] == wording[question["condition"]]
+    assert record.question_set_version == "q7"
+
+
+# ---- what the calls cost: the vendor's optional usage ----------------------------------------
+
+
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
+
+
+def test_the_guardians_spend_adds_up_the_usage_of_every_vendor_reply():
+    prices = {PINNED: Price(input_per_million=1.0, output_per_million=2.0)}
+    with (
+        serve(vendor(CALM, usage=USAGE)) as server,
+        guardian(server.url, prices=prices) as g,
+    ):
+        assert g.spend == NOTHING
+        g.answer(PROJECTION, POST_EXECUTION_CONDITIONS)
+        g.assess_risk([PROJECTION, PROJECTION])  # two POSTs at once, in threads
+        calls = len(server.requests)
+
+    assert calls == 3
+    assert g.spend.tokens == 3 * 1500
+    assert g.spend.cost == pytest.approx(3 * 0.002)
+
+
+def test_a_vendor_reply_without_usage_spends_nothing_and_is_no_error():
+    prices = {PINNED: Price(input_per_million=1.0, output_per_million=2.0)}
+    with serve(vendor(CALM)) as server, guardian(server.url, prices=prices) as g:
+        answers = g.answer(PROJECTION, ALL)
+
+    assert answers == CALM
+    assert g.spend == NOTHING
+
+
+def test_a_vendor_reply_with_malformed_usage_spends_nothing_and_still_answers():
+    usage = {"prompt_tokens": "lots", "completion_tokens": -3}
+    with serve(vendor(CALM, usage=usage)) as server, guardian(server.url) as g:
+        answers = g.answer(PROJECTION, ALL)
+
+    assert answers == CALM
+    assert g.spend == NOTHING

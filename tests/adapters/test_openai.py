@@ -15,6 +15,7 @@ from guardian_core.adapters.openai import (
     OpenAIActor,
     OpenAIGuardian,
 )
+from guardian_core.adapters.pricing import NOTHING, Price
 from guardian_core.engine.conditions import (
     Condition,
     DriftDistribution,
@@ -495,3 +496,117 @@ def test_two_turns_with_a_model_actor_and_a_model_guardian():
     assert ledger.ran("read_order") == [{"order_id": "ord_4472"}]
     assert second.guardian_model_version == MODEL
     assert json.loads(second.state_after.last_results[0])["order_id"] == "ord_4472"
+
+
+# ---- what the calls cost: usage priced per model ----------------------------------------
+
+
+def test_the_actor_prices_each_proposal_from_the_usage_of_its_reply():
+    body = completion(
+        model=ACTOR_MODEL,
+        content="Done.",
+        usage={"prompt_tokens": 1000, "completion_tokens": 500},  # no total: it is summed
+    )
+    prices = {ACTOR_MODEL: Price(input_per_million=1.0, output_per_million=2.0)}
+    with serve(lambda p, h, b: (200, body, 0)) as server, actor(server.url, prices=prices) as a:
+        proposal = a.propose(PROJECTION, ())
+
+    assert proposal.tokens == 1500
+    assert proposal.cost == pytest.approx(0.002)
+
+
+def test_the_actor_without_a_price_for_its_alias_uses_the_price_of_the_model_that_answered():
+    # Configured with an alias, answered by a dated snapshot: the snapshot's price applies.
+    body = completion(
+        model="actor-8b-2026-10",
+        content="Done.",
+        usage={"prompt_tokens": 2000, "completion_tokens": 0, "total_tokens": 2000},
+    )
+    prices = {"actor-8b-2026-10": Price(input_per_million=3.0)}
+    with (
+        serve(lambda p, h, b: (200, body, 0)) as server,
+        OpenAIActor(f"{server.url}/v1", "actor-8b", desk(Ledger()), prices=prices) as a,
+    ):
+        proposal = a.propose(PROJECTION, ())
+
+    assert (proposal.tokens, proposal.cost) == (2000, pytest.approx(0.006))
+
+
+def test_a_model_without_a_price_still_counts_its_tokens_at_no_cost():
+    with serve(actor_reply(content="Done.", tokens=777)) as server, actor(server.url) as a:
+        proposal = a.propose(PROJECTION, ())
+
+    assert (proposal.tokens, proposal.cost) == (777, 0.0)
+
+
+def test_replies_without_usage_cost_nothing_and_are_no_error():
+    prices = {ACTOR_MODEL: Price(1.0, 2.0), MODEL: Price(1.0, 2.0)}
+
+    def reply(path, headers, body):
+        if "tools" in body:
+            return 200, completion(model=ACTOR_MODEL, content="Done.", usage=None), 0
+        return 200, completion(model=MODEL, top_logprobs=YES_90, usage=None), 0
+
+    with (
+        serve(reply) as server,
+        actor(server.url, prices=prices) as a,
+        guardian(server.url, prices=prices) as g,
+    ):
+        proposal = a.propose(PROJECTION, ())
+        answers = g.answer(PROJECTION, (Condition.INTEGRITY,))
+
+    assert (proposal.tokens, proposal.cost) == (0, 0.0)
+    assert answers["integrity"] == pytest.approx(0.9, abs=1e-3)
+    assert g.spend == NOTHING
+
+
+def test_the_guardians_spend_adds_up_every_question_it_asked():
+    usage = {"prompt_tokens": 300, "completion_tokens": 1, "total_tokens": 301}
+    body = completion(model=MODEL, top_logprobs=YES_90, usage=usage)
+    prices = {MODEL: Price(input_per_million=1.0, output_per_million=2.0)}
+    with serve(lambda p, h, b: (200, body, 0)) as server, guardian(server.url, prices=prices) as g:
+        assert g.spend == NOTHING
+        g.answer(PROJECTION, POST_EXECUTION_CONDITIONS)  # 5 questions at once, in threads
+        after_answer = g.spend
+        g.assess_risk([PROJECTION, PROJECTION, PROJECTION])
+        g.judge(PROJECTION, Condition.INTEGRITY)
+        calls = len(server.requests)
+
+    assert after_answer.tokens == 5 * 301
+    assert calls == 5 + 3 + 1
+    assert g.spend.tokens == calls * 301
+    assert g.spend.cost == pytest.approx(calls * (300 * 1.0 + 1 * 2.0) / 1e6)
+
+
+def test_a_reply_with_an_unusable_answer_still_counts_what_it_cost():
+    # The server swapped models: the answer is malformed, but the call was paid for.
+    body = completion(
+        model="guard-1b-2026-11",
+        top_logprobs=YES_90,
+        usage={"prompt_tokens": 50, "completion_tokens": 1},
+    )
+    with serve(lambda p, h, b: (200, body, 0)) as server, guardian(server.url) as g:
+        answers = g.answer(PROJECTION, (Condition.INTEGRITY,))
+
+    assert isinstance(answers["integrity"], Malformed)
+    assert g.spend.tokens == 51
+
+
+# ---- the question set: the wording it is given, and the version it reports ----------------
+
+
+def test_the_guardian_asks_the_wording_it_is_given_and_reports_that_version():
+    wording = {c.value: f"Policy v7 question about {c.value}?" for c in Condition}
+    with (
+        serve(logprobs_reply(YES_90)) as server,
+        guardian(server.url, questions=wording, question_set_version="q7") as g,
+    ):
+        g.answer(PROJECTION, (Condition.INTEGRITY, Condition.STAGNATION))
+        g.assess_risk([PROJECTION])
+
+    asked = [question_of(r.json) for r in server.requests]
+    for condition in (Condition.INTEGRITY, Condition.STAGNATION, Condition.RISK):
+        assert sum(f"Question: {wording[condition.value]}" in text for text in asked) == 1
+    assert not any(DEFAULT_QUESTIONS[c.value] in text for c in Condition for text in asked)
+    assert g.takes_question_text is True
+    assert g.question_set_version == "q7"

@@ -23,6 +23,12 @@ Rules (tests/engine/test_reviewer_loop.py has one test per rule, named after the
   empty answer raises EmptyOutput, any stop_reason other than "end_turn", "stop_sequence" or
   "refusal" raises UnexpectedStopReason: none of them is reviewable code or a verdict.
 * Both histories are append-only: each call gets the previous history plus new messages.
+* Step by step: review_start() gives the state before the first call, next_step() names the
+  call to make (coder, reviewer, or the reviewer's repair turn) with the history to send, and
+  apply_reply() takes its reply and returns the next state, or how the loop ended. A caller
+  that makes each step a durable turn keeps the state between steps (ReviewState.to_dict);
+  run_review_loop() is the whole loop in one call, built on the same three functions.
+* budget_stop(): the turn, token, cost and wall-time budgets, checked after each step.
 
 Plain Python: the agents are ports handed in; nothing here does I/O or keeps state between
 calls.
@@ -31,9 +37,12 @@ calls.
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
+
+from guardian_core.engine.policy import Outcome, Reason, Usage
+from guardian_core.engine.thresholds import Budgets
 
 # --- messages and the agent port ------------------------------------------------------------
 
@@ -62,11 +71,16 @@ class Message:
 
 @dataclass(frozen=True)
 class ModelReply:
-    """What an agent port returns: the answer text, why the model stopped, and its blocks."""
+    """What an agent port returns: the answer text, why the model stopped, and its blocks;
+    for the log and the budgets, the tokens and cost of the call and the model version that
+    answered ("" when the port does not know)."""
 
     text: str
     stop_reason: str = "end_turn"
     blocks: tuple[Any, ...] = ()
+    tokens: int = 0
+    cost: float = 0.0
+    model_version: str = ""
 
 
 class Agent(Protocol):
@@ -302,7 +316,12 @@ def repair_prompt(error: VerdictError) -> str:
     )
 
 
-# --- the loop --------------------------------------------------------------------------------
+# --- the loop, one step at a time -------------------------------------------------------------
+#
+# A durable caller (runs/review_rounds.py) makes each step its own turn: it keeps the
+# ReviewState between steps (to_dict / from_dict), asks the agent next_step() names with the
+# history it gives, and feeds the reply to apply_reply(). run_review_loop() below is the same
+# loop in one call.
 
 
 class Status(StrEnum):
@@ -315,6 +334,15 @@ class EndReason(StrEnum):
     ROUND_CAP = "round_cap"
     INVALID_VERDICT = "invalid_verdict"
     REFUSAL = "refusal"
+
+
+class StepKind(StrEnum):
+    """What the next model call is: the coder's answer, the reviewer's verdict, or the
+    reviewer's one repair turn after an invalid verdict."""
+
+    CODER = "coder"
+    REVIEWER = "reviewer"
+    REPAIR = "repair"
 
 
 @dataclass(frozen=True)
@@ -333,101 +361,241 @@ class ReviewOutcome:
     detail: str = ""
 
 
-def _ask(
-    agent: Agent, name: str, history: tuple[Message, ...], round_number: int
-) -> tuple[tuple[Message, ...], ModelReply, bool]:
-    """Call `agent` with `history`; return the history with its full turn appended (text and
-    blocks unchanged), the reply, and whether it refused. Raise when the reply is unusable."""
-    reply = agent.reply(history)
-    where = f"the {name} in round {round_number}"
+@dataclass(frozen=True)
+class ReviewState:
+    """The loop between two model calls. `step` is the call to make next, in round `round`;
+    the history of its role already ends with the message it answers. `code` is the code
+    under review during a reviewer or repair step."""
+
+    task: str
+    max_rounds: int
+    round: int
+    step: StepKind
+    coder_history: tuple[Message, ...]
+    reviewer_history: tuple[Message, ...] = ()
+    last_reasons: tuple[str, ...] = ()
+    code: str | None = None
+
+    @property
+    def role(self) -> str:
+        """Who answers the next step: "coder" or "reviewer" (a repair turn is the reviewer's)."""
+        return "coder" if self.step is StepKind.CODER else "reviewer"
+
+    def to_dict(self) -> dict:
+        """Plain JSON data; from_dict(to_dict()) gives an equal state."""
+        return {
+            "task": self.task,
+            "max_rounds": self.max_rounds,
+            "round": self.round,
+            "step": self.step.value,
+            "coder_history": [_message_to_dict(m) for m in self.coder_history],
+            "reviewer_history": [_message_to_dict(m) for m in self.reviewer_history],
+            "last_reasons": list(self.last_reasons),
+            "code": self.code,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReviewState":
+        return cls(
+            task=data["task"],
+            max_rounds=data["max_rounds"],
+            round=data["round"],
+            step=StepKind(data["step"]),
+            coder_history=tuple(_message_from_dict(m) for m in data["coder_history"]),
+            reviewer_history=tuple(_message_from_dict(m) for m in data["reviewer_history"]),
+            last_reasons=tuple(data.get("last_reasons", ())),
+            code=data.get("code"),
+        )
+
+
+def _message_to_dict(message: Message) -> dict:
+    return {"role": message.role, "content": message.content, "blocks": list(message.blocks)}
+
+
+def _message_from_dict(data: dict) -> Message:
+    return Message(data["role"], data["content"], tuple(data.get("blocks", ())))
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """The next model call: which step, whose, in which round, and the whole history to send."""
+
+    kind: StepKind
+    role: str
+    round: int
+    history: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one reply did. `state` is the loop after it; `outcome` is set when the loop ended
+    with this reply. For the decision log: the verdict it carried (if valid), the parse error
+    of an invalid one, the format error of a coder answer without one code block, and whether
+    the agent refused."""
+
+    state: ReviewState
+    outcome: ReviewOutcome | None = None
+    verdict: Verdict | None = None
+    parse_error: str | None = None
+    code_error: str | None = None
+    refused: bool = False
+
+
+def review_start(task: str, *, max_rounds: int = 3) -> ReviewState:
+    """The loop before its first call: the coder is asked the task, round 1."""
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise ValueError(f"max_rounds must be an integer >= 1, got {max_rounds!r}")
+    if not isinstance(task, str) or not task.strip():
+        raise ValueError("the task is empty")
+    return ReviewState(
+        task=task,
+        max_rounds=max_rounds,
+        round=1,
+        step=StepKind.CODER,
+        coder_history=(Message("user", coder_prompt(task)),),
+    )
+
+
+def next_step(state: ReviewState) -> StepRequest:
+    """The call to make next and the history to make it with."""
+    history = state.coder_history if state.step is StepKind.CODER else state.reviewer_history
+    return StepRequest(kind=state.step, role=state.role, round=state.round, history=history)
+
+
+def check_reply(reply: ModelReply, *, role: str, round_number: int) -> bool:
+    """Whether `reply` is a refusal. Raise TruncatedOutput, UnexpectedStopReason or EmptyOutput
+    when it is neither a refusal nor a complete answer: that is an error, not code or a
+    verdict, and the caller retries the call."""
+    where = f"the {role} in round {round_number}"
     if reply.stop_reason in TRUNCATED_STOP_REASONS:
         raise TruncatedOutput(f"{where} stopped at its limit ({reply.stop_reason}): output cut off")
-    refused = reply.stop_reason == REFUSAL_STOP_REASON
-    if not refused:
-        if reply.stop_reason not in COMPLETE_STOP_REASONS:
-            raise UnexpectedStopReason(f"{where} stopped with {reply.stop_reason!r}")
-        if not reply.text.strip():
-            raise EmptyOutput(f"{where} gave an empty answer")
+    if reply.stop_reason == REFUSAL_STOP_REASON:
+        return True
+    if reply.stop_reason not in COMPLETE_STOP_REASONS:
+        raise UnexpectedStopReason(f"{where} stopped with {reply.stop_reason!r}")
+    if not reply.text.strip():
+        raise EmptyOutput(f"{where} gave an empty answer")
+    return False
+
+
+def apply_reply(state: ReviewState, reply: ModelReply) -> Applied:
+    """Take the reply to next_step(state). The agent's full turn (text and blocks unchanged) is
+    appended to its history; then the loop moves on or ends (see the module doc). Raises like
+    check_reply, leaving `state` as it was, so the same step can be asked again."""
+    refused = check_reply(reply, role=state.role, round_number=state.round)
     turn = Message(role="assistant", content=reply.text, blocks=reply.blocks)
-    return (*history, turn), reply, refused
+    if state.step is StepKind.CODER:
+        state = replace(state, coder_history=(*state.coder_history, turn), code=None)
+        if refused:
+            return _ended(state, EndReason.REFUSAL, f"the coder refused in round {state.round}")
+        try:
+            code = extract_code(reply.text)
+        except CodeFormatError as error:
+            # The coder's fault: its feedback, never reviewed; the round counts.
+            state = replace(state, last_reasons=(str(error),))
+            return _next_round_or_cap(state, code_error=str(error))
+        prompt = Message("user", reviewer_prompt(state.task, code))
+        state = replace(
+            state,
+            step=StepKind.REVIEWER,
+            code=code,
+            reviewer_history=(*state.reviewer_history, prompt),
+        )
+        return Applied(state)
+
+    repairing = state.step is StepKind.REPAIR
+    state = replace(state, reviewer_history=(*state.reviewer_history, turn))
+    if refused:
+        what = "refused its repair turn" if repairing else "refused"
+        return _ended(state, EndReason.REFUSAL, f"the reviewer {what} in round {state.round}")
+    try:
+        verdict = parse_verdict(reply.text)
+    except VerdictError as error:
+        if repairing:
+            detail = (
+                f"the reviewer's verdict in round {state.round} is still invalid after its "
+                f"repair turn: {error}"
+            )
+            return _ended(state, EndReason.INVALID_VERDICT, detail, parse_error=str(error))
+        # One repair turn on the reviewer side; no coder round is spent.
+        repair = Message("user", repair_prompt(error))
+        state = replace(
+            state, step=StepKind.REPAIR, reviewer_history=(*state.reviewer_history, repair)
+        )
+        return Applied(state, parse_error=str(error))
+    state = replace(state, last_reasons=verdict.reasons)
+    if verdict.approved:
+        detail = f"approved in round {state.round}"
+        return _ended(state, EndReason.APPROVED, detail, code=state.code, verdict=verdict)
+    return _next_round_or_cap(state, verdict=verdict)
+
+
+def _next_round_or_cap(state: ReviewState, **seen) -> Applied:
+    """After feedback for the coder: the next round, or the round cap."""
+    if state.round >= state.max_rounds:
+        detail = f"no approval after {state.max_rounds} round(s)"
+        return _ended(state, EndReason.ROUND_CAP, detail, **seen)
+    feedback = Message("user", coder_feedback(state.last_reasons))
+    state = replace(
+        state,
+        round=state.round + 1,
+        step=StepKind.CODER,
+        coder_history=(*state.coder_history, feedback),
+    )
+    return Applied(state, **seen)
+
+
+def _ended(
+    state: ReviewState, reason: EndReason, detail: str, *, code: str | None = None, **seen
+) -> Applied:
+    outcome = ReviewOutcome(
+        status=Status.APPROVED if reason is EndReason.APPROVED else Status.ESCALATED,
+        code=code,
+        reason=reason,
+        last_reasons=state.last_reasons,
+        rounds=state.round,
+        coder_history=state.coder_history,
+        reviewer_history=state.reviewer_history,
+        detail=detail,
+    )
+    return Applied(state, outcome, refused=reason is EndReason.REFUSAL, **seen)
 
 
 def run_review_loop(
     task: str, *, coder: Agent, reviewer: Agent, max_rounds: int = 3
 ) -> ReviewOutcome:
     """Run coder → reviewer rounds until approval, escalation, or an error (see module doc)."""
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise ValueError(f"max_rounds must be an integer >= 1, got {max_rounds!r}")
-    if not task.strip():
-        raise ValueError("the task is empty")
+    state = review_start(task, max_rounds=max_rounds)
+    while True:
+        step = next_step(state)
+        agent = coder if step.role == "coder" else reviewer
+        applied = apply_reply(state, agent.reply(step.history))
+        if applied.outcome is not None:
+            return applied.outcome
+        state = applied.state
 
-    coder_history: tuple[Message, ...] = (Message("user", coder_prompt(task)),)
-    reviewer_history: tuple[Message, ...] = ()
-    last_reasons: tuple[str, ...] = ()
 
-    def outcome(
-        reason: EndReason, rounds: int, detail: str, code: str | None = None
-    ) -> ReviewOutcome:
-        # Reads the histories and last_reasons as they are when it is called.
-        return ReviewOutcome(
-            status=Status.APPROVED if reason is EndReason.APPROVED else Status.ESCALATED,
-            code=code,
-            reason=reason,
-            last_reasons=last_reasons,
-            rounds=rounds,
-            coder_history=coder_history,
-            reviewer_history=reviewer_history,
-            detail=detail,
+# --- budgets ---------------------------------------------------------------------------------
+
+
+def budget_stop(usage: Usage, budgets: Budgets, *, ended: bool) -> Reason | None:
+    """The budget that stops the loop after a step, or None. Tokens, cost and wall time stop it
+    once exceeded, whatever the step gave (even an approval: a run that spent its budget stops
+    with no answer). The turn cap stops it once reached, when the loop would need another
+    turn. Plain code, like the caps of the agent loop's policy."""
+    spent = [
+        ("token_budget", budgets.max_tokens, usage.tokens),
+        ("cost_budget", budgets.max_cost, usage.cost),
+        ("wall_time_budget", budgets.max_wall_seconds, usage.wall_seconds),
+    ]
+    for name, limit, value in spent:
+        if limit is not None and value > limit:
+            detail = f"{name}: {value:g} spent of {limit:g}; the run stops with no answer"
+            return Reason(name, "fired", Outcome.STOP_FAILURE, detail)
+    if not ended and usage.turns >= budgets.max_turns:
+        detail = (
+            f"turn_cap: {usage.turns} turns of {budgets.max_turns} and the loop has not ended; "
+            "the run stops with no answer"
         )
-
-    for round_number in range(1, max_rounds + 1):
-        coder_history, reply, refused = _ask(coder, "coder", coder_history, round_number)
-        if refused:
-            return outcome(
-                EndReason.REFUSAL, round_number, f"the coder refused in round {round_number}"
-            )
-        try:
-            code = extract_code(reply.text)
-        except CodeFormatError as error:
-            last_reasons = (str(error),)  # the coder's fault: its feedback, never reviewed
-        else:
-            reviewer_history += (Message("user", reviewer_prompt(task, code)),)
-            reviewer_history, reply, refused = _ask(
-                reviewer, "reviewer", reviewer_history, round_number
-            )
-            if refused:
-                return outcome(
-                    EndReason.REFUSAL, round_number, f"the reviewer refused in round {round_number}"
-                )
-            try:
-                verdict = parse_verdict(reply.text)
-            except VerdictError as error:
-                # One repair turn on the reviewer side; no coder round is spent.
-                reviewer_history += (Message("user", repair_prompt(error)),)
-                reviewer_history, reply, refused = _ask(
-                    reviewer, "reviewer", reviewer_history, round_number
-                )
-                if refused:
-                    return outcome(
-                        EndReason.REFUSAL,
-                        round_number,
-                        f"the reviewer refused its repair turn in round {round_number}",
-                    )
-                try:
-                    verdict = parse_verdict(reply.text)
-                except VerdictError as second:
-                    return outcome(
-                        EndReason.INVALID_VERDICT,
-                        round_number,
-                        f"the reviewer's verdict in round {round_number} is still invalid after "
-                        f"its repair turn: {second}",
-                    )
-            last_reasons = verdict.reasons
-            if verdict.approved:
-                return outcome(
-                    EndReason.APPROVED, round_number, f"approved in round {round_number}", code
-                )
-        if round_number < max_rounds:
-            coder_history += (Message("user", coder_feedback(last_reasons)),)
-
-    return outcome(EndReason.ROUND_CAP, max_rounds, f"no approval after {max_rounds} round(s)")
+        return Reason("turn_cap", "fired", Outcome.STOP_FAILURE, detail)
+    return None

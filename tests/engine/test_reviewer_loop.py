@@ -12,6 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from guardian_core.engine.policy import Usage
 from guardian_core.engine.reviewer_loop import (
     APPROVED,
     CHANGES_REQUESTED,
@@ -20,16 +21,23 @@ from guardian_core.engine.reviewer_loop import (
     EndReason,
     Message,
     ModelReply,
+    ReviewState,
     Status,
+    StepKind,
     TruncatedOutput,
     UnexpectedStopReason,
     Verdict,
     VerdictError,
+    apply_reply,
+    budget_stop,
     extract_code,
+    next_step,
     parse_verdict,
+    review_start,
     reviewer_prompt,
     run_review_loop,
 )
+from guardian_core.engine.thresholds import Budgets
 
 TASK = "Write add(a, b) returning the sum of two integers."
 CODE_1 = "def add(a, b):\n    return a - b"
@@ -678,3 +686,88 @@ def test_a_stop_sequence_is_a_complete_answer(scripted) -> None:
     coder = scripted("coder", ModelReply(code_reply(CODE_2).text, "stop_sequence"))
     reviewer = scripted("reviewer", ModelReply(approved().text, "stop_sequence"))
     assert run_review_loop(TASK, coder=coder, reviewer=reviewer).status == "approved"
+
+
+# --- one step at a time ----------------------------------------------------------------------
+
+
+def _stepwise(replies: dict[str, list[ModelReply]], *, max_rounds: int, through_json: bool):
+    """Drive the loop step by step; optionally store and reload the state between steps as a
+    durable caller does. Returns the (kind, round, history) of every call and the outcome."""
+    state = review_start(TASK, max_rounds=max_rounds)
+    calls, given = [], {"coder": 0, "reviewer": 0}
+    while True:
+        step = next_step(state)
+        calls.append((step.kind, step.round, step.history))
+        reply = replies[step.role][given[step.role]]
+        given[step.role] += 1
+        applied = apply_reply(state, reply)
+        if applied.outcome is not None:
+            return calls, applied.outcome
+        state = applied.state
+        if through_json:
+            state = ReviewState.from_dict(json.loads(json.dumps(state.to_dict())))
+
+
+REPLIES = {
+    "coder": [code_reply(CODE_1), code_reply(CODE_2)],
+    "reviewer": [INVALID, changes("wrong operator"), approved()],
+}
+
+
+def test_each_step_names_whose_call_it_is_and_a_repair_stays_in_its_round() -> None:
+    calls, outcome = _stepwise(REPLIES, max_rounds=2, through_json=False)
+    assert [(kind, n) for kind, n, _ in calls] == [
+        (StepKind.CODER, 1),
+        (StepKind.REVIEWER, 1),
+        (StepKind.REPAIR, 1),
+        (StepKind.CODER, 2),
+        (StepKind.REVIEWER, 2),
+    ]
+    assert (outcome.reason, outcome.code, outcome.rounds) == ("approved", CODE_2, 2)
+
+
+def test_a_loop_reloaded_between_steps_asks_exactly_what_an_unbroken_one_asks(scripted) -> None:
+    coder = scripted("coder", *REPLIES["coder"])
+    reviewer = scripted("reviewer", *REPLIES["reviewer"])
+    unbroken = run_review_loop(TASK, coder=coder, reviewer=reviewer, max_rounds=2)
+    calls, outcome = _stepwise(REPLIES, max_rounds=2, through_json=True)
+    asked = {"coder": [], "reviewer": []}
+    for kind, _, history in calls:
+        asked["coder" if kind is StepKind.CODER else "reviewer"].append(history)
+    assert asked == {"coder": coder.histories, "reviewer": reviewer.histories}
+    assert outcome == unbroken
+
+
+def test_a_step_that_raises_leaves_the_loop_where_it_was() -> None:
+    state = apply_reply(review_start(TASK), code_reply(CODE_2)).state
+    before = next_step(state)
+    with pytest.raises(EmptyOutput):
+        apply_reply(state, ModelReply(""))
+    assert next_step(state) == before  # the same call, with the same history, can be retried
+    assert before.kind is StepKind.REVIEWER
+
+
+def test_spending_the_token_budget_stops_even_an_approved_loop() -> None:
+    reason = budget_stop(Usage(turns=2, tokens=201), Budgets(max_tokens=200), ended=True)
+    assert (reason.source, reason.outcome) == ("token_budget", "stop_failure")
+
+
+@pytest.mark.parametrize(
+    ("usage", "budgets", "name"),
+    [
+        (Usage(turns=1, cost=0.51), Budgets(max_cost=0.5), "cost_budget"),
+        (Usage(turns=1, wall_seconds=61), Budgets(max_wall_seconds=60), "wall_time_budget"),
+    ],
+)
+def test_spending_the_cost_or_time_budget_stops_the_loop(usage, budgets, name) -> None:
+    assert budget_stop(usage, budgets, ended=False).source == name
+
+
+def test_the_turn_cap_stops_only_a_loop_that_needs_another_turn() -> None:
+    assert budget_stop(Usage(turns=4), Budgets(max_turns=4), ended=False).source == "turn_cap"
+    assert budget_stop(Usage(turns=4), Budgets(max_turns=4), ended=True) is None
+    assert (
+        budget_stop(Usage(turns=3, tokens=200), Budgets(max_turns=4, max_tokens=200), ended=False)
+        is None
+    )

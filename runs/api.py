@@ -12,6 +12,7 @@ from guardian_core.api import HasRequiredPermission
 from runs.models import Run
 from runs.selectors import run_get, run_list
 from runs.services import RunError, run_cancel, run_start
+from runs.validation import ACTORS, GUARDIANS, MAX_GOAL_CHARS, problems_by_field, run_input_problems
 
 
 class RunOutputSerializer(serializers.ModelSerializer):
@@ -62,15 +63,35 @@ class RunDetailApi(RetrieveAPIView):
 
 
 class RunCreateInputSerializer(serializers.Serializer):
-    goal = serializers.CharField()
+    goal = serializers.CharField(max_length=MAX_GOAL_CHARS)
     acceptance_criteria = serializers.ListField(child=serializers.CharField(), required=False)
     tools = serializers.ListField(child=serializers.CharField(), allow_empty=True)
-    actor = serializers.ChoiceField(choices=["scripted", "openai"])
-    guardian = serializers.ChoiceField(
-        choices=["scripted", "local", "http", "openai"], default="local"
+    actor = serializers.ChoiceField(choices=ACTORS)
+    guardian = serializers.ChoiceField(choices=GUARDIANS, default="local")
+    budgets = serializers.DictField(
+        required=False,
+        help_text="max_turns, max_tokens (whole numbers ≥ 1), max_cost, "
+        "max_wall_seconds (numbers > 0); nothing else.",
     )
-    budgets = serializers.DictField(required=False)
-    config = serializers.DictField(required=False)
+    config = serializers.DictField(
+        required=False, help_text="The adapters' settings; each adapter takes only its own keys."
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        # The same checks run_start makes, reported per field: a run that could never run is
+        # refused here instead of sitting "running" until the sweeper gives up on it.
+        problems = run_input_problems(
+            goal=attrs["goal"],
+            acceptance_criteria=attrs.get("acceptance_criteria"),
+            tools=attrs["tools"],
+            actor=attrs["actor"],
+            guardian=attrs["guardian"],
+            budgets=attrs.get("budgets"),
+            config=attrs.get("config"),
+        )
+        if problems:
+            raise serializers.ValidationError(problems_by_field(problems))
+        return attrs
 
 
 class RunCreateApi(APIView):
@@ -85,7 +106,7 @@ class RunCreateApi(APIView):
         serializer.is_valid(raise_exception=True)
         try:
             run = run_start(**serializer.validated_data, created_by=request.user)
-        except RunError as exc:
+        except RunError as exc:  # what only run_start can know, e.g. no active policy version
             raise ValidationError({"detail": str(exc)}) from None
         return Response(RunOutputSerializer(run_get(run_id=run.pk)).data, status=201)
 

@@ -34,6 +34,13 @@ def _fast_password_hashing(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _scripted_adapters_allowed(settings) -> None:
+    """The tests play scenarios whatever DEBUG the suite runs with; the tests of the setting
+    itself turn it off with override_settings."""
+    settings.GUARDIAN_ALLOW_SCRIPTED_ADAPTERS = True
+
+
 def _persona(django_user_model, username: str, *roles: str):
     user = django_user_model.objects.create_user(username=username, password=PERSONA_PASSWORD)
     user.groups.set(Group.objects.filter(name__in=roles))

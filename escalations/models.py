@@ -85,6 +85,9 @@ class Verdict(models.Model):
     answer = models.JSONField(null=True, blank=True)
     # Positions of the held step's calls the reviewer approved; exactly these run.
     approved_calls = models.JSONField(default=list, blank=True)
+    # An ambiguous call the reviewer says did not go through runs again, with its own
+    # idempotency key, only when they ask for it explicitly.
+    rerun = models.BooleanField(default=False)
     # What the run did next because of this verdict (continue, stop_success, ...).
     resulting_outcome = models.CharField(max_length=20, blank=True)
     reviewer = models.ForeignKey(
@@ -102,6 +105,10 @@ class Verdict(models.Model):
             models.CheckConstraint(
                 condition=~Q(decision="reject") | ~Q(reason=""),
                 name="verdict_reject_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(rerun=False) | Q(decision="reject"),
+                name="verdict_rerun_only_on_reject",
             ),
         ]
 

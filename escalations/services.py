@@ -15,6 +15,7 @@ from escalations.models import (
     Verdict,
     VerdictDecision,
 )
+from guardian_core.db import retry_on_conflict
 from guardian_core.engine.conditions import (
     DRIFT_SCORES,
     Condition,
@@ -23,9 +24,8 @@ from guardian_core.engine.conditions import (
     parse_answer,
 )
 from guardian_core.engine.policy import Outcome, decide
-from guardian_core.engine.state import project
 from runs import mapping
-from runs.models import RunStatus, ToolCall, ToolCallStatus
+from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 
 
 class EscalationError(ValueError):
@@ -40,24 +40,42 @@ def escalation_resolve(
     reason: str = "",
     answer: dict | None = None,
     approved_calls: list[int] | None = None,
+    rerun: bool = False,
 ) -> Verdict:
     """Record a person's verdict on an open escalation and move its run on.
 
     approve: exactly the approved calls of the held step run (all held calls by default);
       for an ambiguous call, it is recorded as having gone through; for a coder/reviewer loop,
       the coder's last code is accepted as the run's answer.
-    reject: the actor is told which calls were rejected and why, and proposes again; any
-      other escalation rejected stops the run.
+    reject: the actor is told which calls were rejected and why, and proposes again; for an
+      ambiguous call, it is recorded as not done and the run stops, unless `rerun` asks for
+      it to run again under its own idempotency key; any other escalation rejected stops
+      the run.
     answer: {condition: label} for the conditions the guardian was unsure of; the policy
       decides again with the human answers.
     """
+    return retry_on_conflict(
+        lambda: _resolve(escalation_id, reviewer, decision, reason, answer, approved_calls, rerun)
+    )
+
+
+def _resolve(escalation_id, reviewer, decision, reason, answer, approved_calls, rerun) -> Verdict:
+    run_id = Escalation.objects.values_list("run_id", flat=True).get(pk=escalation_id)
     with transaction.atomic():
+        # Locks are taken in one order everywhere: the run, then its escalation (run_cancel,
+        # the turn's outcome and the sweeper do the same), so a verdict racing a cancel
+        # waits instead of deadlocking.
+        Run.objects.select_for_update().filter(pk=run_id).first()
         escalation = (
             Escalation.objects.select_for_update(of=("self",))
             .select_related("run__policy_version", "turn__decision")
             .get(pk=escalation_id)
         )
         problems = _problems(escalation, reviewer, decision, reason, answer, approved_calls)
+        if rerun and not (
+            decision == VerdictDecision.REJECT and escalation.kind == EscalationKind.AMBIGUOUS_CALL
+        ):
+            problems.append("rerun: only an ambiguous call that did not go through can run again")
         if problems:
             raise EscalationError("; ".join(problems))
         held = list(escalation.reason.get("held_calls", []))
@@ -69,6 +87,7 @@ def escalation_resolve(
             approved_calls=sorted(held if approved_calls is None else approved_calls)
             if decision == VerdictDecision.APPROVE
             else [],
+            rerun=rerun,
             reviewer=reviewer,
         )
         _labelled_examples(escalation, verdict)
@@ -171,12 +190,13 @@ def _labelled_examples(escalation: Escalation, verdict: Verdict) -> None:
     }
     if escalation.kind == EscalationKind.GATED_STEP:
         # The reviewer saw each held call with its class; the class is the label either way.
-        state = mapping.state_from_json(turn.state)
+        # The example holds the projection the guardian judged that call on.
+        shown = turn.risk_projections or []
         for call in turn.tool_calls.filter(position__in=escalation.reason.get("held_calls", [])):
             raw = (decision.risk_answers or [None] * (call.position + 1))[call.position]
             LabelledExample.objects.create(
                 condition=Condition.RISK,
-                projection=project(state, pending_index=call.position).data,
+                projection=shown[call.position] if call.position < len(shown) else {},
                 probability=compared_probability(Condition.RISK, parse_answer(Condition.RISK, raw)),
                 label=call.risk_class,
                 **common,
@@ -203,10 +223,22 @@ def _move_run(escalation: Escalation, verdict: Verdict) -> str:
         return run.status
     kind, decision = escalation.kind, verdict.decision
     if kind == EscalationKind.AMBIGUOUS_CALL:
+        ambiguous = ToolCall.objects.filter(
+            turn=escalation.turn,
+            position__in=escalation.reason.get("ambiguous_calls", []),
+            status=ToolCallStatus.AMBIGUOUS,
+        )
+        note = f" by {verdict.reviewer}" + (f": {verdict.reason}" if verdict.reason else "")
         if decision == VerdictDecision.APPROVE:
-            ToolCall.objects.filter(turn=escalation.turn, status=ToolCallStatus.AMBIGUOUS).update(
-                status=ToolCallStatus.DONE, result=f"Confirmed done by {verdict.reviewer}."
+            # It went through: done, with the reviewer's word standing in for the output.
+            ambiguous.update(
+                status=ToolCallStatus.DONE,
+                result=f"Confirmed done{note}.",
+                finished_at=timezone.now(),
             )
+            return _continue(run, enqueue_after_commit)
+        ambiguous.update(status=ToolCallStatus.FAILED, error=f"Did not go through, said{note}.")
+        if verdict.rerun:
             return _continue(run, enqueue_after_commit)
         return _stop(run, RunStatus.FAILED, "ambiguous_call_not_done")
     if kind == EscalationKind.GATED_STEP:

@@ -4,6 +4,7 @@ Each reader fails loudly with ImproperlyConfigured naming the variable, so that 
 deployment is a clear startup error instead of a silently wrong setting.
 """
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -69,6 +70,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_json_prices(name: str) -> dict:
+    """Model prices as JSON (see guardian_core.adapters.pricing.price_table); {} when unset."""
+    from guardian_core.adapters.pricing import price_table
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        return price_table(json.loads(raw))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ImproperlyConfigured(f"{name} is not a valid price table: {exc}") from None
+
+
 def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
     """Django's DATABASES['default'] for a sqlite:/// or postgres:// URL.
 
@@ -100,6 +114,10 @@ def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
         }
         # A file, not :memory:, so that a worker process started by a test sees the test data.
         config["TEST"] = {"NAME": str(sqlite_test_name)}
+    else:
+        # A database host that drops packets would otherwise hold a request (and /healthz)
+        # for the operating system's TCP timeout, minutes; a URL's own connect_timeout wins.
+        config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
     # Keep connections open between requests and tasks: Celery closes a connection after every
     # task unless it may live on, and reconnecting costs more than a whole turn's queries.
     config["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 600)

@@ -1,5 +1,6 @@
 """Guardian's one settings module, driven by the environment variables in .env.example."""
 
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -10,6 +11,7 @@ from guardian_core.env import (
     env_bool,
     env_float,
     env_int,
+    env_json_prices,
     env_list,
     env_str,
 )
@@ -43,6 +45,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_htmx",
+    "axes",
     "guardian_core",
     "runs",
     "escalations",
@@ -60,6 +63,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "guardian_core.urls"
@@ -93,6 +98,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords in a row for one
+# username from one address, that pair is locked out for LOGIN_COOLOFF_MINUTES, on the login
+# page and the admin's alike. Per pair, so an attacker cannot lock a user out from elsewhere
+# and a colleague behind the same address still signs in. The axes backend must come first.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Quiet at startup (commands print one line on failure) and per sign-in; lockouts still warn.
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -169,6 +189,14 @@ OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or "http://127.0.0.1:11434/v1"
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_GUARDIAN_MODEL = env_str("OPENAI_GUARDIAN_MODEL")
 OPENAI_ACTOR_MODEL = env_str("OPENAI_ACTOR_MODEL")
+# The coder/reviewer loop's two chat models (run.config coder_model / reviewer_model override
+# them per run): a different model reviews better than the coder reviewing itself.
+OPENAI_CODER_MODEL = env_str("OPENAI_CODER_MODEL")
+OPENAI_REVIEWER_MODEL = env_str("OPENAI_REVIEWER_MODEL")
+# Prices per model, so that the actor's and the guardian's calls count against max_cost:
+# {"model-name": {"input_per_million": 0.15, "output_per_million": 0.6}}. A model with no
+# price costs nothing, but its tokens still count against max_tokens.
+GUARDIAN_MODEL_PRICES = env_json_prices("GUARDIAN_MODEL_PRICES")
 # A worker holds a run this long while it advances one turn; after that the sweeper may give
 # the run to another worker. Longer than the slowest turn, shorter than a person's patience.
 GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)
@@ -177,13 +205,21 @@ GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, m
 # After this many consecutive failures to advance, a run is parked for a person.
 GUARDIAN_MAX_ADVANCE_FAILURES = env_int("GUARDIAN_MAX_ADVANCE_FAILURES", 3, minimum=1)
 GUARDIAN_ESCALATION_HOURS = env_int("GUARDIAN_ESCALATION_HOURS", 24, minimum=1)
+# The scripted actor and guardian play whatever script a caller hands them, the guardian's
+# answers and a "success" included: a demo and test tool, so off unless DEBUG (make demo).
+GUARDIAN_ALLOW_SCRIPTED_ADAPTERS = env_bool("GUARDIAN_ALLOW_SCRIPTED_ADAPTERS", DEBUG)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # \u-escaped output: an error that echoes a lone surrogate back stays valid to encode.
+    "UNICODE_JSON": False,
+    # JSON only, and a document nested too deeply is a 400 naming its field, not a 500.
+    "DEFAULT_PARSER_CLASSES": ["guardian_core.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # A bounded page size: no caller can dump every row in one request.
+    "DEFAULT_PAGINATION_CLASS": "guardian_core.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
 SPECTACULAR_SETTINGS = {
@@ -200,4 +236,5 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"axes": {"level": "WARNING"}},
 }

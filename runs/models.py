@@ -78,7 +78,11 @@ class Turn(models.Model):
     # Written before any tool of the turn runs; a retried turn reuses it instead of asking the
     # actor again, so the idempotency keys of its calls stay the same.
     proposal = models.JSONField(default=dict, blank=True)
+    # Exactly what the guardian was shown after the calls ran ({} for a held step, when it
+    # was not asked), before any output was withheld from the actor; and, for the risk check,
+    # one projection per proposed call. Labelled examples are built from these.
     projection = models.JSONField(default=dict, blank=True, help_text="What the guardian saw.")
+    risk_projections = models.JSONField(default=list, blank=True)
     state = models.JSONField(default=dict, blank=True, help_text="Loop state after the turn.")
     usage = models.JSONField(default=dict, blank=True, help_text="Budget spent up to this turn.")
     feedback = models.JSONField(default=list, blank=True, help_text="For the next proposal.")

@@ -10,6 +10,7 @@ from guardian_core.adapters.scripted import ScriptedActor, ScriptedGuardian
 from guardian_core.engine.canonical import canonical_json
 from guardian_core.engine.conditions import RiskClass
 from guardian_core.engine.loop import Actor, Guardian
+from guardian_core.engine.reviewer_loop import Agent as ReviewAgent
 from guardian_core.engine.tools import Tool
 from runs.models import Run, ToolCall, ToolCallStatus, Turn
 
@@ -29,12 +30,20 @@ def build_actor(run: Run, tools: dict[str, Tool]) -> Actor:
             run.config.get("actor_model") or settings.OPENAI_ACTOR_MODEL,
             tools,
             api_key=settings.OPENAI_API_KEY or None,
+            prices=settings.GUARDIAN_MODEL_PRICES,
         )
     raise ValueError(f"unknown actor adapter {run.actor!r}")
 
 
 def build_guardian(run: Run) -> Guardian:
+    """The run's guardian. One that takes question text asks the wording of the run's pinned
+    policy version; the local and scripted ones ask their own fixed questions. Either way the
+    guardian's `question_set_version` is what was asked, and the loop logs that."""
     deadline = settings.GUARDIAN_DEADLINE_SECONDS
+    asked = {
+        "questions": run.policy_version.question_set,
+        "question_set_version": run.policy_version.question_set_version,
+    }
     if run.guardian == "scripted":
         return ScriptedGuardian(run.config["scenario"], deadline_seconds=deadline)
     if run.guardian == "local":
@@ -49,6 +58,8 @@ def build_guardian(run: Run) -> Guardian:
             api_key=settings.GUARDIAN_HTTP_API_KEY or None,
             timeout_seconds=deadline,
             model_version=settings.GUARDIAN_HTTP_MODEL_VERSION,
+            prices=settings.GUARDIAN_MODEL_PRICES,
+            **asked,
         )
     if run.guardian == "openai":
         from guardian_core.adapters.openai import OpenAIGuardian
@@ -58,19 +69,72 @@ def build_guardian(run: Run) -> Guardian:
             settings.OPENAI_GUARDIAN_MODEL,
             api_key=settings.OPENAI_API_KEY or None,
             timeout_seconds=deadline,
+            prices=settings.GUARDIAN_MODEL_PRICES,
+            **asked,
         )
     raise ValueError(f"unknown guardian adapter {run.guardian!r}")
 
 
+def build_review_agents(run: Run) -> tuple[ReviewAgent, ReviewAgent]:
+    """The coder and the reviewer of a coder/reviewer run ("coder_reviewer" actor). Scripted
+    when run.config holds a "review_loop" script (the demo and tests); otherwise chat models on
+    the OpenAI-compatible server, named by run.config "coder_model" / "reviewer_model" or the
+    OPENAI_CODER_MODEL / OPENAI_REVIEWER_MODEL settings. Each has a `model` attribute (the
+    name asked for) and is closed with close_review_agents()."""
+    script = run.config.get("review_loop")
+    if isinstance(script, dict):
+        from guardian_core.adapters.scripted_chat import ScriptedChatAgent
+
+        return (
+            ScriptedChatAgent(script.get("coder", [])),
+            ScriptedChatAgent(script.get("reviewer", [])),
+        )
+    from guardian_core.adapters.openai_chat import OpenAIChatAgent
+
+    models = {
+        "coder_model": run.config.get("coder_model") or settings.OPENAI_CODER_MODEL,
+        "reviewer_model": run.config.get("reviewer_model") or settings.OPENAI_REVIEWER_MODEL,
+    }
+    missing = [
+        f"{key}: not set in the run's config nor in OPENAI_{key.upper()}"
+        for key, model in models.items()
+        if not isinstance(model, str) or not model
+    ]
+    if missing:
+        raise ValueError("; ".join(missing))
+    coder, reviewer = (
+        OpenAIChatAgent(
+            settings.OPENAI_BASE_URL,
+            model,
+            api_key=settings.OPENAI_API_KEY or None,
+            prices=settings.GUARDIAN_MODEL_PRICES,
+        )
+        for model in models.values()
+    )
+    return coder, reviewer
+
+
+def close_review_agents(*agents: ReviewAgent) -> None:
+    for agent in agents:
+        close = getattr(agent, "close", None)
+        if close is not None:
+            close()
+
+
 def recording_tools(
-    tools: dict[str, Tool], *, turn: Turn, calls_by_key: dict[str, tuple[int, str]]
+    tools: dict[str, Tool],
+    *,
+    turn: Turn,
+    calls_by_key: dict[str, tuple[int, str]],
+    rerun_keys: frozenset[str] = frozenset(),
 ) -> dict[str, Tool]:
     """The run's tools, each wrapped so that a call is recorded as started before it runs and
     as done after, in their own short transactions (no lock is held while a tool runs).
 
     A key already done returns its stored result instead of running again. A key found started
     but never finished (the worker died) is ambiguous: a read-only or reversible call is run
-    again with the same key; an irreversible or regulated one is never retried blindly.
+    again with the same key; an irreversible or regulated one is never retried blindly: only
+    a key in `rerun_keys` (a person said it did not go through and asked for it) runs again.
     """
     return {
         name: Tool(
@@ -78,20 +142,23 @@ def recording_tools(
             description=tool.description,
             schema=tool.schema,
             risk_class=tool.risk_class,
-            func=_recorded(tool, turn, calls_by_key),
+            func=_recorded(tool, turn, calls_by_key, rerun_keys),
         )
         for name, tool in tools.items()
     }
 
 
-def _recorded(tool: Tool, turn: Turn, calls_by_key) -> Callable[..., object]:
+def _recorded(tool: Tool, turn: Turn, calls_by_key, rerun_keys) -> Callable[..., object]:
     def call(arguments: dict, *, idempotency_key: str) -> object:
         position, intent = calls_by_key[idempotency_key]
         existing = ToolCall.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None and existing.status == ToolCallStatus.DONE:
             return existing.result
         if existing is not None:
-            if RiskClass(tool.risk_class).needs_approval:
+            # A re-run is allowed once: the verdict left the call failed, and a re-run that
+            # crashed in turn leaves it started, which is ambiguous again.
+            rerun = idempotency_key in rerun_keys and existing.status == ToolCallStatus.FAILED
+            if RiskClass(tool.risk_class).needs_approval and not rerun:
                 ToolCall.objects.filter(pk=existing.pk).update(status=ToolCallStatus.AMBIGUOUS)
                 raise AmbiguousCall(
                     f"{tool.name} {arguments} started at {existing.started_at:%Y-%m-%d %H:%M:%S} "

@@ -8,7 +8,7 @@ short transaction that the unique (run, index) and one-decision-per-turn constra
 
 import logging
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -17,11 +17,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind, EscalationStatus, VerdictDecision
-from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, run_turn
-from guardian_core.engine.policy import Outcome, Reason, Usage
-from guardian_core.engine.state import project
+from guardian_core.db import retry_on_conflict
+from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
+from guardian_core.engine.policy import Outcome, Usage
+from guardian_core.engine.state import HistoryItem, project, state_next
 from guardian_core.engine.tools import idempotency_key, validate_call
 from guardian_core.models import PolicyVersion
+from guardian_core.services import policy_version_problems_for
 from runs import mapping
 from runs.models import (
     Decision,
@@ -33,6 +35,7 @@ from runs.models import (
 )
 from runs.ports import build_actor, build_guardian, recording_tools
 from runs.tools import tools_for_run
+from runs.validation import run_input_problems
 
 logger = logging.getLogger(__name__)
 
@@ -69,17 +72,23 @@ def run_start(
     config: dict | None = None,
     created_by=None,
 ) -> Run:
-    """Create a run pinned to the active policy version and enqueue its first turn."""
-    problems = []
-    if not goal or not goal.strip():
-        problems.append("goal: must not be empty")
-    try:
-        tools_for_run(tools)
-    except ValueError as exc:
-        problems.append(f"tools: {exc}")
+    """Create a run pinned to the active policy version and enqueue its first turn.
+
+    Raises RunError naming every problem (runs/validation.py): a run never starts on input it
+    can never run with, so nothing sits "running" until the sweeper gives up on it."""
+    problems = run_input_problems(
+        goal=goal,
+        acceptance_criteria=acceptance_criteria,
+        tools=tools,
+        actor=actor,
+        guardian=guardian,
+        budgets=budgets,
+        config=config,
+    )
     version = PolicyVersion.objects.filter(is_active=True).first()
     if version is None:
         problems.append("policy_version: no policy version is active")
+    problems += policy_version_problems_for(version)  # a run never starts on an invalid one
     if problems:
         raise RunError("; ".join(problems))
     with transaction.atomic():
@@ -101,8 +110,13 @@ def run_start(
 
 def run_cancel(*, run_id: int) -> bool:
     """Stop a run before its next turn; its open escalation closes as cancelled."""
+    return retry_on_conflict(lambda: _cancel(run_id))
+
+
+def _cancel(run_id: int) -> bool:
     now = timezone.now()
     with transaction.atomic():
+        # The run first, then its escalation: the one lock order (see escalation_resolve).
         changed = Run.objects.filter(pk=run_id, status__in=ACTIVE).update(
             status=RunStatus.CANCELLED, stop_reason="cancelled", finished_at=now, updated_at=now
         )
@@ -140,6 +154,13 @@ class _Resume:
     proposal: Proposal | None
     approved: frozenset[int] | None
     feedback: tuple[Feedback, ...]
+    # The verdict, written into the state's history before the next turn: the actor and the
+    # guardian judge the run from what happened, and a rejected call never happened.
+    history: tuple[HistoryItem, ...] = ()
+    # Outputs a person cleared of injected instructions, released to the actor again.
+    released: tuple[str, ...] | None = None
+    # Calls a person said did not go through and asked to run again, under their first key.
+    rerun_keys: dict[int, str] | None = None
 
 
 def run_advance(*, run_id: int) -> str:
@@ -175,15 +196,16 @@ def _advance_claimed(run_id: int, token: str) -> str:
     index = len(decided)
 
     if run.actor == "coder_reviewer":
-        return _advance_review_loop(run, token, index)
+        from runs.review_rounds import review_round_advance  # it imports this module back
+
+        return review_round_advance(run, token)
 
     state = mapping.state_from_json(last.state) if last else mapping.initial_state(run)
     usage = mapping.usage_from_json(last.usage) if last else Usage(turns=0)
     history = [mapping.past_turn(turn) for turn in decided]
     resume = _resume(last)
-    released = _released_results(last) if resume.proposal is None else None
-    if released is not None:
-        state = replace(state, last_results=released)
+    if resume.history or resume.released is not None:
+        state = state_next(state, add_history=resume.history, last_results=resume.released)
 
     policy = mapping.policy_from_version(run.policy_version, budgets=run.budgets)
     tools = tools_for_run(run.tools)
@@ -194,18 +216,26 @@ def _advance_claimed(run_id: int, token: str) -> str:
         proposal = mapping.proposal_from_json(unfinished.proposal)  # a retried turn
     if proposal is None:
         proposal = build_actor(run, tools).propose(project(state).data, resume.feedback)
+        # Whatever a model sent must be storable before anything runs; text that is not
+        # text makes its call invalid (fed back like any other problem), never a crash.
+        proposal = proposal_as_text(proposal)
     turn = unfinished or _turn_begin(run, index, proposal)
     if turn is None:
         return "skipped"  # another worker recorded this turn first
 
-    calls_by_key = _calls_by_key(run, index, proposal, tools)
+    calls_by_key = _calls_by_key(run, index, proposal, tools, resume.rerun_keys or {})
     record = run_turn(
         state,
         run_id=str(run.pk),
         index=index,
         actor=_NoActor(),
         guardian=guardian,
-        tools=recording_tools(tools, turn=turn, calls_by_key=calls_by_key),
+        tools=recording_tools(
+            tools,
+            turn=turn,
+            calls_by_key=calls_by_key,
+            rerun_keys=frozenset((resume.rerun_keys or {}).values()),
+        ),
         clock=SystemClock(),
         policy=policy,
         history=history,
@@ -213,84 +243,10 @@ def _advance_claimed(run_id: int, token: str) -> str:
         feedback=resume.feedback,
         proposal=proposal,
         approved=resume.approved,
+        idempotency_keys=resume.rerun_keys,
+        run_started_at=run.created_at,
     )
     return _turn_finish(run.pk, token, turn, record)
-
-
-def _advance_review_loop(run: Run, token: str, index: int) -> str:
-    """The coder ⇄ reviewer loop runs as one turn: approved code is the answer; anything else
-    escalates with the reviewer's last reasons."""
-    from guardian_core.adapters.scripted_chat import ScriptedChatAgent
-    from guardian_core.engine.reviewer_loop import Status, run_review_loop
-
-    script = run.config["review_loop"]
-    turn = _turn_begin(run, index, Proposal(calls=(), message="coder/reviewer loop"))
-    if turn is None:
-        return "skipped"
-    ended = run_review_loop(
-        run.goal,
-        coder=ScriptedChatAgent(script["coder"]),
-        reviewer=ScriptedChatAgent(script["reviewer"]),
-        max_rounds=script.get("max_rounds", 3),
-    )
-    approved = ended.status == Status.APPROVED
-    outcome = Outcome.STOP_SUCCESS if approved else Outcome.ESCALATE
-    detail = f"{ended.reason.value} after {ended.rounds} rounds: " + "; ".join(ended.last_reasons)
-    reason = Reason("review_loop", "fired", outcome, detail[:1000])
-    now = timezone.now()
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run.pk)
-        if run.lease_token != token:
-            raise RuntimeError(f"run {run.pk}: lease lost before the turn was recorded")
-        Turn.objects.filter(pk=turn.pk).update(finished_at=now, state_hash="")
-        Decision.objects.create(
-            turn=turn,
-            outcome=outcome.value,
-            answers={},
-            thresholds={},
-            reasons=[reason.as_dict()],
-            stop_reason="review_approved" if approved else "",
-            policy_version=run.policy_version,
-            question_set_version=run.policy_version.question_set_version,
-            guardian_model_version="coder-reviewer-loop",
-            state_hash="",
-        )
-        if approved:
-            run.status, run.stop_reason = RunStatus.SUCCEEDED, "review_approved"
-            run.final_answer, run.finished_at = ended.code, now
-        else:
-            run.status = RunStatus.WAITING
-            Escalation.objects.create(
-                run=run,
-                turn=turn,
-                kind=EscalationKind.REVIEW_LOOP,
-                summary=f"Coder/reviewer loop: {detail}"[:300],
-                reason={
-                    "end_reason": ended.reason.value,
-                    "last_reasons": list(ended.last_reasons),
-                    "rounds": ended.rounds,
-                    "detail": ended.detail,
-                    # What a reviewer may accept in the reviewer agent's place.
-                    "last_code": _last_code(ended.coder_history),
-                },
-                deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
-            )
-        run.lease_token, run.lease_expires_at = "", None
-        run.save()
-    return "finished" if approved else "waiting"
-
-
-def _last_code(coder_history) -> str | None:
-    """The code of the coder's latest answer that had exactly one code block, if any."""
-    from guardian_core.engine.reviewer_loop import CodeFormatError, extract_code
-
-    for message in reversed(coder_history):
-        if message.role == "assistant":
-            try:
-                return extract_code(message.content)
-            except CodeFormatError:
-                continue
-    return None
 
 
 class _NoActor:
@@ -316,24 +272,32 @@ def _resume(last: Turn | None) -> _Resume:
         return _Resume(None, None, feedback)
     escalation = last.escalations.select_related("verdict").order_by("-id").first()
     verdict = getattr(escalation, "verdict", None) if escalation else None
-    if verdict is None or escalation.kind != EscalationKind.GATED_STEP:
+    if verdict is None:
         return _Resume(None, None, feedback)
     proposal = mapping.proposal_from_json(last.proposal)
+    history = mapping.verdict_history(escalation, verdict, proposal)
+    if escalation.kind == EscalationKind.AMBIGUOUS_CALL and verdict.rerun:
+        keys = dict(
+            last.tool_calls.filter(status=ToolCallStatus.FAILED, idempotency_key__isnull=False)
+            .filter(position__in=escalation.reason.get("ambiguous_calls", []))
+            .values_list("position", "idempotency_key")
+        )
+        return _Resume(proposal, frozenset(keys), (), history, rerun_keys=keys)
+    if escalation.kind != EscalationKind.GATED_STEP:
+        return _Resume(None, None, feedback, history, _released_results(last, verdict))
     if verdict.decision == VerdictDecision.APPROVE:
-        return _Resume(proposal, frozenset(verdict.approved_calls), ())
+        return _Resume(proposal, frozenset(verdict.approved_calls), (), history)
     held = list(
         last.tool_calls.filter(status=ToolCallStatus.HELD).values_list("position", flat=True)
     )
-    return _Resume(None, None, mapping.human_feedback(verdict, proposal, held))
+    return _Resume(None, None, mapping.human_feedback(verdict, proposal, held), history)
 
 
-def _released_results(last: Turn | None) -> tuple[str, ...] | None:
-    """The verbatim outputs of a turn a reviewer cleared of injected instructions."""
-    if last is None:
-        return None
-    escalation = last.escalations.filter(kind=EscalationKind.INTEGRITY).first()
-    verdict = getattr(escalation, "verdict", None) if escalation else None
-    if verdict is None or verdict.answer is not False:
+def _released_results(last: Turn, verdict) -> tuple[str, ...] | None:
+    """The verbatim outputs of a turn that were withheld (an injection suspected, or a
+    guardian that failed to answer) once a person has said they hold no injected
+    instructions."""
+    if (verdict.answer or {}).get("integrity") is not False:
         return None
     calls = last.tool_calls.filter(status=ToolCallStatus.DONE).order_by("position")
     return tuple(call.result or "" for call in calls)
@@ -354,12 +318,14 @@ def _turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
         return None
 
 
-def _calls_by_key(run: Run, index: int, proposal: Proposal, tools) -> dict[str, tuple[int, str]]:
+def _calls_by_key(
+    run: Run, index: int, proposal: Proposal, tools, rerun_keys: dict[int, str]
+) -> dict[str, tuple[int, str]]:
     keys = {}
     for position, call in enumerate(proposal.calls):
         check = validate_call(tools, call.tool, call.arguments)
         if check.ok:
-            key = idempotency_key(
+            key = rerun_keys.get(position) or idempotency_key(
                 run_id=str(run.pk),
                 turn_index=index,
                 position=position,
@@ -381,7 +347,8 @@ def _turn_finish(run_id: int, token: str, turn: Turn, record: TurnRecord) -> str
             raise RuntimeError(f"run {run_id}: lease lost before the turn was recorded")
         Turn.objects.filter(pk=turn.pk).update(
             state_hash=record.state_hash_after,
-            projection=project(record.state_after).data,
+            projection=record.guardian_projection or {},
+            risk_projections=list(record.risk_projections),
             state=mapping.state_to_json(record.state_after),
             usage=mapping.usage_to_json(record.usage),
             feedback=mapping.feedback_to_json(record.feedback),
@@ -414,21 +381,43 @@ def _turn_finish(run_id: int, token: str, turn: Turn, record: TurnRecord) -> str
 
 
 def _tool_calls_record(turn: Turn, record: TurnRecord) -> None:
-    """Bring every call of the step into the log, including those that never ran."""
+    """Bring every call of the step into the log, including those that never ran.
+
+    A call marked ambiguous (started before a crash, never finished) keeps that status: it
+    is what the reviewer is asked about. A call re-run under the key of an earlier turn's
+    call is recorded on that earlier row (it is the same call); this turn's row points to it.
+    """
     gated = {call.position: call for call in (record.gate.calls if record.gate else ())}
+    keys = [call.idempotency_key for call in record.calls if call.idempotency_key]
+    existing = {
+        row.idempotency_key: row
+        for row in ToolCall.objects.filter(idempotency_key__in=keys)
+        .select_related("turn")
+        .only("id", "turn__index", "position", "status", "idempotency_key")
+    }
     for call in record.calls:
         effective = gated[call.position].effective.value if call.position in gated else None
+        row = existing.get(call.idempotency_key)
+        status = _stored_status(call.status)
+        if row is not None and row.status == ToolCallStatus.AMBIGUOUS and status == "failed":
+            status = ToolCallStatus.AMBIGUOUS
         fields = {
             "tool": call.tool,
             "arguments": call.arguments,
             "intent": call.intent,
             "risk_class": effective or (call.declared_risk or "read_only"),
-            "status": _stored_status(call.status),
+            "status": status,
             "idempotency_key": call.idempotency_key,
             "error": call.error or "\n".join(call.problems),
         }
         if call.result is not None:
             fields["result"] = call.result
+        if row is not None and row.turn_id != turn.pk:
+            fields["idempotency_key"] = None
+            fields["error"] = (
+                f"re-run of call {row.position} of turn {row.turn.index} with its idempotency key; "
+                + fields["error"]
+            ).strip("; ")
         ToolCall.objects.update_or_create(turn=turn, position=call.position, defaults=fields)
 
 
@@ -485,6 +474,9 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
         reason={
             "triggered": [reason.as_dict() for reason in triggered],
             "held_calls": [c.position for c in record.calls if c.status == "held"],
+            "ambiguous_calls": [
+                c.position for c in record.calls if "AmbiguousCall" in (c.error or "")
+            ],
         },
         deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
     )
@@ -519,6 +511,7 @@ def _expire_escalations(now) -> None:
     )
     for escalation_id, run_id in expired:
         with transaction.atomic():
+            Run.objects.select_for_update().filter(pk=run_id).first()  # run first: one order
             if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
                 status=EscalationStatus.EXPIRED, resolved_at=now
             ):

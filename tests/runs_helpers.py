@@ -19,3 +19,22 @@ def drive(run: Run, *, max_steps: int = 30) -> Run:
             return run
         run_advance(run_id=run.pk)
     raise AssertionError(f"run {run.pk} still running after {max_steps} advances")
+
+
+def watch_the_actor(monkeypatch) -> list[tuple[dict, tuple]]:
+    """Wrap each run's real actor so a test sees every (projection, feedback) it was given."""
+    import runs.services
+
+    seen: list[tuple[dict, tuple]] = []
+    build = runs.services.build_actor
+
+    class Watched:
+        def __init__(self, actor) -> None:
+            self.actor = actor
+
+        def propose(self, projection, feedback):
+            seen.append((projection, tuple(feedback)))
+            return self.actor.propose(projection, feedback)
+
+    monkeypatch.setattr(runs.services, "build_actor", lambda *a, **k: Watched(build(*a, **k)))
+    return seen

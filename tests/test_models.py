@@ -5,7 +5,7 @@ from django.db import IntegrityError, transaction
 
 from escalations.models import EscalationStatus, LabelledExample
 from guardian_core.models import PolicyVersion
-from runs.models import RunStatus
+from runs.models import RunStatus, Turn
 from tests.factories import (
     make_decision,
     make_escalation,
@@ -26,8 +26,9 @@ def test_a_turn_index_cannot_be_recorded_twice_for_one_run():
 
 
 def test_the_same_turn_index_is_fine_in_another_run():
-    make_turn(index=0)
-    make_turn(index=0)  # a different run each time: no error
+    first, second = make_turn(index=0), make_turn(index=0)  # a new run each time
+    assert first.run_id != second.run_id
+    assert Turn.objects.filter(index=0).count() == 2
 
 
 def test_an_idempotency_key_is_unique_across_all_tool_calls():

@@ -13,7 +13,7 @@ from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus
 from runs.reporting import expectation_problems
 from runs.scenarios import scenario_load, scenario_names
 from runs.services import RunError, run_advance, run_cancel, run_start, run_sweep_stalled
-from tests.runs_helpers import drive, start
+from tests.runs_helpers import drive, start, watch_the_actor
 
 pytestmark = pytest.mark.django_db
 
@@ -76,10 +76,15 @@ def test_approving_a_held_refund_runs_it_once_and_the_run_finishes(reviewer):
     assert run.final_answer == "Refund of 49.90 issued for ord_4472."
 
 
-def test_rejecting_a_held_refund_tells_the_actor_why_and_nothing_runs(reviewer):
+def test_rejecting_a_held_refund_tells_the_actor_why_and_nothing_runs(reviewer, monkeypatch):
     run = drive(start("refund_waits_for_approval"))
     _approve(run, reviewer, decision="reject", reason="The parcel was insured; no refund.")
+    seen = watch_the_actor(monkeypatch)
     run_advance(run_id=run.pk)
+    _, feedback = seen[0]
+    assert [(item.call.tool, item.message) for item in feedback] == [
+        ("issue_refund", "Rejected by a reviewer: The parcel was insured; no refund.")
+    ]
     next_turn = run.turns.order_by("-index").first()
     assert next_turn.proposal["message"] == "Understood: I will not issue that refund."
     assert DemoSideEffect.objects.count() == 0
@@ -109,7 +114,9 @@ def test_a_verdict_becomes_a_labelled_example_with_the_versions_in_force(reviewe
     assert example.probability == pytest.approx(0.98)
     assert example.labelled_by == reviewer
     assert example.model_version == "scripted-1"
-    assert example.question_set_version == run.policy_version.question_set_version
+    # The questions the guardian actually asked: the scripted one has its own fixed set.
+    assert example.question_set_version == "scripted-1"
+    assert example.question_set_version == run.turns.get(index=1).decision.question_set_version
     assert example.projection["pending_proposal"]["tool"] == "issue_refund"
 
 
@@ -192,6 +199,9 @@ def test_an_irreversible_call_found_started_after_a_crash_is_never_retried(revie
     escalation = run.escalations.get(status=EscalationStatus.OPEN)
     assert escalation.kind == EscalationKind.AMBIGUOUS_CALL
     assert "did it go through" in escalation.summary + str(escalation.reason)
+    # The call stays on record as ambiguous: that is what the reviewer is asked about.
+    assert ToolCall.objects.get(idempotency_key=_refund_key(run, 2)).status == "ambiguous"
+    assert escalation.reason["ambiguous_calls"] == [0]
 
 
 def test_a_call_already_done_returns_its_stored_result_instead_of_running_again(reviewer):

@@ -11,7 +11,7 @@ The models are trained at first use, in memory, from the JSON Lines files in
 `local_training/` (written by `local_training/generate.py`), and cached per process. No pickle
 is stored: a pickle breaks with the scikit-learn version, while retraining from sorted data
 with fixed seeds on one thread gives the same probabilities in every process. The model version
-is "local-1+" and the head of the training files' SHA-256, so a changed training set is a new
+is MODEL_FAMILY, "+" and the head of the training files' SHA-256, so a changed training set is a new
 model version; bump MODEL_FAMILY when the features or the training code change.
 """
 
@@ -35,10 +35,22 @@ from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from threadpoolctl import threadpool_limits
 
+from guardian_core.adapters.pricing import NOTHING, Spend
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import DRIFT_SCORES, Condition, Malformed, RiskClass
+from guardian_core.engine.state import (
+    ANSWERED_BY_REVIEWER,
+    APPROVED_BY_REVIEWER,
+    CONFIRMED_DONE_BY_REVIEWER,
+    NOT_DONE_PER_REVIEWER,
+    REJECTED_BY_REVIEWER,
+)
 
-MODEL_FAMILY = "local-1"
+MODEL_FAMILY = "local-2"
+# The local guardian takes no question text: each condition's "question" is its features and
+# training labels, fixed with the model family. So a run's policy wording is not what it asks,
+# and the log records this version instead.
+QUESTION_SET_VERSION = f"{MODEL_FAMILY}-fixed"
 TRAINING_DIR = Path(__file__).resolve().parent / "local_training"
 DEFAULT_DEADLINE_SECONDS = 2.0
 RANDOM_STATE = 0
@@ -137,12 +149,21 @@ def _entity_features(goal: str, text: str) -> list[float]:
 
 
 def _done_text(summary: str) -> str:
-    """What a summary shows was achieved: calls that went through (not held or failed ones)
-    and what the agent told the user."""
-    summary = summary.replace("step held for approval:", "")
-    said = summary.split("said:", 1)[1] if "no tool call; said:" in summary else ""
-    done = [p for p in summary.split(",") if re.search(r"\b(done|worked)\b", p)]
-    return " ".join([*done, said])
+    """What a summary shows was achieved: calls that went through (not held, failed or
+    rejected ones). Never what the agent said: an actor's claim is not evidence."""
+    if _VERDICT_NOT_DONE.search(summary):
+        return ""
+    # A person's note after a verdict is theirs, not a record of what ran.
+    summary = _VERDICT_NOTE.sub("", summary.replace("step held for approval:", ""))
+    if "no tool call; said:" in summary:
+        return ""
+    return " ".join(p for p in summary.split(",") if re.search(r"\b(done|worked)\b", p))
+
+
+_VERDICT_NOT_DONE = re.compile(
+    f"{REJECTED_BY_REVIEWER}|{NOT_DONE_PER_REVIEWER}|{ANSWERED_BY_REVIEWER}"
+)
+_VERDICT_NOTE = re.compile(f"({CONFIRMED_DONE_BY_REVIEWER}|{APPROVED_BY_REVIEWER}):.*$")
 
 
 def _tool_words(name: object) -> str:
@@ -304,7 +325,6 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
         float(asks_to_tell),
         float(bool(said)),
         float(asks_to_tell and not said),  # the answer is still owed
-        _overlap(_stems(str(p.get("goal", ""))), _stems(said)),
     ]
 
 
@@ -573,7 +593,15 @@ def model_for(condition: Condition) -> ConditionModel:
 
 
 class LocalGuardian:
-    """The embedded default guardian: offline, deterministic, calibrated per condition."""
+    """The embedded default guardian: offline, deterministic, calibrated per condition.
+
+    It cannot take question text (`takes_question_text` is False): it always asks its own
+    fixed questions, `question_set_version`. It runs in process, so it spends nothing.
+    """
+
+    takes_question_text = False
+    question_set_version: str = QUESTION_SET_VERSION
+    spend: Spend = NOTHING
 
     def __init__(self, *, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> None:
         self.deadline_seconds = deadline_seconds

@@ -25,11 +25,13 @@ so a scenario can show validation failing; optional `intent` and `call_id`), `me
 untouched, so a scenario can answer null, 1.7 or a broken distribution on purpose; the string
 "timeout" means "sleep past the deadline". `delay_seconds` sleeps before every answer.
 
-Which step or answers: at turn n (n = history items, counting the ones the projection dropped)
-the actor plays `actor.turns[n]`, or `after_feedback` when it is told about earlier calls, and
-proposes nothing with "(script ended)" past the end. The guardian is asked after the turn's
+Which step or answers: at turn n (n = the newest history item's turn, plus one) the actor
+plays `actor.turns[n]`, or `after_feedback` when it is told about earlier calls, and proposes
+nothing with "(script ended)" past the end. The guardian is asked after the turn's
 history item is written, so it answers from `guardian.turns[n - 1]`; a condition that entry
-does not name comes from `default`, then from CALM_ANSWERS. Risk comes from `risk[tool]`, or
+does not name comes from `default`, then from CALM_ANSWERS. Once a person has rejected a step,
+the guardian answers from `after_rejection` instead of `turns`, when the script has one: a
+script cannot know in advance which way a reviewer decides. Risk comes from `risk[tool]`, or
 SAFE_RISK for a tool the script does not name.
 
 Both adapters are stateless: a run is advanced by different worker processes and a crashed
@@ -43,11 +45,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 from jsonschema import Draft202012Validator
 
+from guardian_core.adapters.pricing import NOTHING, Spend
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.loop import Feedback, Proposal, ProposedCall
+from guardian_core.engine.state import REJECTED_BY_REVIEWER
 
 DEFAULT_MODEL_VERSION = "scripted-1"
+# A script answers without reading any question text, so a run's policy wording is not what it
+# asks; the log records this fixed version instead.
+QUESTION_SET_VERSION = "scripted-1"
 DEFAULT_DEADLINE_SECONDS = 2.0
 TIMEOUT_ANSWER = "timeout"
 # How far past the deadline a "timeout" answer sleeps: long enough to be late for sure, short
@@ -135,6 +142,7 @@ SCENARIO_SCHEMA: dict = {
                 "risk": {"type": "object"},
                 "turns": {"type": "array", "items": _ANSWERS},
                 "default": _ANSWERS,
+                "after_rejection": _ANSWERS,
                 "delay_seconds": {"type": "number", "minimum": 0},
             },
             "additionalProperties": False,
@@ -166,10 +174,22 @@ def check_scenario(scenario: object) -> None:
 
 
 def turn_number(projection: Mapping) -> int:
-    """How many turns have completed: one history item is appended per turn, and the bounded
-    projection says how many old items it dropped."""
-    truncated = projection.get("truncated") or {}
-    return len(projection.get("history") or ()) + int(truncated.get("history_dropped", 0))
+    """How many turns have completed: the index of the newest history item, plus one. (A
+    verdict adds an item to the turn it was given on, so items are not counted; a projection
+    that dropped old items still ends with the newest one.)"""
+    history = projection.get("history") or ()
+    if not history:
+        truncated = projection.get("truncated") or {}
+        return int(truncated.get("history_dropped", 0))
+    return int(history[-1]["turn"]) + 1
+
+
+def rejected_by_reviewer(projection: Mapping) -> bool:
+    """Whether a person rejected a step earlier in the history this projection shows."""
+    return any(
+        REJECTED_BY_REVIEWER in str(item.get("summary", ""))
+        for item in projection.get("history") or ()
+    )
 
 
 class ScriptedActor:
@@ -193,7 +213,13 @@ class ScriptedActor:
 
 
 class ScriptedGuardian:
-    """Answers from the scenario's guardian script, under the same deadline as a real one."""
+    """Answers from the scenario's guardian script, under the same deadline as a real one.
+
+    It takes no question text (`takes_question_text` is False) and spends nothing."""
+
+    takes_question_text = False
+    question_set_version: str = QUESTION_SET_VERSION
+    spend: Spend = NOTHING
 
     def __init__(
         self, scenario: Mapping, *, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
@@ -205,6 +231,7 @@ class ScriptedGuardian:
         self._risk: Mapping = script.get("risk", {})
         self._turns: Sequence[Mapping] = script.get("turns", [])
         self._default: Mapping = script.get("default", {})
+        self._after_rejection: Mapping | None = script.get("after_rejection")
         self._delay = float(script.get("delay_seconds", 0))
 
     def assess_risk(self, projections: Sequence[Mapping]) -> list[object]:
@@ -221,6 +248,8 @@ class ScriptedGuardian:
         """The scripted answers for the turn that just ended (the projection already holds its
         history item, so turn n's answers are `turns[n - 1]`)."""
         entry = self._entry(turn_number(projection) - 1)
+        if self._after_rejection is not None and rejected_by_reviewer(projection):
+            entry = self._after_rejection
         questions = {}
         for condition in conditions:
             key = str(condition)

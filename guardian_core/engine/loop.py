@@ -7,8 +7,10 @@ a held step runs nothing; a tool that raises stops the rest of the step and esca
 guardian that raises or times out gives malformed answers, which escalate.
 """
 
+import json
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -38,6 +40,8 @@ from guardian_core.engine.tools import (
     Tool,
     call_signature,
     idempotency_key,
+    is_text,
+    text_problems,
     validate_call,
 )
 
@@ -72,6 +76,47 @@ class Proposal:
     cost: float = 0.0
 
 
+def proposal_as_text(proposal: Proposal) -> Proposal:
+    """The proposal in a form every store takes, with nothing that would change what runs.
+
+    Models can emit a NUL or an unpaired surrogate, which no database column takes. Prose
+    (message, intent, the call's id, the tool's name) gets U+FFFD in their place; arguments
+    holding them become JSON text with the characters escaped, which decodes back to the
+    same value, so validation still finds them and the call never runs."""
+
+    def prose(text: str) -> str:
+        return text if is_text(text) else _NOT_TEXT_CHARS.sub("\ufffd", text)
+
+    def arguments(value: object) -> object:
+        if isinstance(value, str):
+            return value if is_text(value) else _NOT_TEXT_CHARS.sub(_escaped, value)
+        if not text_problems(value):
+            return value
+        try:
+            return json.dumps(value, ensure_ascii=True, sort_keys=True)
+        except (TypeError, ValueError):
+            return repr(value)
+
+    calls = tuple(
+        replace(
+            call,
+            tool=prose(call.tool) if isinstance(call.tool, str) else call.tool,
+            intent=prose(call.intent),
+            call_id=prose(call.call_id),
+            arguments=arguments(call.arguments),
+        )
+        for call in proposal.calls
+    )
+    return replace(proposal, calls=calls, message=prose(proposal.message))
+
+
+_NOT_TEXT_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escaped(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 class Actor(Protocol):
     def propose(self, projection: Mapping, feedback: tuple[Feedback, ...]) -> Proposal:
         """The next step, given the bounded projection and what became of earlier calls."""
@@ -80,6 +125,11 @@ class Actor(Protocol):
 
 class Guardian(Protocol):
     model_version: str
+    # The question set it actually asks (the pinned policy version's wording, or its own
+    # fixed set when it cannot take question text); recorded with every decision.
+    question_set_version: str
+    # Optional: `spend.tokens` and `spend.cost`, cumulative over its calls, counted against
+    # the run's budgets.
 
     def assess_risk(self, projections: Sequence[Mapping]) -> Sequence[object]:
         """One raw risk answer per projection (each shows one pending call)."""
@@ -139,6 +189,11 @@ class TurnRecord:
     usage: Usage
     state_after: LoopState
     timings: Mapping[str, float] = field(default_factory=dict)
+    # Exactly what the guardian was shown: the post-execution projection (before any output
+    # was withheld; None when the step was held and it was not asked) and one projection per
+    # call for the risk check. Labelled examples are built from these.
+    guardian_projection: Mapping | None = None
+    risk_projections: tuple[Mapping, ...] = ()
 
     @property
     def past_turn(self) -> PastTurn:
@@ -165,15 +220,25 @@ def run_turn(
     feedback: tuple[Feedback, ...] = (),
     proposal: Proposal | None = None,
     approved: frozenset[int] | None = None,
+    idempotency_keys: Mapping[int, str] | None = None,
+    run_started_at: datetime | None = None,
 ) -> TurnRecord:
     """Run turn `index` of run `run_id` and return its record.
 
     `usage` is what earlier turns spent. A given `proposal` is used instead of asking the
     actor: to retry a turn whose proposal was already recorded, or to resume a held step
     after a person's verdict, with the approved call positions as `approved` (exactly those
-    calls run).
+    calls run). `idempotency_keys` gives a resumed call the key it first ran under (a call
+    a person says did not go through, re-run at their explicit request), so a tool that did
+    see it dedupes it.
+
+    Budgets count everything the run spent: the actor's tokens and cost (in its proposal),
+    the guardian's (its `spend`, when it keeps one), and wall time since `run_started_at`
+    (actor latency, queueing and waiting on people included), or, without it, the time of
+    the turns themselves.
     """
     usage = usage or Usage(turns=0)
+    guardian_spent_before = _spend(guardian)
     timings: dict[str, float] = {}
     tick = clock.monotonic()
     started_at = clock.now()
@@ -199,6 +264,7 @@ def run_turn(
 
     gate = None
     risk_answers: tuple[object, ...] = ()
+    projections: list[Mapping] = []
     extra: list[Reason] = []
     out_feedback: list[Feedback] = []
     invalid = [check for check in checked if not check.ok]
@@ -232,8 +298,10 @@ def run_turn(
                 out_feedback.append(Feedback(proposal.calls[call.position], message))
 
     keys = {
-        i: _key(run_id, index, i, call.tool, checked[i]) for i, call in enumerate(proposal.calls)
+        i: (idempotency_keys or {}).get(i) or _key(run_id, index, i, call.tool, checked[i])
+        for i, call in enumerate(proposal.calls)
     }
+    keys = {i: key if checked[i].ok else None for i, key in keys.items()}
     results, errors = _execute(proposal, checked, runnable, tools, keys, statuses)
     tick = _lap(timings, "execute", clock, tick)
     if errors:
@@ -268,14 +336,22 @@ def run_turn(
     held_step = gate is not None and gate.held
     # A held step changed nothing in the world: the gate's reasons decide, the guardian is
     # not asked again until the step has run.
-    answers = {} if held_step else _ask_guardian(guardian, project(after).data)
+    guardian_projection = None if held_step else project(after).data
+    answers = {} if guardian_projection is None else _ask_guardian(guardian, guardian_projection)
     tick = _lap(timings, "guardian", clock, tick)
 
+    tokens_now, cost_now = _spend(guardian)
+    guardian_tokens = tokens_now - guardian_spent_before[0]
+    guardian_cost = cost_now - guardian_spent_before[1]
+    if run_started_at is not None:
+        wall_seconds = max(0.0, (clock.now() - run_started_at).total_seconds())
+    else:
+        wall_seconds = usage.wall_seconds + sum(timings.values())
     spent = Usage(
         turns=usage.turns + 1,
-        tokens=usage.tokens + proposal.tokens,
-        cost=usage.cost + proposal.cost,
-        wall_seconds=usage.wall_seconds + sum(timings.values()),
+        tokens=usage.tokens + proposal.tokens + int(guardian_tokens),
+        cost=usage.cost + proposal.cost + guardian_cost,
+        wall_seconds=wall_seconds,
     )
     signatures = tuple(call_signature(c.tool, c.arguments) for c in calls)
     decision = decide(
@@ -313,7 +389,9 @@ def run_turn(
         answers=answers,
         decision=decision,
         thresholds={c.value: t.as_dict() for c, t in policy.thresholds.items()},
-        question_set_version=policy.question_set_version,
+        question_set_version=str(
+            getattr(guardian, "question_set_version", policy.question_set_version)
+        ),
         guardian_model_version=str(getattr(guardian, "model_version", "unknown")),
         feedback=tuple(out_feedback),
         quarantined=quarantined,
@@ -321,7 +399,17 @@ def run_turn(
         usage=spent,
         state_after=after,
         timings=timings,
+        guardian_projection=guardian_projection,
+        risk_projections=tuple(projections),
     )
+
+
+def _spend(guardian: Guardian) -> tuple[float, float]:
+    """(tokens, cost) the guardian reports having spent so far; (0, 0) if it keeps no count."""
+    spend = getattr(guardian, "spend", None)
+    tokens, cost = getattr(spend, "tokens", 0), getattr(spend, "cost", 0.0)
+    ok = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (tokens, cost))
+    return (tokens, cost) if ok else (0, 0.0)
 
 
 def _execute(proposal, checked, runnable, tools, keys, statuses):

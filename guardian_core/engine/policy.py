@@ -152,7 +152,10 @@ def decide(
     outcome = next(o for o in PRECEDENCE if o == Outcome.CONTINUE or _asks(reasons, o))
     caps = _caps_reached(usage, policy)
     reasons.extend(caps)
-    if caps and outcome != Outcome.STOP_SUCCESS:
+    # The last allowed turn may still reach the goal; a run that overspent tokens, cost or
+    # time has no answer, whoever spent it (actor or guardian).
+    overspent = any(cap.source.endswith("_budget") for cap in caps)
+    if caps and (outcome != Outcome.STOP_SUCCESS or overspent):
         outcome = Outcome.STOP_FAILURE
     return PolicyDecision(
         outcome=outcome,

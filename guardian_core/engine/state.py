@@ -65,6 +65,25 @@ def state_next(
     )
 
 
+# How a person's verdict reads in the history. The guardian judges the run from what ran and
+# what it returned; a verdict is part of that record (a rejected call never ran).
+APPROVED_BY_REVIEWER = "approved by reviewer"
+REJECTED_BY_REVIEWER = "rejected by reviewer"
+CONFIRMED_DONE_BY_REVIEWER = "confirmed done by reviewer"
+NOT_DONE_PER_REVIEWER = "not done per reviewer"
+ANSWERED_BY_REVIEWER = "answered by reviewer"
+
+
+def verdict_item(turn: int, *, subject: str, verdict: str, reason: str = "") -> HistoryItem:
+    """The history item that records a person's verdict on turn `turn`, e.g.
+    "turn 1: issue_refund rejected by reviewer: the parcel was insured"."""
+    summary = f"turn {turn}: {subject} {verdict}"
+    reason = " ".join(reason.split())
+    if reason:
+        summary += f": {reason[:300]}"
+    return HistoryItem(turn, summary)
+
+
 def state_hash(state: LoopState) -> str:
     """SHA-256 of the state's canonical JSON: equal states hash equal in any process."""
     return sha256_hex(state.to_dict())

@@ -151,8 +151,40 @@ def validate_call(tools: Mapping[str, Tool], name: str, raw_arguments: str | obj
     if problem is not None:
         return CheckedCall(name, None, (CallProblem("", problem),))
 
-    problems = _schema_problems(tools[name], arguments)
+    problems = text_problems(arguments) + _schema_problems(tools[name], arguments)
     return CheckedCall(name, None if problems else arguments, problems)
+
+
+def is_text(value: str) -> bool:
+    """Whether `value` is text every store and wire takes: no NUL, no unpaired surrogate."""
+    return "\x00" not in value and not _SURROGATE.search(value)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_TEXT = "holds a NUL character or an unpaired surrogate, which is not text; send plain text"
+
+
+def text_problems(value: object, path: tuple = ()) -> tuple[CallProblem, ...]:
+    """Keys and strings a database or a tool cannot take, wherever they are nested in a
+    decoded JSON value."""
+    found: list[CallProblem] = []
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not is_text(item):
+                found.append(CallProblem("/".join(map(str, where)), _NOT_TEXT))
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not is_text(key):
+                    found.append(
+                        CallProblem("/".join(map(str, where)), f"a field name {_NOT_TEXT}")
+                    )
+                    continue
+                stack.append((child, (*where, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (*where, i)) for i, child in enumerate(item))
+    return tuple(sorted(found, key=lambda p: p.path))
 
 
 def idempotency_key(

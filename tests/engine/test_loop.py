@@ -1,5 +1,7 @@
 """One turn of the guarded loop, end to end against scripted ports."""
 
+from datetime import timedelta
+
 from hypothesis import given, settings
 
 from guardian_core.engine.conditions import Malformed
@@ -253,4 +255,91 @@ def test_at_the_turn_cap_the_run_stops_and_only_a_reached_goal_gives_an_answer(r
     assert record.decision.outcome in (Outcome.STOP_FAILURE, Outcome.STOP_SUCCESS)
     if record.decision.outcome == Outcome.STOP_FAILURE:
         assert record.final_answer is None
-        assert any(r.source == "turn_cap" for r in record.decision.reasons)
+        assert record.decision.stop_reason == "turn_cap"
+    else:
+        assert "goal_reached" in {c.value for c in record.decision.fired}
+        assert record.final_answer == "partial answer"
+
+
+def test_a_step_with_three_tool_calls_counts_as_one_turn():
+    """The three-guards article: a turn is one round trip, however many calls it makes."""
+    ledger = Ledger()
+    actor = ScriptedActor(
+        [step(*(call("read_order", order_id=f"ord_{i}") for i in range(3)), tokens=30)]
+    )
+    record = turn(actor, ScriptedGuardian([CALM]), desk(ledger), usage=Usage(turns=4))
+    assert len(ledger.ran("read_order")) == 3
+    assert record.usage.turns == 5
+    assert len(record.state_after.history) == 1
+
+
+def test_a_single_stagnating_turn_does_not_replan():
+    """Stagnation has 2-of-3 hysteresis: one turn over the threshold is not yet a pattern."""
+    actor = ScriptedActor([step(call("read_order", order_id="ord_1"))])
+    record = turn(actor, ScriptedGuardian([{**CALM, "stagnation": 0.95}]), desk(Ledger()))
+    assert record.decision.outcome == Outcome.CONTINUE
+    assert record.state_after.replans == 0
+
+
+class SpendingGuardian(ScriptedGuardian):
+    """A guardian that reports what its calls cost, as the model adapters do."""
+
+    def __init__(self, answers, *, tokens_per_answer: int, cost_per_answer: float) -> None:
+        super().__init__(answers)
+        self.per_answer = (tokens_per_answer, cost_per_answer)
+        self.spend = Spend(0, 0.0)
+
+    def answer(self, projection, conditions):
+        tokens, cost = self.per_answer
+        self.spend = Spend(self.spend.tokens + tokens, self.spend.cost + cost)
+        return super().answer(projection, conditions)
+
+
+class Spend:
+    def __init__(self, tokens: int, cost: float) -> None:
+        self.tokens, self.cost = tokens, cost
+
+
+def test_the_guardians_tokens_and_cost_count_against_the_budgets():
+    policy = default_policy(budgets=Budgets(max_cost=0.05, max_tokens=10_000))
+    actor = ScriptedActor([step(call("read_order", order_id="ord_1"), tokens=100)])
+    guardian = SpendingGuardian([CALM], tokens_per_answer=700, cost_per_answer=0.06)
+    record = turn(actor, guardian, desk(Ledger()), policy=policy)
+    assert (record.usage.tokens, record.usage.cost) == (800, 0.06)
+    assert record.decision.outcome == Outcome.STOP_FAILURE
+    assert record.decision.stop_reason == "cost_budget"
+    assert record.final_answer is None
+
+
+def test_a_run_that_overspends_stops_with_no_answer_even_when_the_goal_is_reached():
+    policy = default_policy(budgets=Budgets(max_tokens=500))
+    actor = ScriptedActor([step(message="Done: refund issued.", tokens=100)])
+    guardian = SpendingGuardian(
+        [{**CALM, "goal_reached": 0.99}], tokens_per_answer=600, cost_per_answer=0.0
+    )
+    record = turn(actor, guardian, desk(Ledger()), policy=policy)
+    assert record.decision.outcome == Outcome.STOP_FAILURE
+    assert record.decision.stop_reason == "token_budget"
+    assert record.final_answer is None
+
+
+def test_wall_time_counts_from_the_runs_start_including_the_actors_latency():
+    """The actor is asked before the turn (its proposal is recorded first), so timing the
+    turn alone missed its latency; the run's start is the honest origin."""
+    policy = default_policy(budgets=Budgets(max_wall_seconds=60))
+    clock = FakeClock()
+    actor = ScriptedActor([step(call("read_order", order_id="ord_1"))])
+    record = run_turn(
+        GOAL,
+        run_id="run-1",
+        index=0,
+        actor=actor,
+        guardian=ScriptedGuardian([CALM]),
+        tools=desk(Ledger()),
+        clock=clock,
+        policy=policy,
+        run_started_at=clock.now() - timedelta(seconds=90),
+    )
+    assert record.usage.wall_seconds >= 90
+    assert record.decision.stop_reason == "wall_time_budget"
+    assert record.final_answer is None

@@ -1,0 +1,30 @@
+"""Database helpers the services share: retrying a short transaction that lost a race."""
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.db import OperationalError, connection
+
+logger = logging.getLogger(__name__)
+
+# PostgreSQL's codes for "try again": serialization_failure, deadlock_detected.
+_RETRYABLE = {"40001", "40P01"}
+
+
+def retry_on_conflict[T](work: Callable[[], T], *, attempts: int = 3) -> T:
+    """Run `work` (one whole transaction) again when the database broke a deadlock or a
+    serialization conflict by aborting it; any other error, or the last attempt's, is raised.
+    Locks are taken in one order (run first) so this is a safety net, not the design."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return work()
+        except OperationalError as exc:
+            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None) or getattr(
+                getattr(exc, "__cause__", None), "pgcode", None
+            )
+            if code not in _RETRYABLE or attempt == attempts or connection.in_atomic_block:
+                raise
+            logger.warning("transaction conflict (%s), attempt %d: retrying", code, attempt)
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")

@@ -1,0 +1,136 @@
+"""Cancel racing a verdict, on PostgreSQL in separate threads: locks are taken run first
+everywhere, so the two wait for each other instead of deadlocking, and the end state is one
+of the two orders, never a mix."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections, transaction
+
+from escalations.models import EscalationStatus, Verdict
+from escalations.services import escalation_resolve
+from runs.models import DemoSideEffect, Run, RunStatus
+from runs.services import run_cancel
+from tests.runs_helpers import drive, start
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="row locks need PostgreSQL (CI runs it)"
+    ),
+]
+
+
+def _waiting_on_locks() -> int:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def _wait_until(condition, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _in_thread(action, errors: list) -> threading.Thread:
+    def run():
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - the test reports every error
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_cancel_queued_before_a_verdict_never_deadlocks_with_it(reviewer):
+    """The order that deadlocked: a cancel waits on the run, a verdict arrives. The verdict
+    used to lock its escalation first and then wait for the run behind the cancel, which in
+    turn waited for the escalation: PostgreSQL killed one of them (an HTTP 500)."""
+    run = drive(start("refund_waits_for_approval"))
+    escalation = run.escalations.get(status=EscalationStatus.OPEN)
+    release, locked = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def hold_the_run():  # a turn's outcome being written, say: the run row is locked
+        with transaction.atomic():
+            Run.objects.select_for_update().get(pk=run.pk)
+            locked.set()
+            release.wait(timeout=30)
+
+    threads = [_in_thread(hold_the_run, errors)]
+    locked.wait(timeout=10)
+    threads.append(_in_thread(lambda: run_cancel(run_id=run.pk), errors))
+    _wait_until(lambda: _waiting_on_locks() >= 1, "the cancel to wait for the run")
+    threads.append(
+        _in_thread(
+            lambda: escalation_resolve(
+                escalation_id=escalation.pk, reviewer=reviewer, decision="approve"
+            ),
+            errors,
+        )
+    )
+    _wait_until(lambda: _waiting_on_locks() >= 2, "the verdict to wait as well")
+    release.set()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert [type(e).__name__ for e in errors] == ["EscalationError"]  # already cancelled
+    assert "already cancelled" in str(errors[0])
+    run.refresh_from_db()
+    escalation.refresh_from_db()
+    assert (run.status, escalation.status) == (RunStatus.CANCELLED, EscalationStatus.CANCELLED)
+    assert not Verdict.objects.filter(escalation=escalation).exists()
+
+
+def _race(*actions) -> list[BaseException]:
+    """Run the actions at once, each in its own thread and connection; return their errors."""
+    barrier = threading.Barrier(len(actions))
+    errors: list[BaseException] = []
+
+    def run(action):
+        try:
+            barrier.wait()
+            action()
+        except BaseException as exc:  # noqa: BLE001 - the test reports every error
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(action,)) for action in actions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return errors
+
+
+def test_cancel_racing_an_approval_never_deadlocks_and_ends_in_one_order(reviewer):
+    for _ in range(10):
+        run = drive(start("refund_waits_for_approval"))
+        escalation = run.escalations.get(status=EscalationStatus.OPEN)
+        errors = _race(
+            lambda run=run: run_cancel(run_id=run.pk),
+            lambda escalation=escalation: escalation_resolve(
+                escalation_id=escalation.pk, reviewer=reviewer, decision="approve"
+            ),
+        )
+        run.refresh_from_db()
+        escalation.refresh_from_db()
+        assert run.status == RunStatus.CANCELLED
+        if escalation.status == EscalationStatus.CANCELLED:  # the cancel came first
+            assert not Verdict.objects.filter(escalation=escalation).exists()
+            assert [type(e).__name__ for e in errors] == ["EscalationError"]
+        else:  # the verdict came first, then the cancel stopped the run before its next turn
+            assert escalation.status == EscalationStatus.APPROVED
+            assert errors == []
+        assert DemoSideEffect.objects.count() == 0

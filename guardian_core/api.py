@@ -1,12 +1,27 @@
 """The API's shared permission check, and the policy version endpoints."""
 
-from rest_framework import serializers
+from django.db import OperationalError
+from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
 
+from guardian_core.db import conflict_code
 from guardian_core.models import PolicyVersion
 from guardian_core.selectors import policy_version_list
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF's handler, plus: a transaction that lost a race even after its retries (see
+    guardian_core.db.retry_on_conflict) is a 409 the caller may retry, never a 500."""
+    if isinstance(exc, OperationalError) and conflict_code(exc):
+        return Response(
+            {"detail": "Another change to this run happened at the same time; try again."},
+            status=status.HTTP_409_CONFLICT,
+        )
+    return drf_exception_handler(exc, context)
 
 
 class HasRequiredPermission(BasePermission):

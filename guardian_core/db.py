@@ -20,11 +20,16 @@ def retry_on_conflict[T](work: Callable[[], T], *, attempts: int = 3) -> T:
         try:
             return work()
         except OperationalError as exc:
-            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None) or getattr(
-                getattr(exc, "__cause__", None), "pgcode", None
-            )
-            if code not in _RETRYABLE or attempt == attempts or connection.in_atomic_block:
+            code = conflict_code(exc)
+            if code is None or attempt == attempts or connection.in_atomic_block:
                 raise
             logger.warning("transaction conflict (%s), attempt %d: retrying", code, attempt)
             time.sleep(0.05 * attempt)
     raise AssertionError("unreachable")
+
+
+def conflict_code(exc: OperationalError) -> str | None:
+    """PostgreSQL's code when `exc` is a deadlock or a serialization failure, else None."""
+    cause = getattr(exc, "__cause__", None)
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return code if code in _RETRYABLE else None

@@ -218,6 +218,7 @@ REST_FRAMEWORK = {
     # JSON only, and a document nested too deeply is a 400 naming its field, not a 500.
     "DEFAULT_PARSER_CLASSES": ["guardian_core.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "guardian_core.api.exception_handler",
     # A bounded page size: no caller can dump every row in one request.
     "DEFAULT_PAGINATION_CLASS": "guardian_core.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,

@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 
 from escalations.models import EscalationStatus, Verdict
 from escalations.services import escalation_resolve
@@ -134,3 +134,50 @@ def test_cancel_racing_an_approval_never_deadlocks_and_ends_in_one_order(reviewe
             assert escalation.status == EscalationStatus.APPROVED
             assert errors == []
         assert DemoSideEffect.objects.count() == 0
+
+
+def _a_real_deadlock() -> OperationalError:
+    """Two connections take two advisory locks in opposite orders; PostgreSQL aborts one."""
+    first_held, second_held = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def take(mine: int, theirs: int, held: threading.Event, other: threading.Event):
+        with transaction.atomic(), connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [mine])
+            held.set()
+            other.wait(timeout=10)
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [theirs])
+
+    threads = [
+        _in_thread(lambda: take(1, 2, first_held, second_held), errors),
+        _in_thread(lambda: take(2, 1, second_held, first_held), errors),
+    ]
+    for thread in threads:
+        thread.join(timeout=30)
+    [deadlock] = errors
+    assert isinstance(deadlock, OperationalError)
+    return deadlock
+
+
+def test_a_conflict_that_outlives_its_retries_is_a_409_not_a_500():
+    from guardian_core.api import exception_handler
+
+    response = exception_handler(_a_real_deadlock(), {})
+    assert response.status_code == 409
+    assert "try again" in response.data["detail"]
+
+
+def test_a_transaction_aborted_by_a_deadlock_is_run_again():
+    from guardian_core.db import retry_on_conflict
+
+    deadlock = _a_real_deadlock()
+    attempts = []
+
+    def work():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise deadlock
+        return "done"
+
+    assert retry_on_conflict(work) == "done"
+    assert len(attempts) == 2

@@ -37,6 +37,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--calls", help="comma-separated positions of the held calls to approve (default all)"
         )
+        parser.add_argument(
+            "--rerun",
+            action="store_true",
+            help="with --reject on an ambiguous call: it did not go through, run it again "
+            "under its own idempotency key",
+        )
         parser.add_argument("--reviewer", required=True, help="username of the reviewer")
 
     def handle(self, *args, **options) -> None:
@@ -68,6 +74,7 @@ class Command(BaseCommand):
                 reason=options["reason"],
                 answer=answer,
                 approved_calls=calls,
+                rerun=options["rerun"],
             )
         except EscalationError as exc:
             raise CommandError(str(exc)) from None

@@ -26,6 +26,7 @@ from guardian_core.engine.conditions import (
 from guardian_core.engine.policy import Outcome, decide
 from runs import mapping
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
+from runs.queue import enqueue_after_commit
 
 
 class EscalationError(ValueError):
@@ -216,7 +217,6 @@ def _labelled_examples(escalation: Escalation, verdict: Verdict) -> None:
 
 def _move_run(escalation: Escalation, verdict: Verdict) -> str:
     """Set the run's status after the verdict; returns the outcome it leads to."""
-    from runs.services import enqueue_after_commit
 
     run = escalation.run
     if run.status != RunStatus.WAITING:

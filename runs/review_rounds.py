@@ -52,6 +52,7 @@ from guardian_core.engine.thresholds import Budgets
 from runs import mapping
 from runs.models import Decision, Run, RunStatus, Turn
 from runs.ports import build_review_agents, close_review_agents
+from runs.queue import enqueue_after_commit
 
 DEFAULT_MAX_ROUNDS = 3
 # What the decision log names as "asked": the engine's coder/reviewer prompts, not a guardian
@@ -229,7 +230,6 @@ def _step_finish(
 
 
 def _move_run(run: Run, turn: Turn, outcome: Outcome, stop_reason: str, applied, now) -> str:
-    from runs.services import enqueue_after_commit  # services dispatches here: import late
 
     if run.status != RunStatus.RUNNING:
         return "finished"  # cancelled while the model answered: recorded, nothing follows

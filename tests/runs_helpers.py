@@ -23,10 +23,10 @@ def drive(run: Run, *, max_steps: int = 30) -> Run:
 
 def watch_the_actor(monkeypatch) -> list[tuple[dict, tuple]]:
     """Wrap each run's real actor so a test sees every (projection, feedback) it was given."""
-    import runs.services
+    import runs.turns
 
     seen: list[tuple[dict, tuple]] = []
-    build = runs.services.build_actor
+    build = runs.turns.build_actor
 
     class Watched:
         def __init__(self, actor) -> None:
@@ -36,5 +36,5 @@ def watch_the_actor(monkeypatch) -> list[tuple[dict, tuple]]:
             seen.append((projection, tuple(feedback)))
             return self.actor.propose(projection, feedback)
 
-    monkeypatch.setattr(runs.services, "build_actor", lambda *a, **k: Watched(build(*a, **k)))
+    monkeypatch.setattr(runs.turns, "build_actor", lambda *a, **k: Watched(build(*a, **k)))
     return seen

@@ -234,10 +234,10 @@ class _ActorSendingNonText:
 
 
 def test_a_nul_or_a_lone_surrogate_from_the_actor_is_an_invalid_call_not_a_crash(monkeypatch):
-    import runs.services
+    import runs.turns
 
     run = start("goal_reached")
-    monkeypatch.setattr(runs.services, "build_actor", lambda *a, **k: _ActorSendingNonText())
+    monkeypatch.setattr(runs.turns, "build_actor", lambda *a, **k: _ActorSendingNonText())
     assert run_advance(run_id=run.pk) == "continued"
     run.refresh_from_db()
     assert (run.status, run.failures) == (RunStatus.RUNNING, 0)

@@ -1,0 +1,14 @@
+"""Enqueueing a run's next turn, only once the transaction that made it due has committed.
+runs/tasks.py imports the services; this module imports the task only when it sends one."""
+
+from django.db import transaction
+
+
+def enqueue_after_commit(run_id: int) -> None:
+    transaction.on_commit(lambda: enqueue(run_id))
+
+
+def enqueue(run_id: int) -> None:
+    from runs.tasks import advance_run
+
+    advance_run.delay(run_id)

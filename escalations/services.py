@@ -23,7 +23,7 @@ from guardian_core.engine.conditions import (
     compared_probability,
     parse_answer,
 )
-from guardian_core.engine.policy import Outcome, decide
+from guardian_core.engine.policy import Outcome, decide, history_needed
 from runs import mapping
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
@@ -270,14 +270,20 @@ def _decide_with_human_answers(escalation: Escalation, answer: dict) -> Outcome:
         # Confirmed injected: the output stays withheld and the run goes on without it.
         answers[Condition.INTEGRITY] = 0.0
     run = escalation.run
-    earlier = run.turns.filter(index__lt=turn.index).select_related("decision").order_by("index")
-    policy = mapping.policy_from_version(run.policy_version, budgets=run.budgets)
+    policy = mapping.policy_for_run(run)
+    # Only the turns the policy's windows read, as on every turn.
+    earlier = (
+        run.turns.filter(index__lt=turn.index)
+        .select_related("decision")
+        .order_by("-index")[: history_needed(policy)]
+    )
     result = decide(
         answers,
         policy,
-        [mapping.past_turn(t) for t in earlier],
+        [mapping.past_turn(t) for t in reversed(earlier)],
         mapping.usage_from_json(turn.usage),
         calls=tuple(decision.call_signatures),
+        replans=mapping.run_state(run).replans,
     )
     return result.outcome
 

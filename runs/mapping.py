@@ -1,5 +1,8 @@
 """The one seam between the ORM and the engine: rows in, frozen dataclasses out, and back."""
 
+import json
+from dataclasses import replace
+
 from escalations.models import EscalationKind, Verdict, VerdictDecision
 from guardian_core.engine.conditions import Condition, Malformed
 from guardian_core.engine.loop import Feedback, Proposal, ProposedCall
@@ -12,7 +15,9 @@ from guardian_core.engine.state import (
     REJECTED_BY_REVIEWER,
     HistoryItem,
     LoopState,
-    PendingCall,
+    state_from_dict,
+    state_hash,
+    state_rebuild,
     verdict_item,
 )
 from guardian_core.engine.thresholds import Budgets, Policy, Threshold
@@ -50,19 +55,58 @@ def state_to_json(state: LoopState) -> dict:
 
 
 def state_from_json(data: dict) -> LoopState:
-    return LoopState(
-        goal=data["goal"],
-        acceptance_criteria=tuple(data.get("acceptance_criteria", ())),
-        history=tuple(HistoryItem(h["turn"], h["summary"]) for h in data.get("history", ())),
-        last_results=tuple(data.get("last_results", ())),
-        pending=tuple(PendingCall(**call) for call in data.get("pending", ())),
-        replans=data.get("replans", 0),
-        version=data.get("version", 0),
-    )
+    return state_from_dict(data)
 
 
 def initial_state(run: Run) -> LoopState:
     return LoopState(goal=run.goal, acceptance_criteria=tuple(run.acceptance_criteria))
+
+
+def run_state(run: Run) -> LoopState:
+    """The run's current compact state: what its last turn left, or its first version."""
+    return state_from_dict(run.state) if run.state else initial_state(run)
+
+
+def turn_state(turn: Turn) -> LoopState:
+    """The state after `turn`, rebuilt from the run's start and the steps of every turn up to
+    it (for the auditors and replay: O(turns)); its hash is the one the turn stored, or
+    TurnStateMismatch says the record was altered."""
+    steps = (
+        Turn.objects.filter(run_id=turn.run_id, index__lte=turn.index)
+        .order_by("index")
+        .values_list("steps", "state_hash", "index")
+    )
+    state = initial_state(turn.run)
+    for turn_steps, stored_hash, index in steps:
+        state = state_rebuild(state, turn_steps)
+        if any(step.get("migrated") for step in turn_steps):
+            # Recorded before steps were: its hash was made under the old scheme, and the
+            # chain of later turns continues from it.
+            state = replace(state, hash=stored_hash)
+        elif state_hash(state) != stored_hash:
+            raise TurnStateMismatch(f"turn {index}: its steps do not give its stored hash")
+    return state
+
+
+class TurnStateMismatch(ValueError):
+    """A turn's recorded steps do not rebuild the hash it stored: the record was altered."""
+
+
+_POLICIES: dict[tuple, Policy] = {}
+
+
+def policy_for_run(run: Run) -> Policy:
+    """The run's Policy: its pinned version with its own budgets, built once per process.
+    Versions are immutable once a run pins them (a trigger refuses any change); the key
+    includes the version's creation time so a reused id never finds another's policy."""
+    version = run.policy_version
+    key = (version.pk, version.created_at, json.dumps(run.budgets, sort_keys=True))
+    policy = _POLICIES.get(key)
+    if policy is None:
+        if len(_POLICIES) > 1024:
+            _POLICIES.clear()
+        policy = _POLICIES[key] = policy_from_version(version, budgets=run.budgets)
+    return policy
 
 
 def proposal_to_json(proposal: Proposal) -> dict:

@@ -36,6 +36,10 @@ class Run(models.Model):
     budgets = models.JSONField(default=dict, blank=True)
     # Adapter settings of this run, e.g. the scenario a scripted actor and guardian follow.
     config = models.JSONField(default=dict, blank=True)
+    # The loop's current compact state (guardian_core.engine.state.LoopState.to_dict): what
+    # the next turn needs, bounded whatever the run's length; {} before the first turn. Each
+    # turn records its steps, from which any earlier version is rebuilt.
+    state = models.JSONField(default=dict, blank=True)
     # A worker holds the run while it advances a turn; an expired lease means the worker died
     # and the sweeper may hand the run to another (a conditional update claims it).
     lease_token = models.CharField(max_length=36, blank=True)
@@ -83,7 +87,11 @@ class Turn(models.Model):
     # one projection per proposed call. Labelled examples are built from these.
     projection = models.JSONField(default=dict, blank=True, help_text="What the guardian saw.")
     risk_projections = models.JSONField(default=list, blank=True)
-    state = models.JSONField(default=dict, blank=True, help_text="Loop state after the turn.")
+    # The state steps this turn made (a verdict's, then the turn's own): the state after it is
+    # rebuilt from the run's start and every turn's steps, and `state_hash` checks it.
+    steps = models.JSONField(default=list, blank=True)
+    # A coder ⇄ reviewer turn's loop state (bounded by its rounds); {} for agent-loop turns.
+    state = models.JSONField(default=dict, blank=True)
     usage = models.JSONField(default=dict, blank=True, help_text="Budget spent up to this turn.")
     feedback = models.JSONField(default=list, blank=True, help_text="For the next proposal.")
     timings = models.JSONField(default=dict, blank=True)

@@ -2,6 +2,7 @@
 adapter names and settings, and the tool wrapper that records every call before it runs."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils import timezone
@@ -21,7 +22,8 @@ class AmbiguousCall(RuntimeError):
 
 def build_actor(run: Run, tools: dict[str, Tool]) -> Actor:
     if run.actor == "scripted":
-        return ScriptedActor(run.config["scenario"])
+        # Checked when the run started (runs/validation.py), not again on every turn.
+        return ScriptedActor(run.config["scenario"], checked=True)
     if run.actor == "openai":
         from guardian_core.adapters.openai import OpenAIActor
 
@@ -45,7 +47,7 @@ def build_guardian(run: Run) -> Guardian:
         "question_set_version": run.policy_version.question_set_version,
     }
     if run.guardian == "scripted":
-        return ScriptedGuardian(run.config["scenario"], deadline_seconds=deadline)
+        return ScriptedGuardian(run.config["scenario"], deadline_seconds=deadline, checked=True)
     if run.guardian == "local":
         from guardian_core.adapters.local import LocalGuardian
 
@@ -121,43 +123,72 @@ def close_review_agents(*agents: ReviewAgent) -> None:
             close()
 
 
-def recording_tools(
-    tools: dict[str, Tool],
-    *,
-    turn: Turn,
-    calls_by_key: dict[str, tuple[int, str]],
-    rerun_keys: frozenset[str] = frozenset(),
-) -> dict[str, Tool]:
-    """The run's tools, each wrapped so that a call is recorded as started before it runs and
-    as done after, in their own short transactions (no lock is held while a tool runs).
-
-    A key already done returns its stored result instead of running again. A key found started
-    but never finished (the worker died) is ambiguous: a read-only or reversible call is run
-    again with the same key; an irreversible or regulated one is never retried blindly: only
-    a key in `rerun_keys` (a person said it did not go through and asked for it) runs again.
-    """
+def recording_tools(tools: dict[str, Tool], recorder: "CallRecorder") -> dict[str, Tool]:
+    """The run's tools, each wrapped so that its call is recorded by `recorder`."""
     return {
         name: Tool(
             name=tool.name,
             description=tool.description,
             schema=tool.schema,
             risk_class=tool.risk_class,
-            func=_recorded(tool, turn, calls_by_key, rerun_keys),
+            func=recorder.wrap(tool),
         )
         for name, tool in tools.items()
     }
 
 
-def _recorded(tool: Tool, turn: Turn, calls_by_key, rerun_keys) -> Callable[..., object]:
-    def call(arguments: dict, *, idempotency_key: str) -> object:
-        position, intent = calls_by_key[idempotency_key]
-        existing = ToolCall.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is not None and existing.status == ToolCallStatus.DONE:
-            return existing.result
+@dataclass
+class _Row:
+    pk: int
+    turn_id: int
+    risk_class: str
+
+
+class CallRecorder:
+    """Records the calls of one turn. Each call that runs is recorded as started before it
+    runs and as done after, in short commits of their own (durability: a crash leaves a call
+    started and never finished, which a retry sees; no lock is held while a tool runs). At
+    the turn's end `finish` adds the calls that never ran, in one insert.
+
+    A key already done returns its stored result instead of running again. A key found started
+    but never finished (the worker died) is ambiguous: a read-only or reversible call is run
+    again with the same key; an irreversible or regulated one is never retried blindly: only
+    a key in `rerun_keys` (a person said it did not go through and asked for it) runs again.
+    A `fresh` turn (begun by this worker, not a retry) has no earlier rows to look up.
+    """
+
+    def __init__(
+        self,
+        *,
+        turn: Turn,
+        calls_by_key: dict[str, tuple[int, str]],
+        rerun_keys: frozenset[str] = frozenset(),
+        fresh: bool = False,
+    ) -> None:
+        self.turn = turn
+        self.calls_by_key = calls_by_key
+        self.rerun_keys = rerun_keys
+        self.fresh = fresh
+        self.rows: dict[int, _Row] = {}  # by position: the rows this turn's calls have
+
+    def wrap(self, tool: Tool) -> Callable[..., object]:
+        def call(arguments: dict, *, idempotency_key: str) -> object:
+            return self._call(tool, arguments, idempotency_key)
+
+        return call
+
+    def _call(self, tool: Tool, arguments: dict, key: str) -> object:
+        position, intent = self.calls_by_key[key]
+        existing = None
+        if not self.fresh or key in self.rerun_keys:
+            existing = ToolCall.objects.filter(idempotency_key=key).first()
         if existing is not None:
+            self.rows[position] = _Row(existing.pk, existing.turn_id, existing.risk_class)
+            if existing.status == ToolCallStatus.DONE:
+                return existing.result
             # A re-run is allowed once: the verdict left the call failed, and a re-run that
             # crashed in turn leaves it started, which is ambiguous again.
-            rerun = idempotency_key in rerun_keys and existing.status == ToolCallStatus.FAILED
+            rerun = key in self.rerun_keys and existing.status == ToolCallStatus.FAILED
             if RiskClass(tool.risk_class).needs_approval and not rerun:
                 ToolCall.objects.filter(pk=existing.pk).update(status=ToolCallStatus.AMBIGUOUS)
                 raise AmbiguousCall(
@@ -169,18 +200,19 @@ def _recorded(tool: Tool, turn: Turn, calls_by_key, rerun_keys) -> Callable[...,
             )
         else:
             existing = ToolCall.objects.create(
-                turn=turn,
+                turn=self.turn,
                 position=position,
                 tool=tool.name,
                 arguments=arguments,
                 intent=intent,
                 risk_class=tool.risk_class,
                 status=ToolCallStatus.STARTED,
-                idempotency_key=idempotency_key,
+                idempotency_key=key,
                 started_at=timezone.now(),
             )
+            self.rows[position] = _Row(existing.pk, self.turn.pk, tool.risk_class)
         try:
-            result = tool.func(arguments, idempotency_key=idempotency_key)
+            result = tool.func(arguments, idempotency_key=key)
         except Exception as exc:
             ToolCall.objects.filter(pk=existing.pk).update(
                 status=ToolCallStatus.FAILED,
@@ -194,4 +226,52 @@ def _recorded(tool: Tool, turn: Turn, calls_by_key, rerun_keys) -> Callable[...,
         )
         return text
 
-    return call
+    def finish(self, record) -> None:
+        """Bring every call of the step into the log (inside the turn's transaction): the
+        calls that never ran get their rows, and a call the gate classed above its tool's
+        declared class gets that class. A call re-run under an earlier turn's key is recorded
+        on that turn's row (it is the same call); this turn's row points to it."""
+        rows = dict(self.rows)
+        if not self.fresh:  # a retried turn: an earlier attempt may have left rows
+            for row in ToolCall.objects.filter(turn=self.turn).only("id", "position", "risk_class"):
+                rows.setdefault(row.position, _Row(row.pk, self.turn.pk, row.risk_class))
+        gated = {c.position: c.effective.value for c in (record.gate.calls if record.gate else ())}
+        new = []
+        for call in record.calls:
+            risk = gated.get(call.position) or (call.declared_risk or "read_only")
+            row = rows.get(call.position)
+            if row is not None and row.turn_id == self.turn.pk:
+                if row.risk_class != risk:
+                    ToolCall.objects.filter(pk=row.pk).update(risk_class=risk)
+                continue
+            error = call.error or "\n".join(call.problems)
+            key = call.idempotency_key
+            if row is not None:  # re-run on an earlier turn's row
+                error = f"re-run of that call with its idempotency key; {error}".strip("; ")
+                key = None
+            new.append(
+                ToolCall(
+                    turn=self.turn,
+                    position=call.position,
+                    tool=call.tool,
+                    arguments=call.arguments,
+                    intent=call.intent,
+                    risk_class=risk,
+                    status=_STORED_STATUS[call.status],
+                    idempotency_key=key,
+                    result=call.result,
+                    error=error,
+                )
+            )
+        if new:
+            ToolCall.objects.bulk_create(new)
+
+
+_STORED_STATUS = {
+    "invalid": ToolCallStatus.INVALID,
+    "held": ToolCallStatus.HELD,
+    "not_approved": ToolCallStatus.REJECTED,
+    "done": ToolCallStatus.DONE,
+    "failed": ToolCallStatus.FAILED,
+    "not_run": ToolCallStatus.PROPOSED,
+}

@@ -37,8 +37,8 @@ def expectation_problems(run: Run, expect: dict) -> list[str]:
         if outcomes != expect["outcomes"]:
             problems.append(f"outcomes {outcomes}, expected {expect['outcomes']}")
     if expect.get("quarantined"):
-        last = run.turns.order_by("-index").first()
-        withheld = last is not None and all("withheld" in r for r in last.state["last_results"])
+        results = (run.state or {}).get("last_results", [])
+        withheld = bool(results) and all("withheld" in r for r in results)
         if not withheld:
             problems.append("the turn's outputs were not withheld from the actor")
     return problems

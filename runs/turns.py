@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind, VerdictDecision
 from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
-from guardian_core.engine.policy import Outcome, Usage
-from guardian_core.engine.state import HistoryItem, project, state_next
+from guardian_core.engine.policy import Outcome, Usage, history_needed
+from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
 from guardian_core.engine.tools import idempotency_key, validate_call
 from runs import mapping
-from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.ports import build_actor, build_guardian, recording_tools
+from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
+from runs.ports import CallRecorder, build_actor, build_guardian, recording_tools
 from runs.queue import enqueue_after_commit
 from runs.tools import tools_for_run
 
@@ -50,26 +50,37 @@ class _Resume:
     released: tuple[str, ...] | None = None
     # Calls a person said did not go through and asked to run again, under their first key.
     rerun_keys: dict[int, str] | None = None
+    # A person's answer made the policy replan: counted like any replan.
+    replanned: bool = False
 
 
 def agent_turn_advance(run: Run, token: str) -> str:
     """Advance a claimed agent-loop run (the worker holds its lease `token`) by one turn.
     Returns "continued", "waiting" or "finished"; raises on an error (the caller records it).
-    """
-    turns = list(run.turns.select_related("decision").order_by("index"))
-    decided = [turn for turn in turns if _has_decision(turn)]
-    unfinished = next((turn for turn in turns if not _has_decision(turn)), None)
-    last = decided[-1] if decided else None
-    index = len(decided)
 
-    state = mapping.state_from_json(last.state) if last else mapping.initial_state(run)
+    Reads what the next turn needs and nothing that grows with the run: the run row with its
+    compact state, and the last few turns (the policy's windows, the last turn's usage,
+    feedback and verdict, a retried turn's recorded proposal).
+    """
+    policy = mapping.policy_for_run(run)
+    recent = _recent_turns(run, policy)
+    decided = [turn for turn in recent if _has_decision(turn)]
+    unfinished = next((turn for turn in recent if not _has_decision(turn)), None)
+    last = decided[-1] if decided else None
+    index = last.index + 1 if last else 0
+
+    state = mapping.run_state(run)
     usage = mapping.usage_from_json(last.usage) if last else Usage(turns=0)
     history = [mapping.past_turn(turn) for turn in decided]
     resume = _resume(last)
-    if resume.history or resume.released is not None:
-        state = state_next(state, add_history=resume.history, last_results=resume.released)
+    verdict_steps: tuple[dict, ...] = ()
+    if resume.history or resume.released is not None or resume.replanned:
+        step = state_step(
+            add_history=resume.history, last_results=resume.released, replanned=resume.replanned
+        )
+        verdict_steps = (step,)
+        state = state_apply(state, step)
 
-    policy = mapping.policy_from_version(run.policy_version, budgets=run.budgets)
     tools = tools_for_run(run.tools)
     guardian = build_guardian(run)
 
@@ -81,23 +92,25 @@ def agent_turn_advance(run: Run, token: str) -> str:
         # Whatever a model sent must be storable before anything runs; text that is not
         # text makes its call invalid (fed back like any other problem), never a crash.
         proposal = proposal_as_text(proposal)
+    # Durability: the proposal is committed before anything runs, so a retry replays it.
     turn = unfinished or _turn_begin(run, index, proposal)
     if turn is None:
         return "skipped"  # another worker recorded this turn first
 
     calls_by_key = _calls_by_key(run, index, proposal, tools, resume.rerun_keys or {})
+    recorder = CallRecorder(
+        turn=turn,
+        calls_by_key=calls_by_key,
+        rerun_keys=frozenset((resume.rerun_keys or {}).values()),
+        fresh=unfinished is None,
+    )
     record = run_turn(
         state,
         run_id=str(run.pk),
         index=index,
         actor=_NoActor(),
         guardian=guardian,
-        tools=recording_tools(
-            tools,
-            turn=turn,
-            calls_by_key=calls_by_key,
-            rerun_keys=frozenset((resume.rerun_keys or {}).values()),
-        ),
+        tools=recording_tools(tools, recorder),
         clock=SystemClock(),
         policy=policy,
         history=history,
@@ -108,7 +121,31 @@ def agent_turn_advance(run: Run, token: str) -> str:
         idempotency_keys=resume.rerun_keys,
         run_started_at=run.created_at,
     )
-    return _turn_finish(run.pk, token, turn, record)
+    return _turn_finish(run, token, turn, record, verdict_steps, recorder)
+
+
+def _recent_turns(run: Run, policy) -> list[Turn]:
+    """The last turns the policy's windows read, the last decided one and any unfinished
+    one after it: one query, of a bounded number of small rows."""
+    wanted = history_needed(policy) + 1  # and one unfinished turn at most
+    rows = list(
+        Turn.objects.filter(run_id=run.pk)
+        .select_related("decision")
+        .only(
+            "id",
+            "run_id",
+            "index",
+            "proposal",
+            "usage",
+            "feedback",
+            "decision__id",
+            "decision__outcome",
+            "decision__fired",
+            "decision__call_signatures",
+        )
+        .order_by("-index")[: wanted + 1]
+    )
+    return rows[::-1]
 
 
 class _NoActor:
@@ -136,6 +173,7 @@ def _resume(last: Turn | None) -> _Resume:
     verdict = getattr(escalation, "verdict", None) if escalation else None
     if verdict is None:
         return _Resume(None, None, feedback)
+    escalation.turn = last  # already loaded
     proposal = mapping.proposal_from_json(last.proposal)
     history = mapping.verdict_history(escalation, verdict, proposal)
     if escalation.kind == EscalationKind.AMBIGUOUS_CALL and verdict.rerun:
@@ -146,7 +184,9 @@ def _resume(last: Turn | None) -> _Resume:
         )
         return _Resume(proposal, frozenset(keys), (), history, rerun_keys=keys)
     if escalation.kind != EscalationKind.GATED_STEP:
-        return _Resume(None, None, feedback, history, _released_results(last, verdict))
+        released = _released_results(last, verdict)
+        replanned = verdict.resulting_outcome == Outcome.REPLAN
+        return _Resume(None, None, feedback, history, released, replanned=replanned)
     if verdict.decision == VerdictDecision.APPROVE:
         return _Resume(proposal, frozenset(verdict.approved_calls), (), history)
     held = list(
@@ -166,16 +206,21 @@ def _released_results(last: Turn, verdict) -> tuple[str, ...] | None:
 
 
 def _turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
-    """Record the turn and its proposal before anything runs; None if it exists already."""
+    """Record the turn and its proposal before anything runs; None if it exists already.
+    Durability: this insert commits on its own (autocommit), before any call runs; a worker
+    is never inside a transaction here, and a caller that is gets a savepoint."""
+    fields = {
+        "run": run,
+        "index": index,
+        "state_hash": "",
+        "proposal": mapping.proposal_to_json(proposal),
+        "started_at": timezone.now(),
+    }
     try:
-        with transaction.atomic():
-            return Turn.objects.create(
-                run=run,
-                index=index,
-                state_hash="",
-                proposal=mapping.proposal_to_json(proposal),
-                started_at=timezone.now(),
-            )
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                return Turn.objects.create(**fields)
+        return Turn.objects.create(**fields)
     except IntegrityError:
         return None
 
@@ -198,26 +243,55 @@ def _calls_by_key(
     return keys
 
 
-def _turn_finish(run_id: int, token: str, turn: Turn, record: TurnRecord) -> str:
-    """Write the turn's outcome in one transaction and move the run on."""
+def _turn_finish(
+    run: Run,
+    token: str,
+    turn: Turn,
+    record: TurnRecord,
+    verdict_steps: tuple[dict, ...],
+    recorder: CallRecorder,
+) -> str:
+    """Write the turn's outcome in one transaction and move the run on: the run row (its
+    compact state, status, lease released), the turn (its steps, what the guardian saw), the
+    calls that never ran, the decision and any escalation. Durability: this is the commit
+    that makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
     decision = record.decision
+    outcome: Outcome | None = decision.outcome
+    changes = {
+        "state": mapping.state_to_json(record.state_after),
+        "lease_token": "",
+        "lease_expires_at": None,
+        "failures": 0,
+        "last_error": "",
+        "updated_at": now,
+        **_run_outcome_fields(record, now),
+    }
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        if run.lease_token != token:
-            # The lease expired and another worker took the run over: its turn counts.
-            raise RuntimeError(f"run {run_id}: lease lost before the turn was recorded")
+        # The lease and the status are checked in the same statement that writes the run.
+        moved = Run.objects.filter(pk=run.pk, lease_token=token, status=RunStatus.RUNNING).update(
+            **changes
+        )
+        if not moved:
+            if not Run.objects.filter(pk=run.pk, lease_token=token).exists():
+                # The lease expired and another worker took the run over: its turn counts.
+                raise RuntimeError(f"run {run.pk}: lease lost before the turn was recorded")
+            # Cancelled while the turn ran: the turn is recorded, nothing follows.
+            Run.objects.filter(pk=run.pk).update(
+                state=changes["state"], lease_token="", lease_expires_at=None, updated_at=now
+            )
+            outcome = None
         Turn.objects.filter(pk=turn.pk).update(
             state_hash=record.state_hash_after,
+            steps=[*verdict_steps, *record.state_steps],
             projection=record.guardian_projection or {},
             risk_projections=list(record.risk_projections),
-            state=mapping.state_to_json(record.state_after),
             usage=mapping.usage_to_json(record.usage),
             feedback=mapping.feedback_to_json(record.feedback),
             timings=dict(record.timings),
             finished_at=now,
         )
-        _tool_calls_record(turn, record)
+        recorder.finish(record)
         Decision.objects.create(
             turn=turn,
             outcome=decision.outcome.value,
@@ -228,88 +302,36 @@ def _turn_finish(run_id: int, token: str, turn: Turn, record: TurnRecord) -> str
             fired=sorted(condition.value for condition in decision.fired),
             call_signatures=list(record.past_turn.calls),
             stop_reason=decision.stop_reason or "",
-            policy_version=run.policy_version,
+            policy_version_id=run.policy_version_id,
             question_set_version=record.question_set_version,
             guardian_model_version=record.guardian_model_version,
             state_hash=record.state_hash_after,
         )
-        result = _apply_outcome(run, turn, record, now)
-        run.lease_token = ""
-        run.lease_expires_at = None
-        run.failures = 0
-        run.last_error = ""
-        run.save()
-    return result
-
-
-def _tool_calls_record(turn: Turn, record: TurnRecord) -> None:
-    """Bring every call of the step into the log, including those that never ran.
-
-    A call marked ambiguous (started before a crash, never finished) keeps that status: it
-    is what the reviewer is asked about. A call re-run under the key of an earlier turn's
-    call is recorded on that earlier row (it is the same call); this turn's row points to it.
-    """
-    gated = {call.position: call for call in (record.gate.calls if record.gate else ())}
-    keys = [call.idempotency_key for call in record.calls if call.idempotency_key]
-    existing = {
-        row.idempotency_key: row
-        for row in ToolCall.objects.filter(idempotency_key__in=keys)
-        .select_related("turn")
-        .only("id", "turn__index", "position", "status", "idempotency_key")
-    }
-    for call in record.calls:
-        effective = gated[call.position].effective.value if call.position in gated else None
-        row = existing.get(call.idempotency_key)
-        status = _stored_status(call.status)
-        if row is not None and row.status == ToolCallStatus.AMBIGUOUS and status == "failed":
-            status = ToolCallStatus.AMBIGUOUS
-        fields = {
-            "tool": call.tool,
-            "arguments": call.arguments,
-            "intent": call.intent,
-            "risk_class": effective or (call.declared_risk or "read_only"),
-            "status": status,
-            "idempotency_key": call.idempotency_key,
-            "error": call.error or "\n".join(call.problems),
-        }
-        if call.result is not None:
-            fields["result"] = call.result
-        if row is not None and row.turn_id != turn.pk:
-            fields["idempotency_key"] = None
-            fields["error"] = (
-                f"re-run of call {row.position} of turn {row.turn.index} with its idempotency key; "
-                + fields["error"]
-            ).strip("; ")
-        ToolCall.objects.update_or_create(turn=turn, position=call.position, defaults=fields)
-
-
-def _stored_status(status: str) -> str:
-    return {
-        "invalid": ToolCallStatus.INVALID,
-        "held": ToolCallStatus.HELD,
-        "not_approved": ToolCallStatus.REJECTED,
-        "done": ToolCallStatus.DONE,
-        "failed": ToolCallStatus.FAILED,
-        "not_run": ToolCallStatus.PROPOSED,
-    }[status]
-
-
-def _apply_outcome(run: Run, turn: Turn, record: TurnRecord, now) -> str:
-    outcome = record.decision.outcome
-    if run.status != RunStatus.RUNNING:
-        return "finished"  # cancelled while the turn ran: it is recorded, nothing follows
-    if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
-        enqueue_after_commit(run.pk)
-        return "continued"
-    if outcome == Outcome.ESCALATE:
-        run.status = RunStatus.WAITING
-        _escalation_open(run, turn, record, now)
-        return "waiting"
-    run.status = RunStatus.SUCCEEDED if outcome == Outcome.STOP_SUCCESS else RunStatus.FAILED
-    run.stop_reason = record.decision.stop_reason or ""
-    run.final_answer = record.final_answer
-    run.finished_at = now
+        if outcome is None:
+            return "finished"
+        if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
+            enqueue_after_commit(run.pk)
+            return "continued"
+        if outcome == Outcome.ESCALATE:
+            _escalation_open(run, turn, record, now)
+            return "waiting"
     return "finished"
+
+
+def _run_outcome_fields(record: TurnRecord, now) -> dict:
+    """The run's columns the turn's outcome sets (nothing for continue or replan)."""
+    outcome = record.decision.outcome
+    if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
+        return {}
+    if outcome == Outcome.ESCALATE:
+        return {"status": RunStatus.WAITING}
+    succeeded = outcome == Outcome.STOP_SUCCESS
+    return {
+        "status": RunStatus.SUCCEEDED if succeeded else RunStatus.FAILED,
+        "stop_reason": record.decision.stop_reason or "",
+        "final_answer": record.final_answer,
+        "finished_at": now,
+    }
 
 
 def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalation:

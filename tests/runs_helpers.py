@@ -38,3 +38,19 @@ def watch_the_actor(monkeypatch) -> list[tuple[dict, tuple]]:
 
     monkeypatch.setattr(runs.turns, "build_actor", lambda *a, **k: Watched(build(*a, **k)))
     return seen
+
+
+def reading_scenario(turns: int) -> dict:
+    """A scripted run that reads a different order each turn with a calm guardian: it goes on
+    for as many turns as asked (no repeat, no stop)."""
+    steps = [
+        {"calls": [{"tool": "read_order", "arguments": {"order_id": f"ord_{i:05d}"}}], "tokens": 1}
+        for i in range(turns + 5)
+    ]
+    return {
+        "name": "reading-orders",
+        "goal": "Read every order, one a turn.",
+        "tools": ["read_order"],
+        "actor": {"turns": steps},
+        "guardian": {"model_version": "scripted-reading"},
+    }

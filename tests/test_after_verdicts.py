@@ -6,6 +6,7 @@ import pytest
 
 from escalations.models import EscalationStatus, LabelledExample
 from escalations.services import EscalationError, escalation_resolve
+from runs.mapping import turn_state
 from runs.models import DemoSideEffect, RunStatus, ToolCall, ToolCallStatus
 from runs.services import run_advance
 from tests.runs_helpers import drive, start, watch_the_actor
@@ -18,8 +19,13 @@ def _resolve(run, user, **kwargs):
     return escalation_resolve(escalation_id=escalation.pk, reviewer=user, **kwargs)
 
 
+def _state(turn) -> dict:
+    """The state after `turn`, rebuilt from the recorded steps (and its hash checked)."""
+    return turn_state(turn).to_dict()
+
+
 def _summaries(turn) -> list[str]:
-    return [item["summary"] for item in turn.state["history"]]
+    return [item["summary"] for item in _state(turn)["history"]]
 
 
 def test_a_rejected_refund_ends_failed_with_no_answer_and_no_refund(reviewer):
@@ -98,7 +104,7 @@ def test_a_withheld_output_is_released_once_a_person_says_it_holds_no_injection(
     settings.GUARDIAN_DEADLINE_SECONDS = 0.3
     run = drive(start("guardian_timeout"))
     held = run.turns.get(index=0)
-    assert held.state["last_results"] == ["[output of read_order withheld: integrity check]"]
+    assert _state(held)["last_results"] == ["[output of read_order withheld: integrity check]"]
     answer = {
         "integrity": False,
         "infeasible": False,
@@ -158,7 +164,7 @@ def test_it_went_through_records_the_call_done_with_the_note_and_never_reruns_it
     assert call.result == "Confirmed done by reviewer: Seen in the payment console."
     run = drive(run)
     assert DemoSideEffect.objects.count() == 0
-    assert "turn 2: issue_refund confirmed done by reviewer" in str(run.turns.last().state)
+    assert "turn 2: issue_refund confirmed done by reviewer" in str(_state(run.turns.last()))
 
 
 def test_it_did_not_go_through_stops_the_run_and_runs_nothing_unless_asked(reviewer):

@@ -195,8 +195,9 @@ def rejected_by_reviewer(projection: Mapping) -> bool:
 class ScriptedActor:
     """Proposes `actor.turns[n]` at turn n, or `after_feedback` when told about earlier calls."""
 
-    def __init__(self, scenario: Mapping) -> None:
-        check_scenario(scenario)
+    def __init__(self, scenario: Mapping, *, checked: bool = False) -> None:
+        if not checked:  # a run's scenario is checked once, when the run starts
+            check_scenario(scenario)
         self._actor = scenario["actor"]
 
     def propose(self, projection: Mapping, feedback: tuple[Feedback, ...] = ()) -> Proposal:
@@ -222,9 +223,14 @@ class ScriptedGuardian:
     spend: Spend = NOTHING
 
     def __init__(
-        self, scenario: Mapping, *, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
+        self,
+        scenario: Mapping,
+        *,
+        deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        checked: bool = False,
     ) -> None:
-        check_scenario(scenario)
+        if not checked:  # a run's scenario is checked once, when the run starts
+            check_scenario(scenario)
         script = scenario.get("guardian", {})
         self.model_version: str = script.get("model_version", DEFAULT_MODEL_VERSION)
         self.deadline_seconds = deadline_seconds

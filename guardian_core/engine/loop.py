@@ -31,8 +31,9 @@ from guardian_core.engine.state import (
     LoopState,
     PendingCall,
     project,
+    state_apply,
     state_hash,
-    state_next,
+    state_step,
 )
 from guardian_core.engine.thresholds import Policy
 from guardian_core.engine.tools import (
@@ -194,6 +195,9 @@ class TurnRecord:
     # call for the risk check. Labelled examples are built from these.
     guardian_projection: Mapping | None = None
     risk_projections: tuple[Mapping, ...] = ()
+    # The state steps this turn made, in order: state_rebuild(state before, steps) is
+    # state_after, hash included.
+    state_steps: tuple[dict, ...] = ()
 
     @property
     def past_turn(self) -> PastTurn:
@@ -243,6 +247,14 @@ def run_turn(
     tick = clock.monotonic()
     started_at = clock.now()
     hash_before = state_hash(state)
+    steps: list[dict] = []
+
+    def state_next(current: LoopState, **change) -> LoopState:
+        # Every step this turn makes is kept: the turn records them, and any version of the
+        # state is rebuilt from them (and its chained hash checked).
+        step = state_step(**change)
+        steps.append(step)
+        return state_apply(current, step)
 
     if proposal is None:
         proposal = actor.propose(project(state).data, feedback)
@@ -362,6 +374,7 @@ def run_turn(
         calls=signatures,
         conditions=() if held_step else POST_EXECUTION_CONDITIONS,
         extra_reasons=tuple(extra),
+        replans=state.replans,
     )
     _lap(timings, "decide", clock, tick)
 
@@ -401,6 +414,7 @@ def run_turn(
         timings=timings,
         guardian_projection=guardian_projection,
         risk_projections=tuple(projections),
+        state_steps=tuple(steps),
     )
 
 

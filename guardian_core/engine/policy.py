@@ -122,19 +122,26 @@ def decide(
     calls: tuple[str, ...] = (),
     conditions: Sequence[Condition] = POST_EXECUTION_CONDITIONS,
     extra_reasons: Sequence[Reason] = (),
+    replans: int | None = None,
 ) -> PolicyDecision:
     """Map answers to exactly one outcome. Pure, total and deterministic.
 
     `answers` maps conditions to raw or typed answers; each condition in `conditions` is
     evaluated (a missing one is malformed, so uncertain), and so is risk when it is present.
     Keys that are not conditions are ignored. `extra_reasons` come from the loop step (a held
-    gate, a failed tool) and take part in the precedence like any other reason.
+    gate, a failed tool) and take part in the precedence like any other reason. `history`
+    need only hold the last turns the hysteresis and repeat windows read (`history_needed`);
+    `replans` is how many replans the run has had, counted from `history` when not given.
     """
     usage = usage or Usage(turns=1)
     evaluated = list(dict.fromkeys([*conditions, *_known_conditions(answers)]))
     reasons: list[Reason] = []
     fired: set[Condition] = set()
-    replans_so_far = sum(1 for turn in history if turn.outcome == Outcome.REPLAN)
+    replans_so_far = (
+        replans
+        if replans is not None
+        else sum(1 for turn in history if turn.outcome == Outcome.REPLAN)
+    )
 
     for condition in evaluated:
         reason, did_fire = _evaluate(condition, answers.get(condition), policy, history)
@@ -163,6 +170,12 @@ def decide(
         fired=frozenset(fired),
         stop_reason=_stop_reason(outcome, reasons),
     )
+
+
+def history_needed(policy: Policy) -> int:
+    """How many of the latest decided turns `decide` reads: the hysteresis window and the
+    exact-repeat window, this turn excluded."""
+    return max(policy.hysteresis_window, policy.repeat_limit) - 1
 
 
 def _known_conditions(answers: Mapping) -> list[Condition]:

@@ -22,9 +22,19 @@ class PendingCall:
     intent: str
 
 
+# The history items a state keeps: what the projection can show. Older ones are counted in
+# `history_dropped` and stay in the turns' recorded steps, from which any version is rebuilt.
+HISTORY_WINDOW = 8
+
+
 @dataclass(frozen=True)
 class LoopState:
-    """The single source of truth of a run. Never edited: each turn makes the next version."""
+    """The single source of truth of a run. Never edited: each turn makes the next version.
+
+    It holds what the next turn needs and no more, so a turn costs the same at any run
+    length: the last HISTORY_WINDOW history items (the older ones counted), the last results,
+    the pending calls, and `hash`, which chains every version to the one before it.
+    """
 
     goal: str
     acceptance_criteria: tuple[str, ...] = ()
@@ -33,8 +43,19 @@ class LoopState:
     pending: tuple[PendingCall, ...] = ()
     replans: int = 0
     version: int = 0
+    history_dropped: int = 0
+    # hash(previous hash, this version's step); "" for a state made directly, whose hash is
+    # then that of its content (see state_hash).
+    hash: str = ""
 
     def to_dict(self) -> dict:
+        return {
+            **self.content(),
+            "history_dropped": self.history_dropped,
+            "hash": state_hash(self),
+        }
+
+    def content(self) -> dict:
         return {
             "goal": self.goal,
             "acceptance_criteria": list(self.acceptance_criteria),
@@ -46,6 +67,38 @@ class LoopState:
         }
 
 
+def state_from_dict(data: dict) -> LoopState:
+    """The inverse of LoopState.to_dict (a missing key takes its default)."""
+    return LoopState(
+        goal=data["goal"],
+        acceptance_criteria=tuple(data.get("acceptance_criteria", ())),
+        history=tuple(HistoryItem(h["turn"], h["summary"]) for h in data.get("history", ())),
+        last_results=tuple(data.get("last_results", ())),
+        pending=tuple(PendingCall(**call) for call in data.get("pending", ())),
+        replans=data.get("replans", 0),
+        version=data.get("version", 0),
+        history_dropped=data.get("history_dropped", 0),
+        hash=data.get("hash", ""),
+    )
+
+
+def state_step(
+    *,
+    add_history: tuple[HistoryItem, ...] = (),
+    last_results: tuple[str, ...] | None = None,
+    pending: tuple[PendingCall, ...] | None = None,
+    replanned: bool = False,
+) -> dict:
+    """One step from a version to the next, as canonical JSON data: what state_next applies,
+    what the hash chain hashes and what a turn records."""
+    return {
+        "add_history": [[h.turn, h.summary] for h in add_history],
+        "last_results": None if last_results is None else list(last_results),
+        "pending": None if pending is None else [_pending_dict(call) for call in pending],
+        "replanned": bool(replanned),
+    }
+
+
 def state_next(
     state: LoopState,
     *,
@@ -55,14 +108,41 @@ def state_next(
     replanned: bool = False,
 ) -> LoopState:
     """The next version: history only grows; results and pending are replaced when given."""
+    step = state_step(
+        add_history=add_history, last_results=last_results, pending=pending, replanned=replanned
+    )
+    return state_apply(state, step)
+
+
+def state_apply(state: LoopState, step: dict) -> LoopState:
+    """The next version after one recorded step (see state_step). O(1) in the run's length:
+    the history is cut to its window and the hash chains the step to the previous hash."""
+    history = state.history + tuple(HistoryItem(t, s) for t, s in step["add_history"])
+    cut = max(0, len(history) - HISTORY_WINDOW)
+    pending = step["pending"]
     return replace(
         state,
-        history=state.history + tuple(add_history),
-        last_results=state.last_results if last_results is None else tuple(last_results),
-        pending=state.pending if pending is None else tuple(pending),
-        replans=state.replans + (1 if replanned else 0),
+        history=history[cut:],
+        history_dropped=state.history_dropped + cut,
+        last_results=state.last_results
+        if step["last_results"] is None
+        else tuple(step["last_results"]),
+        pending=state.pending
+        if pending is None
+        else tuple(PendingCall(**call) for call in pending),
+        replans=state.replans + (1 if step["replanned"] else 0),
         version=state.version + 1,
+        hash=sha256_hex(["guardian-state/2", state_hash(state), step]),
     )
+
+
+def state_rebuild(start: LoopState, steps) -> LoopState:
+    """Any version of a run's state, from its start and the steps its turns recorded; its
+    hash is checked by comparing with the hash the turn stored."""
+    state = start
+    for step in steps:
+        state = state_apply(state, step)
+    return state
 
 
 # How a person's verdict reads in the history. The guardian judges the run from what ran and
@@ -85,8 +165,10 @@ def verdict_item(turn: int, *, subject: str, verdict: str, reason: str = "") -> 
 
 
 def state_hash(state: LoopState) -> str:
-    """SHA-256 of the state's canonical JSON: equal states hash equal in any process."""
-    return sha256_hex(state.to_dict())
+    """The state's SHA-256: the chained hash of a version made by state_next, or the hash of
+    the canonical content of a state made directly (a run's first version). Equal states
+    with equal histories hash equal in any process."""
+    return state.hash or sha256_hex(state.content())
 
 
 @dataclass(frozen=True)
@@ -107,7 +189,7 @@ TRUNCATION_MARK = " …[truncated]"
 def project(
     state: LoopState,
     *,
-    history_limit: int = 8,
+    history_limit: int = HISTORY_WINDOW,
     max_chars: int = 8000,
     pending_index: int | None = None,
 ) -> Projection:
@@ -120,8 +202,11 @@ def project(
     `pending_index` selects the proposed call to show as "pending_proposal" (the risk check).
     """
     history = list(state.history)
-    history_dropped = max(0, len(history) - history_limit)
-    history = history[history_dropped:]
+    cut = max(0, len(history) - history_limit)
+    history = history[cut:]
+    # Items older than the state's own window count as dropped too: the projection reads
+    # the same whether the state holds the whole history or only its window.
+    history_dropped = state.history_dropped + cut
     results = list(state.last_results)
     results_dropped = 0
     texts = {"goal": state.goal, "criteria": list(state.acceptance_criteria)}

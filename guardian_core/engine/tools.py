@@ -225,9 +225,27 @@ def call_signature(tool: str, arguments: object) -> str:
 # ---- building a tool ------------------------------------------------------------------------
 
 
+# Schemas already found valid, by canonical JSON: a run's tools are wrapped anew every turn
+# (to record their calls), and checking a schema costs more than the rest of the turn's
+# Python. Only valid schemas are kept, so the cache never hides a problem.
+_VALID_SCHEMAS: set[str] = set()
+
+
 def _check_schema(tool: str, schema: object) -> None:
     if not isinstance(schema, Mapping):
         raise ValueError(f"tool {tool}: the schema must be a JSON object")
+    try:
+        key = canonical_json(schema)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and key in _VALID_SCHEMAS:
+        return
+    _check_schema_content(tool, schema)
+    if key is not None and len(_VALID_SCHEMAS) < 4096:
+        _VALID_SCHEMAS.add(key)
+
+
+def _check_schema_content(tool: str, schema: Mapping) -> None:
     plain = _plain(schema)
     if plain.get("type") != "object":
         raise ValueError(f"tool {tool}: the schema's top-level type must be 'object'")

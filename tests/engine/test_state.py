@@ -1,6 +1,7 @@
 """The append-only loop state, its hash, and the bounded projection the guardian sees."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -9,14 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardian_core.engine.canonical import canonical_json
+from guardian_core.engine.canonical import canonical_json, sha256_hex
 from guardian_core.engine.state import (
+    HISTORY_WINDOW,
     HistoryItem,
     LoopState,
     PendingCall,
     project,
+    state_apply,
+    state_from_dict,
     state_hash,
     state_next,
+    state_rebuild,
+    state_step,
 )
 from tests.processes import REPO
 
@@ -144,3 +150,64 @@ def test_the_projection_never_exceeds_its_budget(goal, results, summaries, budge
     )
     projection = project(state, max_chars=budget)
     assert len(canonical_json(projection.data)) <= budget
+
+
+# ---- the state grows by steps: a bounded window, a hash chain, any version rebuilt -------
+
+
+def _grown(turns: int) -> tuple[LoopState, list[dict]]:
+    state, steps = STATE, []
+    for i in range(turns):
+        step = state_step(
+            add_history=(HistoryItem(i, f"turn {i}: read_order done"),),
+            last_results=(f"result {i}",),
+            replanned=i % 7 == 3,
+        )
+        steps.append(step)
+        state = state_apply(state, step)
+    return state, steps
+
+
+def test_the_state_keeps_a_bounded_window_of_history_and_counts_the_rest():
+    state, _ = _grown(50)
+    assert len(state.history) == HISTORY_WINDOW
+    assert [h.turn for h in state.history] == list(range(50 - HISTORY_WINDOW, 50))
+    assert state.history_dropped == 50 - HISTORY_WINDOW + len(STATE.history)
+    assert len(canonical_json(state.to_dict())) < 2000  # the same at turn 50 as at 5000
+
+
+def test_the_projection_of_the_windowed_state_is_the_projection_of_the_whole_history():
+    state, _ = _grown(30)
+    whole = LoopState(
+        goal=state.goal,
+        acceptance_criteria=state.acceptance_criteria,
+        history=STATE.history
+        + tuple(HistoryItem(i, f"turn {i}: read_order done") for i in range(30)),
+        last_results=state.last_results,
+        replans=state.replans,
+    )
+    assert project(state).data == project(whole).data
+    assert project(state).data["truncated"]["history_dropped"] == len(whole.history) - 8
+
+
+def test_any_version_is_rebuilt_from_the_recorded_steps_with_the_same_hash():
+    live, steps = _grown(40)
+    rebuilt = state_rebuild(STATE, steps)
+    assert rebuilt == live
+    assert state_hash(rebuilt) == state_hash(live)
+    assert state_rebuild(STATE, steps[:10]) == _grown(10)[0]
+
+
+def test_the_hash_chains_every_step_so_changing_an_old_one_changes_every_later_hash():
+    live, steps = _grown(20)
+    tampered = [dict(step) for step in steps]
+    tampered[3] = {**tampered[3], "last_results": ["a different result"]}
+    assert state_hash(state_rebuild(STATE, tampered)) != state_hash(live)
+    # The next hash depends on the previous hash and the step alone, not on the history.
+    step = state_step(add_history=(HistoryItem(99, "x"),))
+    assert state_apply(live, step).hash == sha256_hex(["guardian-state/2", live.hash, step])
+
+
+def test_the_compact_state_round_trips_through_json():
+    live, _ = _grown(12)
+    assert state_from_dict(json.loads(json.dumps(live.to_dict()))) == live

@@ -5,14 +5,17 @@ from celery import shared_task
 from runs.services import run_advance, run_sweep_stalled
 
 
-@shared_task(name="runs.advance_run", acks_late=True, max_retries=None)
+# Nothing reads these tasks' results (the run's rows are the record), so none is stored: a
+# result write per turn would cost the broker a round trip for nobody. A caller that wants
+# one (the task round-trip benchmark) asks with apply_async(ignore_result=False).
+@shared_task(name="runs.advance_run", acks_late=True, max_retries=None, ignore_result=True)
 def advance_run(run_id: int) -> str:
     """Advance one turn. A duplicate or stale message finds nothing to claim and is dropped;
     a failed turn is recorded on the run and picked up again by the sweeper."""
     return run_advance(run_id=run_id)
 
 
-@shared_task(name="runs.sweep_stalled_runs")
+@shared_task(name="runs.sweep_stalled_runs", ignore_result=True)
 def sweep_stalled_runs() -> list[int]:
     """Re-enqueue runs marked running that no worker is advancing (beat, every 30 s)."""
     return run_sweep_stalled()

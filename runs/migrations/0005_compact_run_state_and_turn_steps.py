@@ -5,6 +5,8 @@ hash was made under the old scheme; the chain of new turns continues from that h
 
 from django.db import migrations, models
 
+from runs.db_triggers import create_trigger, drop_trigger
+
 WINDOW = 8  # guardian_core.engine.state.HISTORY_WINDOW when this migration was written
 
 
@@ -52,6 +54,8 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # SQLite rebuilds runs_run below; the trigger that reads it must be out of the way.
+        migrations.RunPython(drop_trigger, create_trigger),
         migrations.AddField(
             model_name="run",
             name="state",
@@ -69,4 +73,5 @@ class Migration(migrations.Migration):
         ),
         # Not reversible: the snapshots are gone once converted.
         migrations.RunPython(forward, migrations.RunPython.noop, elidable=True),
+        migrations.RunPython(create_trigger, drop_trigger),
     ]

@@ -1,12 +1,16 @@
 """`make bench`: how long the engine's per-turn work takes, in microseconds (median of runs).
 
 The guardian check runs on every turn, so the code around it must cost next to nothing next to
-a model call (tens to hundreds of milliseconds). Run: .venv/bin/python -m bench.engine
+a model call (tens to hundreds of milliseconds). Each case runs BENCH_ENGINE_NUMBER times
+(default 200) per timing, 15 timings; the median and the 90th percentile of the timings are
+reported. Pure functions: no database. Run alone: .venv/bin/python -m bench.engine
 """
 
+import os
 import statistics
 import timeit
 
+from bench.report import Report
 from guardian_core.engine.loop import run_turn
 from guardian_core.engine.policy import PastTurn, Usage, decide
 from guardian_core.engine.state import HistoryItem, LoopState, project, state_hash
@@ -64,13 +68,25 @@ CASES = {
 }
 
 
-def main() -> None:
-    print(f"{'case':<42} {'median µs':>10} {'p90 µs':>10}")
+NUMBER = int(os.environ.get("BENCH_ENGINE_NUMBER", "200"))
+REPEAT = 15
+
+
+def measure(report: Report) -> dict[str, float]:
+    """Report and return the median µs of each case."""
+    medians = {}
     for name, case in CASES.items():
-        number = 200
-        runs = [t / number * 1e6 for t in timeit.repeat(case, number=number, repeat=15)]
+        runs = [t / NUMBER * 1e6 for t in timeit.repeat(case, number=NUMBER, repeat=REPEAT)]
         p90 = statistics.quantiles(runs, n=10)[-1]
-        print(f"{name:<42} {statistics.median(runs):>10.1f} {p90:>10.1f}")
+        medians[name] = statistics.median(runs)
+        report.add(name, medians[name], "µs", extra=f"p90 {p90:.1f} µs")
+    return medians
+
+
+def main() -> None:
+    report = Report("engine")
+    measure(report)
+    report.finish()
 
 
 if __name__ == "__main__":

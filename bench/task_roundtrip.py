@@ -4,57 +4,78 @@ connection kept across tasks (DATABASE_CONN_MAX_AGE=600, the default) and closed
 The task is advance_run for a run that does not exist: one conditional UPDATE and no turn, the
 cheapest thing a worker does with the database. Uses the configured database and broker (the
 embedded default unless DATABASE_URL / CELERY_BROKER_URL say otherwise) and starts its own
-worker on a private queue. Run: .venv/bin/python -m bench.task_roundtrip
+worker on a private queue. BENCH_ROUND_TRIPS tasks per setting (default 200).
+Run alone: .venv/bin/python -m bench.task_roundtrip
 """
 
 import os
 import statistics
 import time
 import uuid
+from functools import partial
+from pathlib import Path
 
 import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "guardian_core.settings")
 django.setup()
 
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from bench.report import Report  # noqa: E402
+from bench.workers import start_workers, stop_workers  # noqa: E402
 from runs.tasks import advance_run  # noqa: E402
-from tests.processes import start_worker, stop_worker  # noqa: E402
 
 ROUND_TRIPS = int(os.environ.get("BENCH_ROUND_TRIPS", "200"))
 
 
-def measure(conn_max_age: str) -> list[float]:
+def round_trips(conn_max_age: str) -> list[float]:
+    """Milliseconds of each round trip through a fresh worker with this CONN_MAX_AGE."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    worker = start_worker(queue=queue, DATABASE_CONN_MAX_AGE=conn_max_age)
+    logs = Path(settings.VAR_DIR) / "bench"
+    workers = start_workers(1, queue=queue, logs=logs, DATABASE_CONN_MAX_AGE=conn_max_age)
     try:
-        advance_run.apply_async(args=[-1], queue=queue).get(timeout=60)  # warm up
+        send = partial(advance_run.apply_async, args=[-1], queue=queue, ignore_result=False)
+        send().get(timeout=60)  # warm up
         times = []
         for _ in range(ROUND_TRIPS):
             start = time.perf_counter()
-            advance_run.apply_async(args=[-1], queue=queue).get(timeout=30, interval=0.005)
+            # The turn task stores no result by default: asked for here, so get() waits for it.
+            answer = send().get(timeout=30, interval=0.005)
             times.append((time.perf_counter() - start) * 1000)
+            if answer != "skipped":  # no round trip happened: do not report one
+                raise RuntimeError(f"advance_run(-1) answered {answer!r}, not 'skipped'")
         return times
     finally:
-        stop_worker(worker)
+        stop_workers(workers)
 
 
-def main() -> None:
-    from django.conf import settings
-
-    print(
-        f"task round trip, {ROUND_TRIPS} tasks, broker {settings.CELERY_BROKER_URL.split(':')[0]},"
-        f" database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
-    )
-    results = {age: measure(age) for age in ("600", "0")}
+def measure(report: Report) -> dict[str, float]:
+    """Report and return the median ms of a round trip per setting, and their ratio."""
+    # The worker's one UPDATE needs the runs table: a fresh clone has no database yet.
+    call_command("migrate", verbosity=0)
+    broker = settings.CELERY_BROKER_URL.split(":", 1)[0]
+    database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    report.note(f"{ROUND_TRIPS} tasks per setting, broker {broker}, database {database}")
+    results = {age: round_trips(age) for age in ("600", "0")}
+    medians = {}
     for age, times in results.items():
         label = "kept (CONN_MAX_AGE=600)" if age != "0" else "closed each task (0)"
         p90 = statistics.quantiles(times, n=10)[-1]
-        median = statistics.median(times)
-        print(f"  connection {label:<26} median {median:6.2f} ms   p90 {p90:6.2f} ms")
-    ratio = statistics.median(results["0"]) / statistics.median(results["600"])
-    print(f"  closing the connection every task is {ratio:.2f}× slower (median)")
+        medians[label] = statistics.median(times)
+        report.add(f"connection {label}", medians[label], "ms", extra=f"p90 {p90:.2f} ms")
+    first, last = medians.values()
+    report.ratio("closed each task / kept", last / first)
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):
-        print("  (the embedded filesystem broker polls its folder every 0.1 s: that is most of it)")
+        report.note("the embedded filesystem broker polls its folder every 0.1 s: most of it")
+    return medians
+
+
+def main() -> None:
+    report = Report("task round trip")
+    measure(report)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,190 @@
+"""`make bench` (`python -m bench`): every benchmark in order, each printing medians and ratios,
+all figures into one JSON file when BENCH_JSON names it (the file is rewritten by each run).
+
+Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
+    engine           the engine's pure functions, µs
+    durable turn     one durable turn inline (run_advance) at turns 1-10 and at the end of a
+                     BENCH_TURNS-turn run (default 500), ms and SQL statements
+    langgraph        the same loop in LangGraph + PostgresSaver on the same database, one
+                     invoke per round, in blocks of 10 alternating with Guardian's turns; the
+                     ratio Guardian / LangGraph (PostgreSQL and the `bench` extra only)
+    throughput       decided turns/s through 1 and 2 real Celery workers, and the fan-out ratio
+    local guardian   the built-in guardian's answer() over all six conditions, ms
+    task round trip  a task through a real worker, connection kept or closed per task, ms
+    replay, pages    not built yet (later issues): said so, and recorded as skipped
+
+Runs on the configured database and broker: the embedded default (SQLite and the filesystem
+broker under GUARDIAN_VAR_DIR, migrated first) unless DATABASE_URL / CELERY_BROKER_URL say
+otherwise. A section that fails prints its traceback and the others still run; the exit code
+is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_THROUGHPUT_PASSES,
+BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_SKIP (comma-separated section
+names; spaces or underscores).
+"""
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "guardian_core.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from bench.report import Report  # noqa: E402
+
+SECTIONS = (
+    "engine",
+    "durable turn",
+    "langgraph",
+    "throughput",
+    "local guardian",
+    "task round trip",
+    "replay",
+    "pages",
+)
+NOT_BUILT = {
+    "replay": "not built yet: the replay rate comes with a later issue",
+    "pages": "not built yet: the reviewers' queue and the auditors' run list at 100 000 rows "
+    "come with a later issue",
+}
+
+
+def skipped_by_env() -> set[str]:
+    names = {n.strip().replace("_", " ") for n in os.environ.get("BENCH_SKIP", "").split(",")}
+    unknown = names - set(SECTIONS) - {""}
+    if unknown:
+        raise SystemExit(f"BENCH_SKIP: unknown section(s) {sorted(unknown)}; known: {SECTIONS}")
+    return names & set(SECTIONS)
+
+
+def write_meta() -> None:
+    """Start BENCH_JSON afresh with what this run ran on, so two files can be compared."""
+    path = os.environ.get("BENCH_JSON")
+    if not path:
+        return
+    db = settings.DATABASES["default"]
+    meta = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "database": f"{connection.vendor} {Path(str(db['NAME'])).name}",
+        "broker": settings.CELERY_BROKER_URL.split(":", 1)[0],
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "knobs": {k: v for k, v in sorted(os.environ.items()) if k.startswith("BENCH_")},
+    }
+    Path(path).write_text(json.dumps({"meta": meta}, indent=2, sort_keys=True) + "\n")
+
+
+class Runner:
+    def __init__(self) -> None:
+        self.skip = skipped_by_env()
+        self.failed: list[str] = []
+
+    def section(self, name: str, body: Callable[[Report], object]) -> object:
+        """Run one section into its own Report; a failure is printed, recorded and survived."""
+        report = Report(name)
+        result = None
+        started = time.perf_counter()
+        try:
+            if name in self.skip:
+                report.skip("BENCH_SKIP names it")
+            else:
+                result = body(report)
+        except (Exception, SystemExit) as exc:  # SystemExit: durable_turn's "the run must go on"
+            traceback.print_exc()
+            self.failed.append(name)
+            report.fail(f"{type(exc).__name__}: {exc}")
+        report.note(f"({time.perf_counter() - started:.1f} s)")
+        report.finish()
+        return result
+
+
+def engine(report: Report) -> None:
+    from bench import engine
+
+    engine.measure(report)
+
+
+def durable_and_langgraph(runner: Runner) -> None:
+    """Guardian's durable turn, and LangGraph's round in blocks between Guardian's blocks."""
+    from bench import durable_turn, langgraph_round
+
+    why_not = "BENCH_SKIP names it" if "langgraph" in runner.skip else langgraph_round.unavailable()
+    if why_not or "durable turn" in runner.skip:
+        runner.section("durable turn", durable_turn.measure)
+        runner.section("langgraph", lambda r: langgraph_round.measure_alone(r, why_not))
+        return
+    with langgraph_round.LangGraphLoop(turns=durable_turn.TURNS) as loop:
+        guardian = runner.section(
+            "durable turn", lambda r: durable_turn.measure(r, between=loop.advance_to)
+        )
+
+        def compare(report: Report) -> None:
+            if guardian is None:  # Guardian's section failed part-way: finish LangGraph alone
+                loop.advance_to(durable_turn.TURNS)
+            else:
+                report.note(
+                    f"alternating with Guardian's turns in blocks of {durable_turn.BLOCK}, "
+                    "same process, same database"
+                )
+            langgraph_round.report_rounds(report, loop, durable_turn.WINDOWS, guardian)
+
+        runner.section("langgraph", compare)
+
+
+def cancel_bench_runs() -> int:
+    """Cancel the durable-turn section's run, left running at the end of its script, so that a
+    worker on this database later (`make demo`'s, the sweeper's) does not go on advancing it."""
+    from runs.models import Run, RunStatus
+    from runs.services import run_cancel
+
+    left = Run.objects.filter(
+        status=RunStatus.RUNNING, config__scenario__name="bench-durable-turn"
+    ).values_list("pk", flat=True)
+    return sum(run_cancel(run_id=pk) for pk in list(left))
+
+
+def main() -> int:
+    turns = int(os.environ.get("BENCH_TURNS", "500"))
+    if turns < 11:
+        raise SystemExit("BENCH_TURNS must be at least 11 (the first window is turns 1-10)")
+    db = settings.DATABASES["default"]
+    print(
+        f"Guardian bench: database {connection.vendor} {Path(str(db['NAME'])).name}, "
+        f"broker {settings.CELERY_BROKER_URL.split(':', 1)[0]}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; medians unless said"
+    )
+    write_meta()
+    # The bench workers' logs, kept for a look after a failed pass; one run's worth at a time.
+    shutil.rmtree(Path(settings.VAR_DIR) / "bench", ignore_errors=True)
+
+    from bench import local_guardian, task_roundtrip, throughput
+
+    runner = Runner()
+    runner.section("engine", engine)
+    try:
+        durable_and_langgraph(runner)
+    finally:
+        cancel_bench_runs()
+    runner.section("throughput", throughput.measure)
+    runner.section("local guardian", local_guardian.measure)
+    runner.section("task round trip", task_roundtrip.measure)
+    for name, why in NOT_BUILT.items():
+        runner.section(name, lambda r, why=why: r.skip(why))
+    if runner.failed:
+        print(f"FAILED sections: {', '.join(runner.failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

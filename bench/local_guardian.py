@@ -1,0 +1,65 @@
+"""`make bench`: the built-in local guardian's `answer()` latency over all six conditions.
+
+The models train at first use, so they are trained first (that time is reported apart); then
+`answer()` is asked BENCH_LOCAL_ANSWERS times (default 100) about a realistic projection with
+a pending refund (so risk is classified, not skipped) and the median is reported. No Django, no
+database. Run alone: .venv/bin/python -m bench.local_guardian
+"""
+
+import os
+import statistics
+import time
+
+from bench.report import Report
+from guardian_core.adapters.local import LocalGuardian
+from guardian_core.engine.conditions import Condition
+
+ANSWERS = int(os.environ.get("BENCH_LOCAL_ANSWERS", "100"))
+PROJECTION = {
+    "goal": "Refund order ord_4472: the parcel arrived broken.",
+    "acceptance_criteria": ["The refund is issued", "The customer is told"],
+    "history": [
+        {"turn": 1, "summary": "turn 1: read_order done"},
+        {"turn": 2, "summary": "turn 2: lookup_policy done"},
+        {"turn": 3, "summary": "turn 3: search_docs done"},
+    ],
+    "last_results": [
+        '{"order_id": "ord_4472", "total": 49.9, "status": "delivered", "damaged": true}',
+        "Damaged items are refunded in full within 30 days of delivery.",
+    ],
+    "pending_proposal": {
+        "tool": "issue_refund",
+        "description": "Issue a refund for an order.",
+        "arguments": {"order_id": "ord_4472", "amount": 49.9},
+        "intent": "refund the broken parcel in full",
+    },
+    "replans": 0,
+}
+
+
+def measure(report: Report) -> float:
+    """Report the training time and the median ms of one answer(); returns the median."""
+    guardian = LocalGuardian()
+    report.add("training at first use (once per process)", guardian.warm(), "s")
+    conditions = list(Condition)
+    guardian.answer(PROJECTION, conditions)  # the first answer pays for lazy imports
+    times = []
+    for _ in range(ANSWERS):
+        start = time.perf_counter()
+        guardian.answer(PROJECTION, conditions)
+        times.append((time.perf_counter() - start) * 1000)
+    median = statistics.median(times)
+    p90 = statistics.quantiles(times, n=10)[-1] if len(times) > 1 else median
+    extra = f"p90 {p90:.2f} ms, {ANSWERS} asks"
+    report.add(f"answer(), {len(conditions)} conditions", median, "ms", extra=extra)
+    return median
+
+
+def main() -> None:
+    report = Report("local guardian")
+    measure(report)
+    report.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -226,6 +226,19 @@ class CallRecorder:
         )
         return text
 
+    def nothing_to_finish(self, record) -> bool:
+        """Whether every call of the step already has its row, with its class: then `finish`
+        has nothing to write (the common turn, whose calls all ran as declared)."""
+        if not self.fresh:
+            return False
+        gated = {c.position: c.effective.value for c in (record.gate.calls if record.gate else ())}
+        for call in record.calls:
+            row = self.rows.get(call.position)
+            risk = gated.get(call.position) or (call.declared_risk or "read_only")
+            if row is None or row.turn_id != self.turn.pk or row.risk_class != risk:
+                return False
+        return True
+
     def finish(self, record) -> None:
         """Bring every call of the step into the log (inside the turn's transaction): the
         calls that never ran get their rows, and a call the gate classed above its tool's

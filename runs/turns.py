@@ -6,6 +6,7 @@ No lock or transaction is held while the actor, the guardian or a tool works; th
 (run, index) and one-decision-per-turn constraints refuse a turn recorded twice.
 """
 
+import json
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -257,6 +258,9 @@ def _turn_finish(
     that makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
     decision = record.decision
+    if _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now):
+        enqueue_after_commit(run.pk)
+        return "continued"
     outcome: Outcome | None = decision.outcome
     changes = {
         "state": mapping.state_to_json(record.state_after),
@@ -316,6 +320,80 @@ def _turn_finish(
             _escalation_open(run, turn, record, now)
             return "waiting"
     return "finished"
+
+
+# The common turn (continue or replan, every call recorded as it ran) written in one
+# statement: PostgreSQL runs the three writes of a writable CTE atomically, in one round trip
+# instead of five (BEGIN, three statements, COMMIT). Each write only happens if the one
+# before it did, so a lost lease or a cancel writes nothing, and the ORM path below then
+# finds out which and records it.
+_FINISH_SQL = """
+WITH moved AS (
+    UPDATE runs_run
+    SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
+        last_error = '', updated_at = %(now)s
+    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
+    RETURNING id
+), turn AS (
+    UPDATE runs_turn
+    SET state_hash = %(state_hash)s, steps = %(steps)s::jsonb, projection = %(projection)s::jsonb,
+        risk_projections = %(risk_projections)s::jsonb, usage = %(usage)s::jsonb,
+        feedback = %(feedback)s::jsonb, timings = %(timings)s::jsonb, finished_at = %(now)s
+    WHERE id = %(turn_id)s AND EXISTS (SELECT 1 FROM moved)
+    RETURNING id
+)
+INSERT INTO runs_decision (
+    turn_id, outcome, answers, risk_answers, fired, call_signatures, stop_reason, thresholds,
+    reasons, policy_version_id, question_set_version, guardian_model_version, state_hash,
+    created_at
+)
+SELECT turn.id, %(outcome)s, %(answers)s::jsonb, %(risk_answers)s::jsonb, %(fired)s::jsonb,
+    %(call_signatures)s::jsonb, '', %(thresholds)s::jsonb, %(reasons)s::jsonb,
+    %(policy_version_id)s, %(question_set_version)s, %(guardian_model_version)s,
+    %(state_hash)s, %(now)s
+FROM turn
+RETURNING id
+"""
+
+
+def _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now) -> bool:
+    """Write a continuing turn with _FINISH_SQL; False when it does not apply or wrote nothing
+    (the caller then takes the ORM path, which handles every case)."""
+    decision = record.decision
+    if (
+        connection.vendor != "postgresql"
+        or connection.in_atomic_block
+        or decision.outcome not in (Outcome.CONTINUE, Outcome.REPLAN)
+        or not recorder.nothing_to_finish(record)
+    ):
+        return False
+    params = {
+        "run_id": run.pk,
+        "token": token,
+        "turn_id": turn.pk,
+        "now": now,
+        "state": json.dumps(mapping.state_to_json(record.state_after)),
+        "state_hash": record.state_hash_after,
+        "steps": json.dumps([*verdict_steps, *record.state_steps]),
+        "projection": json.dumps(record.guardian_projection or {}),
+        "risk_projections": json.dumps(list(record.risk_projections)),
+        "usage": json.dumps(mapping.usage_to_json(record.usage)),
+        "feedback": json.dumps(mapping.feedback_to_json(record.feedback)),
+        "timings": json.dumps(dict(record.timings)),
+        "outcome": decision.outcome.value,
+        "answers": json.dumps(mapping.answers_to_json(record.answers)),
+        "risk_answers": json.dumps([mapping.answer_to_json(a) for a in record.risk_answers]),
+        "fired": json.dumps(sorted(condition.value for condition in decision.fired)),
+        "call_signatures": json.dumps(list(record.past_turn.calls)),
+        "thresholds": json.dumps(dict(record.thresholds)),
+        "reasons": json.dumps([reason.as_dict() for reason in decision.reasons]),
+        "policy_version_id": run.policy_version_id,
+        "question_set_version": record.question_set_version,
+        "guardian_model_version": record.guardian_model_version,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_FINISH_SQL, params)
+        return cursor.fetchone() is not None
 
 
 def _run_outcome_fields(record: TurnRecord, now) -> dict:

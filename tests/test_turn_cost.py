@@ -132,3 +132,74 @@ def test_old_snapshot_turns_are_migrated_to_steps_and_the_run_goes_on():
     assert run_advance(run_id=run.pk) == "continued"
     after = run.turns.get(index=12)
     assert turn_state(after).hash == after.state_hash  # the chain goes on from the old hash
+
+
+# ---- the common turn's outcome in one statement (PostgreSQL, outside a transaction) ---------
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the one-statement write is PostgreSQL's"
+)
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_continuing_turn_is_written_in_one_statement_with_everything_the_log_needs():
+    run = _long_run(20)
+    for _ in range(3):
+        run_advance(run_id=run.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert run_advance(run_id=run.pk) == "continued"
+    sql = [q["sql"] for q in queries.captured_queries]
+    # lease, run, last turns, turn, call started, call done, then one write of the outcome
+    assert len(sql) == 7, "\n".join(sql)
+    assert sql[-1].lstrip().startswith("WITH moved AS")
+    run.refresh_from_db()
+    turn = run.turns.get(index=3)
+    assert (turn.decision.outcome, turn.decision.state_hash) == ("continue", turn.state_hash)
+    assert turn.finished_at is not None
+    assert turn.usage["turns"] == 4
+    assert turn_state(turn).to_dict() == run.state
+    assert (run.lease_token, run.failures) == ("", 0)
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_run_cancelled_while_its_turn_ran_records_the_turn_and_stays_cancelled(monkeypatch):
+    import runs.turns
+    from runs.services import run_cancel
+
+    run = _long_run(20)
+    run_advance(run_id=run.pk)
+    real = runs.turns.run_turn
+
+    def cancelled_meanwhile(*args, **kwargs):
+        record = real(*args, **kwargs)
+        run_cancel(run_id=run.pk)  # a person cancels while the turn's calls run
+        return record
+
+    monkeypatch.setattr(runs.turns, "run_turn", cancelled_meanwhile)
+    assert run_advance(run_id=run.pk) == "finished"
+    run.refresh_from_db()
+    assert (run.status, run.lease_token) == ("cancelled", "")
+    assert run.turns.get(index=1).decision.outcome == "continue"  # recorded, nothing follows
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_whose_lease_was_taken_over_writes_nothing(monkeypatch):
+    import runs.turns
+
+    run = _long_run(20)
+    real = runs.turns.run_turn
+
+    def lease_lost_meanwhile(*args, **kwargs):
+        record = real(*args, **kwargs)
+        Run.objects.filter(pk=run.pk).update(lease_token="another-worker")
+        return record
+
+    monkeypatch.setattr(runs.turns, "run_turn", lease_lost_meanwhile)
+    assert run_advance(run_id=run.pk) == "failed"  # the other worker's turn counts
+    run.refresh_from_db()
+    assert run.lease_token == "another-worker"
+    assert not run.turns.filter(decision__isnull=False).exists()
+    assert run.state == {}

@@ -97,16 +97,20 @@ _POLICIES: dict[tuple, Policy] = {}
 
 def policy_for_run(run: Run) -> Policy:
     """The run's Policy: its pinned version with its own budgets, built once per process.
-    Versions are immutable once a run pins them (a trigger refuses any change); the key
-    includes the version's creation time so a reused id never finds another's policy."""
-    version = run.policy_version
-    key = (version.pk, version.created_at, json.dumps(run.budgets, sort_keys=True))
+    Versions are immutable once a run pins them (a trigger refuses any change, and PROTECT
+    keeps the row), so the version is read only the first time its id is seen."""
+    key = (run.policy_version_id, json.dumps(run.budgets, sort_keys=True))
     policy = _POLICIES.get(key)
     if policy is None:
         if len(_POLICIES) > 1024:
             _POLICIES.clear()
-        policy = _POLICIES[key] = policy_from_version(version, budgets=run.budgets)
+        policy = _POLICIES[key] = policy_from_version(run.policy_version, budgets=run.budgets)
     return policy
+
+
+def forget_policies() -> None:
+    """Drop the per-process policies (tests, whose rolled-back ids can come back)."""
+    _POLICIES.clear()
 
 
 def proposal_to_json(proposal: Proposal) -> dict:

@@ -42,10 +42,6 @@ def build_guardian(run: Run) -> Guardian:
     policy version; the local and scripted ones ask their own fixed questions. Either way the
     guardian's `question_set_version` is what was asked, and the loop logs that."""
     deadline = settings.GUARDIAN_DEADLINE_SECONDS
-    asked = {
-        "questions": run.policy_version.question_set,
-        "question_set_version": run.policy_version.question_set_version,
-    }
     if run.guardian == "scripted":
         return ScriptedGuardian(run.config["scenario"], deadline_seconds=deadline, checked=True)
     if run.guardian == "local":
@@ -61,7 +57,7 @@ def build_guardian(run: Run) -> Guardian:
             timeout_seconds=deadline,
             model_version=settings.GUARDIAN_HTTP_MODEL_VERSION,
             prices=settings.GUARDIAN_MODEL_PRICES,
-            **asked,
+            **_asked(run),
         )
     if run.guardian == "openai":
         from guardian_core.adapters.openai import OpenAIGuardian
@@ -72,9 +68,17 @@ def build_guardian(run: Run) -> Guardian:
             api_key=settings.OPENAI_API_KEY or None,
             timeout_seconds=deadline,
             prices=settings.GUARDIAN_MODEL_PRICES,
-            **asked,
+            **_asked(run),
         )
     raise ValueError(f"unknown guardian adapter {run.guardian!r}")
+
+
+def _asked(run: Run) -> dict:
+    """The pinned policy version's questions, for a guardian that takes question text."""
+    return {
+        "questions": run.policy_version.question_set,
+        "question_set_version": run.policy_version.question_set_version,
+    }
 
 
 def build_review_agents(run: Run) -> tuple[ReviewAgent, ReviewAgent]:

@@ -11,7 +11,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -128,19 +128,10 @@ def run_advance(*, run_id: int) -> str:
     waiting, or another worker holds it), "continued", "waiting", "finished" or "failed"
     (an error was recorded; the caller retries later)."""
     token = uuid.uuid4().hex
-    now = timezone.now()
-    claimed = (
-        Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
-        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-        .update(
-            lease_token=token,
-            lease_expires_at=now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS),
-        )
-    )
-    if not claimed:
+    run = _claim(run_id, token)
+    if run is None:
         return "skipped"
     try:
-        run = Run.objects.select_related("policy_version").get(pk=run_id)
         if run.actor == "coder_reviewer":
             return review_round_advance(run, token)
         return agent_turn_advance(run, token)
@@ -148,6 +139,31 @@ def run_advance(*, run_id: int) -> str:
         logger.exception("run %s: turn failed", run_id)
         _record_failure(run_id, token, exc)
         return "failed"
+
+
+# The claim and the read of the run in one statement (PostgreSQL): a conditional update that
+# returns the row it claimed. Durability: the lease is committed before any work starts.
+_CLAIM_SQL = f"""
+UPDATE {Run._meta.db_table}
+SET lease_token = %s, lease_expires_at = %s
+WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+RETURNING *
+"""
+
+
+def _claim(run_id: int, token: str) -> Run | None:
+    """Take the run's lease if it is running and no live lease holds it: the run, or None."""
+    now = timezone.now()
+    expires = now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS)
+    if connection.vendor == "postgresql":
+        params = [token, expires, run_id, RunStatus.RUNNING, now]
+        return next(iter(Run.objects.raw(_CLAIM_SQL, params)), None)
+    claimed = (
+        Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(lease_token=token, lease_expires_at=expires)
+    )
+    return Run.objects.get(pk=run_id) if claimed else None
 
 
 def _record_failure(run_id: int, token: str, exc: Exception) -> None:

@@ -151,7 +151,7 @@ def test_a_continuing_turn_is_written_in_one_statement_with_everything_the_log_n
         assert run_advance(run_id=run.pk) == "continued"
     sql = [q["sql"] for q in queries.captured_queries]
     # lease, run, last turns, turn, call started, call done, then one write of the outcome
-    assert len(sql) == 7, "\n".join(sql)
+    assert len(sql) == 6, "\n".join(sql)
     assert sql[-1].lstrip().startswith("WITH moved AS")
     run.refresh_from_db()
     turn = run.turns.get(index=3)

@@ -242,12 +242,11 @@ class ScriptedGuardian:
 
     def assess_risk(self, projections: Sequence[Mapping]) -> list[object]:
         """`risk[tool]` for each projection's pending call, or SAFE_RISK for an unscripted tool."""
-        questions = {}
+        raws = {}
         for i, projection in enumerate(projections):
             tool = (projection.get("pending_proposal") or {}).get("tool")
-            raw = self._risk.get(tool, SAFE_RISK)
-            questions[i] = self._replying(raw)
-        answers = ask_concurrently(questions, deadline_seconds=self.deadline_seconds)
+            raws[i] = self._risk.get(tool, SAFE_RISK)
+        answers = self._ask(raws)
         return [answers[i] for i in range(len(projections))]
 
     def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> dict[str, object]:
@@ -256,17 +255,26 @@ class ScriptedGuardian:
         entry = self._entry(turn_number(projection) - 1)
         if self._after_rejection is not None and rejected_by_reviewer(projection):
             entry = self._after_rejection
-        questions = {}
+        raws: dict[str, object] = {}
         for condition in conditions:
             key = str(condition)
             # A key missing from the turn's entry falls back to `default`, then to calm; an
             # explicit null is kept (it is a malformed answer on purpose).
             for source in (entry, self._default, CALM_ANSWERS):
                 if key in source:
-                    questions[key] = self._replying(source[key])
+                    raws[key] = source[key]
                     break
             else:
-                questions[key] = self._replying(None)  # a condition with no calm answer: risk
+                raws[key] = None  # a condition with no calm answer: risk
+        return self._ask(raws)
+
+    def _ask(self, raws: dict) -> dict:
+        """The answers under the deadline. A script with no delay and no "timeout" answers at
+        once, so it is answered here without threads (a real guardian always goes through
+        ask_concurrently; this one only plays a script)."""
+        if self._delay <= 0 and not any(raw == TIMEOUT_ANSWER for raw in raws.values()):
+            return {key: copy.deepcopy(raw) for key, raw in raws.items()}
+        questions = {key: self._replying(raw) for key, raw in raws.items()}
         return ask_concurrently(questions, deadline_seconds=self.deadline_seconds)
 
     def _entry(self, index: int) -> Mapping:

@@ -205,6 +205,9 @@ GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, m
 # After this many consecutive failures to advance, a run is parked for a person.
 GUARDIAN_MAX_ADVANCE_FAILURES = env_int("GUARDIAN_MAX_ADVANCE_FAILURES", 3, minimum=1)
 GUARDIAN_ESCALATION_HOURS = env_int("GUARDIAN_ESCALATION_HOURS", 24, minimum=1)
+# A worker advances a run turn after turn for up to this long before it enqueues the next
+# turn and moves on to other runs (0: one turn per task). Each turn commits on its own.
+GUARDIAN_TURN_SLICE_SECONDS = env_float("GUARDIAN_TURN_SLICE_SECONDS", 0.5, minimum=0.0)
 # The scripted actor and guardian play whatever script a caller hands them, the guardian's
 # answers and a "success" included: a demo and test tool, so off unless DEBUG (make demo).
 GUARDIAN_ALLOW_SCRIPTED_ADAPTERS = env_bool("GUARDIAN_ALLOW_SCRIPTED_ADAPTERS", DEBUG)

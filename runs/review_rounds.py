@@ -61,7 +61,7 @@ PROMPT_VERSION = "review-loop-1"
 _BUDGET_KEYS = tuple(field.name for field in fields(Budgets))
 
 
-def review_round_advance(run: Run, token: str) -> str:
+def review_round_advance(run: Run, token: str, *, enqueue_next: bool = True) -> str:
     """Advance a claimed coder ⇄ reviewer run by one step. Returns "continued", "waiting" or
     "finished"; raises when the step could not be taken (the caller records the failure)."""
     decided = list(run.turns.filter(decision__isnull=False).order_by("index"))
@@ -91,7 +91,9 @@ def review_round_advance(run: Run, token: str) -> str:
         close_review_agents(coder, reviewer)
     applied = apply_reply(state, reply)  # raises on truncated or empty output
     models[step.role] = reply.model_version or models[step.role]
-    return _step_finish(run.pk, token, turn, step, reply, applied, usage, models, seconds)
+    return _step_finish(
+        run.pk, token, turn, step, reply, applied, usage, models, seconds, enqueue_next
+    )
 
 
 def review_max_rounds(run: Run) -> int:
@@ -171,6 +173,7 @@ def _step_finish(
     usage: Usage,
     models: dict,
     seconds: float,
+    enqueue_next: bool = True,
 ) -> str:
     """Write the step's outcome in one short transaction and move the run on."""
     now = timezone.now()
@@ -222,19 +225,22 @@ def _step_finish(
             guardian_model_version=f"coder={models['coder']} reviewer={models['reviewer']}"[:120],
             state_hash=sha256_hex(loop),
         )
-        result = _move_run(run, turn, outcome, stop_reason, applied, now)
+        result = _move_run(run, turn, outcome, stop_reason, applied, now, enqueue_next)
         run.lease_token, run.lease_expires_at = "", None
         run.failures, run.last_error = 0, ""
         run.save()
     return result
 
 
-def _move_run(run: Run, turn: Turn, outcome: Outcome, stop_reason: str, applied, now) -> str:
+def _move_run(
+    run: Run, turn: Turn, outcome: Outcome, stop_reason: str, applied, now, enqueue_next: bool
+) -> str:
 
     if run.status != RunStatus.RUNNING:
         return "finished"  # cancelled while the model answered: recorded, nothing follows
     if outcome == Outcome.CONTINUE:
-        enqueue_after_commit(run.pk)
+        if enqueue_next:
+            enqueue_after_commit(run.pk)
         return "continued"
     if outcome == Outcome.ESCALATE:
         run.status = RunStatus.WAITING

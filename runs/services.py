@@ -7,6 +7,7 @@ crash-loop a worker.
 """
 
 import logging
+import time
 import uuid
 from datetime import timedelta
 
@@ -123,18 +124,19 @@ def run_sweep_stalled(*, now=None) -> list[int]:
 # ---- advance one turn -----------------------------------------------------------------------
 
 
-def run_advance(*, run_id: int) -> str:
+def run_advance(*, run_id: int, enqueue_next: bool = True) -> str:
     """Advance a run by one turn. Returns what happened: "skipped" (not claimable: finished,
     waiting, or another worker holds it), "continued", "waiting", "finished" or "failed"
-    (an error was recorded; the caller retries later)."""
+    (an error was recorded; the caller retries later). With `enqueue_next` False a turn that
+    continues does not enqueue the next one: the caller advances it itself."""
     token = uuid.uuid4().hex
     run = _claim(run_id, token)
     if run is None:
         return "skipped"
     try:
         if run.actor == "coder_reviewer":
-            return review_round_advance(run, token)
-        return agent_turn_advance(run, token)
+            return review_round_advance(run, token, enqueue_next=enqueue_next)
+        return agent_turn_advance(run, token, enqueue_next=enqueue_next)
     except Exception as exc:  # recorded on the run and retried: one bad run cannot crash-loop
         logger.exception("run %s: turn failed", run_id)
         _record_failure(run_id, token, exc)
@@ -164,6 +166,21 @@ def _claim(run_id: int, token: str) -> Run | None:
         .update(lease_token=token, lease_expires_at=expires)
     )
     return Run.objects.get(pk=run_id) if claimed else None
+
+
+def run_advance_slice(*, run_id: int, seconds: float | None = None) -> str:
+    """Advance a run turn after turn in this worker while it continues, for up to `seconds`
+    (GUARDIAN_TURN_SLICE_SECONDS); the slice's last turn enqueues the next, so other runs get
+    the worker in turn. Saves the broker's round trip on every turn but the last of a slice.
+    Each turn is claimed, recorded and committed as on its own: a worker that dies mid-slice
+    leaves the run to the sweeper, like any other crash. Returns the last turn's result."""
+    seconds = settings.GUARDIAN_TURN_SLICE_SECONDS if seconds is None else seconds
+    deadline = time.monotonic() + seconds
+    while True:
+        last = time.monotonic() >= deadline
+        result = run_advance(run_id=run_id, enqueue_next=last)
+        if result != "continued" or last:
+            return result
 
 
 def _record_failure(run_id: int, token: str, exc: Exception) -> None:

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from runs.services import run_advance, run_sweep_stalled
+from runs.services import run_advance_slice, run_sweep_stalled
 
 
 # Nothing reads these tasks' results (the run's rows are the record), so none is stored: a
@@ -10,9 +10,10 @@ from runs.services import run_advance, run_sweep_stalled
 # one (the task round-trip benchmark) asks with apply_async(ignore_result=False).
 @shared_task(name="runs.advance_run", acks_late=True, max_retries=None, ignore_result=True)
 def advance_run(run_id: int) -> str:
-    """Advance one turn. A duplicate or stale message finds nothing to claim and is dropped;
-    a failed turn is recorded on the run and picked up again by the sweeper."""
-    return run_advance(run_id=run_id)
+    """Advance the run for one time slice (one turn or more). A duplicate or stale message
+    finds nothing to claim and is dropped; a failed turn is recorded on the run and picked up
+    again by the sweeper."""
+    return run_advance_slice(run_id=run_id)
 
 
 @shared_task(name="runs.sweep_stalled_runs", ignore_result=True)

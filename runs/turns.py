@@ -55,7 +55,7 @@ class _Resume:
     replanned: bool = False
 
 
-def agent_turn_advance(run: Run, token: str) -> str:
+def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> str:
     """Advance a claimed agent-loop run (the worker holds its lease `token`) by one turn.
     Returns "continued", "waiting" or "finished"; raises on an error (the caller records it).
 
@@ -122,7 +122,7 @@ def agent_turn_advance(run: Run, token: str) -> str:
         idempotency_keys=resume.rerun_keys,
         run_started_at=run.created_at,
     )
-    return _turn_finish(run, token, turn, record, verdict_steps, recorder)
+    return _turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next)
 
 
 def _recent_turns(run: Run, policy) -> list[Turn]:
@@ -251,6 +251,7 @@ def _turn_finish(
     record: TurnRecord,
     verdict_steps: tuple[dict, ...],
     recorder: CallRecorder,
+    enqueue_next: bool = True,
 ) -> str:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
     compact state, status, lease released), the turn (its steps, what the guardian saw), the
@@ -259,7 +260,8 @@ def _turn_finish(
     now = timezone.now()
     decision = record.decision
     if _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now):
-        enqueue_after_commit(run.pk)
+        if enqueue_next:
+            enqueue_after_commit(run.pk)
         return "continued"
     outcome: Outcome | None = decision.outcome
     changes = {
@@ -314,7 +316,8 @@ def _turn_finish(
         if outcome is None:
             return "finished"
         if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
-            enqueue_after_commit(run.pk)
+            if enqueue_next:
+                enqueue_after_commit(run.pk)
             return "continued"
         if outcome == Outcome.ESCALATE:
             _escalation_open(run, turn, record, now)

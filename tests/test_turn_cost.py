@@ -10,7 +10,7 @@ from guardian_core.demo import demo_policy_version
 from guardian_core.engine.state import HISTORY_WINDOW
 from runs.mapping import TurnStateMismatch, turn_state
 from runs.models import Run, Turn
-from runs.services import run_advance, run_start
+from runs.services import run_advance, run_advance_slice, run_start
 from tests.runs_helpers import reading_scenario
 
 pytestmark = pytest.mark.django_db
@@ -203,3 +203,32 @@ def test_a_turn_whose_lease_was_taken_over_writes_nothing(monkeypatch):
     assert run.lease_token == "another-worker"
     assert not run.turns.filter(decision__isnull=False).exists()
     assert run.state == {}
+
+
+# ---- a worker's time slice ----------------------------------------------------------------
+
+
+def test_a_slice_advances_turn_after_turn_and_enqueues_only_after_its_last(
+    django_capture_on_commit_callbacks,
+):
+    run = _long_run(200)
+    with django_capture_on_commit_callbacks() as enqueued:
+        assert run_advance_slice(run_id=run.pk, seconds=0.3) == "continued"
+    assert run.turns.count() >= 2  # several turns, one message
+    assert len(enqueued) == 1
+
+
+def test_a_slice_of_zero_is_one_turn_and_its_message():
+    run = _long_run(20)
+    assert run_advance_slice(run_id=run.pk, seconds=0) == "continued"
+    assert run.turns.count() == 1
+
+
+def test_a_slice_ends_when_the_run_does(django_capture_on_commit_callbacks):
+    run = _long_run(3)
+    Run.objects.filter(pk=run.pk).update(budgets={"max_turns": 3})
+    with django_capture_on_commit_callbacks() as enqueued:
+        assert run_advance_slice(run_id=run.pk, seconds=30) == "finished"
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason, run.turns.count()) == ("failed", "turn_cap", 3)
+    assert enqueued == []

@@ -165,7 +165,7 @@ class CallRecorder:
         self,
         *,
         turn: Turn,
-        calls_by_key: dict[str, tuple[int, str]],
+        calls_by_key,  # runs.turns._CallsByKey: key -> (position, intent)
         rerun_keys: frozenset[str] = frozenset(),
         fresh: bool = False,
     ) -> None:
@@ -182,7 +182,7 @@ class CallRecorder:
         return call
 
     def _call(self, tool: Tool, arguments: dict, key: str) -> object:
-        position, intent = self.calls_by_key[key]
+        position, intent = self.calls_by_key.lookup(key, tool.name, arguments)
         existing = None
         if not self.fresh or key in self.rerun_keys:
             existing = ToolCall.objects.filter(idempotency_key=key).first()

@@ -23,7 +23,7 @@ from guardian_core.services import policy_version_problems_for
 from runs.models import Run, RunStatus
 from runs.queue import enqueue, enqueue_after_commit
 from runs.review_rounds import review_round_advance
-from runs.turns import agent_turn_advance
+from runs.turns import RECENT_TURNS_READ, agent_turn_advance
 from runs.validation import run_input_problems
 
 logger = logging.getLogger(__name__)
@@ -145,11 +145,25 @@ def run_advance(*, run_id: int, enqueue_next: bool = True) -> str:
 
 # The claim and the read of the run in one statement (PostgreSQL): a conditional update that
 # returns the row it claimed. Durability: the lease is committed before any work starts.
-_CLAIM_SQL = f"""
-UPDATE {Run._meta.db_table}
-SET lease_token = %s, lease_expires_at = %s
-WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
-RETURNING *
+# The last turns come back in the same statement, as JSON (runs.turns reads them).
+_CLAIM_SQL = """
+WITH claimed AS (
+    UPDATE runs_run
+    SET lease_token = %s, lease_expires_at = %s
+    WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+    RETURNING *
+)
+SELECT claimed.*, (
+    SELECT coalesce(json_agg(recent ORDER BY recent.index), '[]'::json) FROM (
+        SELECT t.id, t.index, t.proposal, t.usage, t.feedback, d.id AS decision_id,
+            d.outcome, d.fired, d.call_signatures
+        FROM runs_turn t LEFT JOIN runs_decision d ON d.turn_id = t.id
+        WHERE t.run_id = claimed.id
+        ORDER BY t.index DESC
+        LIMIT %s
+    ) recent
+) AS recent_turns
+FROM claimed
 """
 
 
@@ -158,7 +172,7 @@ def _claim(run_id: int, token: str) -> Run | None:
     now = timezone.now()
     expires = now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS)
     if connection.vendor == "postgresql":
-        params = [token, expires, run_id, RunStatus.RUNNING, now]
+        params = [token, expires, run_id, RunStatus.RUNNING, now, RECENT_TURNS_READ]
         return next(iter(Run.objects.raw(_CLAIM_SQL, params)), None)
     claimed = (
         Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)

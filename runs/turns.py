@@ -19,7 +19,7 @@ from escalations.models import Escalation, EscalationKind, VerdictDecision
 from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
-from guardian_core.engine.tools import idempotency_key, validate_call
+from guardian_core.engine.tools import idempotency_key
 from runs import mapping
 from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, recording_tools
@@ -98,7 +98,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     if turn is None:
         return "skipped"  # another worker recorded this turn first
 
-    calls_by_key = _calls_by_key(run, index, proposal, tools, resume.rerun_keys or {})
+    calls_by_key = _CallsByKey(run, index, proposal, resume.rerun_keys or {})
     recorder = CallRecorder(
         turn=turn,
         calls_by_key=calls_by_key,
@@ -129,6 +129,9 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
     """The last turns the policy's windows read, the last decided one and any unfinished
     one after it: one query, of a bounded number of small rows."""
     wanted = history_needed(policy) + 1  # and one unfinished turn at most
+    claimed = getattr(run, "recent_turns", None)  # read with the claim (runs.services._claim)
+    if claimed is not None and wanted + 1 <= RECENT_TURNS_READ:
+        return [_turn_from_claim(run, row) for row in _json(claimed)][-(wanted + 1) :]
     rows = list(
         Turn.objects.filter(run_id=run.pk)
         .select_related("decision")
@@ -147,6 +150,38 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
         .order_by("-index")[: wanted + 1]
     )
     return rows[::-1]
+
+
+# How many of the latest turns the claim reads along with the run: more than any window the
+# policy reads (hysteresis and exact repeat), plus an unfinished turn.
+RECENT_TURNS_READ = 8
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _turn_from_claim(run: Run, row: dict) -> Turn:
+    """A Turn (and its decision's policy fields) from the claim's JSON, as the ORM query
+    above would have loaded it."""
+    turn = Turn(
+        id=row["id"],
+        run_id=run.pk,
+        index=row["index"],
+        proposal=_json(row["proposal"]),
+        usage=_json(row["usage"]),
+        feedback=_json(row["feedback"]),
+    )
+    if row["decision_id"] is None:
+        Turn.decision.related.set_cached_value(turn, None)
+    else:
+        turn.decision = Decision(
+            id=row["decision_id"],
+            outcome=row["outcome"],
+            fired=_json(row["fired"]),
+            call_signatures=_json(row["call_signatures"]),
+        )
+    return turn
 
 
 class _NoActor:
@@ -226,22 +261,40 @@ def _turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
         return None
 
 
-def _calls_by_key(
-    run: Run, index: int, proposal: Proposal, tools, rerun_keys: dict[int, str]
-) -> dict[str, tuple[int, str]]:
-    keys = {}
-    for position, call in enumerate(proposal.calls):
-        check = validate_call(tools, call.tool, call.arguments)
-        if check.ok:
-            key = rerun_keys.get(position) or idempotency_key(
-                run_id=str(run.pk),
-                turn_index=index,
-                position=position,
-                tool=call.tool,
-                arguments=check.arguments,
-            )
-            keys[key] = (position, call.intent)
-    return keys
+class _CallsByKey:
+    """Which call of the proposal an idempotency key belongs to: (position, intent). Worked
+    out when a call runs, from the arguments the engine validated (validating them again here
+    would double the turn's validation work)."""
+
+    def __init__(
+        self, run: Run, index: int, proposal: Proposal, rerun_keys: dict[int, str]
+    ) -> None:
+        self.run_id, self.index, self.proposal, self.rerun_keys = (
+            run.pk,
+            index,
+            proposal,
+            rerun_keys,
+        )
+        self.found: dict[str, tuple[int, str]] = {}
+
+    def lookup(self, key: str, tool: str, arguments: dict) -> tuple[int, str]:
+        if key not in self.found:
+            for position, call in enumerate(self.proposal.calls):
+                if call.tool == tool and key in (
+                    self.rerun_keys.get(position),
+                    idempotency_key(
+                        run_id=str(self.run_id),
+                        turn_index=self.index,
+                        position=position,
+                        tool=tool,
+                        arguments=arguments,
+                    ),
+                ):
+                    self.found[key] = (position, call.intent)
+                    break
+            else:
+                raise KeyError(f"no call of the proposal has the idempotency key {key}")
+        return self.found[key]
 
 
 def _turn_finish(

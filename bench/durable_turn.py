@@ -89,6 +89,10 @@ def measure(report: Report, *, between: Callable[[int], None] | None = None) -> 
         )
     first, last = medians.values()
     report.ratio(f"turn {TURNS - 10} / turn 10", last / first)
+    report.note(
+        "each turn here also publishes the next turn's task; inside a worker's time slice"
+        " only the slice's last turn does (GUARDIAN_TURN_SLICE_SECONDS)"
+    )
     return medians
 
 

@@ -222,6 +222,9 @@ def report_rounds(
     for label, value in medians.items():
         if guardian and label in guardian:
             report.ratio(f"Guardian / LangGraph, {label}", guardian[label] / value)
+        if guardian and f"{label}, publishing" in guardian:
+            ratio = guardian[f"{label}, publishing"] / value
+            report.ratio("  the same, Guardian publishing / LangGraph", ratio)
 
 
 def measure_alone(report: Report, why_not: str | None) -> None:

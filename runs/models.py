@@ -67,7 +67,10 @@ class Run(models.Model):
                 name="run_answer_only_on_success",
             ),
         ]
-        indexes = [models.Index(fields=["status", "updated_at"], name="run_status_updated")]
+        # The sweeper finds running runs by status. No column a turn rewrites (updated_at,
+        # lease, state) is indexed, so PostgreSQL updates the run row in place (HOT) on every
+        # turn instead of adding index entries that a long run would pile up.
+        indexes = [models.Index(fields=["status"], name="run_status")]
 
     def __str__(self) -> str:
         return f"Run {self.pk}: {self.goal[:60]}"

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,14 +53,17 @@ def start_worker(*, queue: str | None = None, **env: str | None) -> subprocess.P
     ]
     if queue:
         command += ["--queues", queue, "--hostname", f"{queue}@%h"]
-    return subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=child_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    # Its output goes to a file, not a pipe: nobody reads a pipe while the worker runs, and a
+    # full one would stall a worker that has logged a few hundred tasks.
+    log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115 - closed by stop_worker
+    worker = subprocess.Popen(
+        command, cwd=REPO, env=child_env(**env), stdout=log, stderr=subprocess.STDOUT, text=True
     )
+    _LOGS[worker.pid] = log
+    return worker
+
+
+_LOGS: dict[int, "tempfile._TemporaryFileWrapper"] = {}
 
 
 def stop_worker(worker: subprocess.Popen) -> str:
@@ -67,8 +71,13 @@ def stop_worker(worker: subprocess.Popen) -> str:
     if worker.poll() is None:
         worker.terminate()
     try:
-        output, _ = worker.communicate(timeout=20)
+        worker.wait(timeout=20)
     except subprocess.TimeoutExpired:
         worker.kill()
-        output, _ = worker.communicate()
-    return output or ""
+        worker.wait()
+    log = _LOGS.pop(worker.pid, None)
+    if log is None:
+        return ""
+    with log:
+        log.seek(0)
+        return log.read()

@@ -2,13 +2,11 @@
 a private queue, logging to a file (a pipe nobody reads would fill and stall a busy worker)."""
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from tests.processes import REPO, child_env
+from tests.processes import REPO, child_env, worker_command
 
-CELERY = str(Path(sys.executable).parent / "celery")
 READY_SECONDS = 60
 
 
@@ -31,17 +29,7 @@ def start_workers(count: int, *, queue: str, logs: Path, **env: str | None) -> l
     for n in range(1, count + 1):
         log = logs / f"{queue}-{n}.log"
         command = [
-            CELERY,
-            "--app",
-            "bench.celery_app",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "INFO",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
+            *worker_command("bench.celery_app"),
             "--queues",
             queue,
             "--hostname",

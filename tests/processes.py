@@ -36,12 +36,12 @@ def run_manage(*args: str, timeout: float = 60, **env: str | None) -> subprocess
 CELERY = str(Path(sys.executable).parent / "celery")
 
 
-def start_worker(*, queue: str | None = None, **env: str | None) -> subprocess.Popen:
-    """A real Celery worker process (solo pool: a task runs in the process a test may kill)."""
-    command = [
+def worker_command(app: str) -> list[str]:
+    """The command line of one solo-pool Celery worker of `app` (tests and the bench)."""
+    return [
         CELERY,
         "--app",
-        "guardian_core.celery",
+        app,
         "worker",
         "--pool",
         "solo",
@@ -51,6 +51,11 @@ def start_worker(*, queue: str | None = None, **env: str | None) -> subprocess.P
         "--without-gossip",
         "--without-mingle",
     ]
+
+
+def start_worker(*, queue: str | None = None, **env: str | None) -> subprocess.Popen:
+    """A real Celery worker process (solo pool: a task runs in the process a test may kill)."""
+    command = worker_command("guardian_core.celery")
     if queue:
         command += ["--queues", queue, "--hostname", f"{queue}@%h"]
     # Its output goes to a file, not a pipe: nobody reads a pipe while the worker runs, and a

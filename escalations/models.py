@@ -25,6 +25,26 @@ class EscalationStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+def queue_fields(reason: dict, tool_names: dict[int, str]) -> dict:
+    """The queue's order and filter columns of an escalation, from its machine-readable reason
+    and the names of its turn's calls by position."""
+    held = reason.get("held_calls", [])
+    positions = [*held, *reason.get("ambiguous_calls", [])]
+    sources = dict.fromkeys(t.get("source", "") for t in reason.get("triggered", []))
+    tools = dict.fromkeys(tool_names[p] for p in positions if p in tool_names)
+    return {
+        # The gate holds only irreversible or regulated calls: those go first.
+        "urgency": 0 if held else 1,
+        "conditions": _wrapped(s for s in sources if s)[:200],
+        "tools": _wrapped(tools)[:500],
+    }
+
+
+def _wrapped(names) -> str:
+    names = list(names)
+    return f",{','.join(names)}," if names else ""
+
+
 class Escalation(models.Model):
     """A turn held for a person: gated calls to approve, or an uncertain answer to settle."""
 
@@ -39,12 +59,29 @@ class Escalation(models.Model):
     # Machine-readable why: condition, probability, t*, δ, band, or the gated calls.
     reason = models.JSONField(default=dict, blank=True)
     summary = models.CharField(max_length=300)
+    # The queue's order and filters, denormalised from `reason` when the escalation opens so
+    # the queue reads one index: 0 = an irreversible or regulated call is held, 1 = the rest.
+    urgency = models.PositiveSmallIntegerField(default=1)
+    # ",risk,integrity," and ",issue_refund,": the triggered conditions and the tools held
+    # (or ambiguous), comma-wrapped so a filter is a `contains` on ",name,".
+    conditions = models.CharField(max_length=200, blank=True)
+    tools = models.CharField(max_length=500, blank=True)
     deadline = models.DateTimeField()
+    # Extended once by its holder (GUARDIAN_DEADLINE_EXTENSION_MINUTES), never twice.
+    deadline_extended = models.BooleanField(default=False)
+    # Who works on it now: only the holder may decide; the claim lapses at claim_expires_at.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    # When the "nears its deadline, unclaimed" notice went out (once per escalation).
+    deadline_warned_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["deadline", "id"]
+        ordering = ["urgency", "deadline", "id"]
         permissions = [("review_escalation", "Can review escalations")]
         constraints = [
             # A parked run waits on one question at a time; the resume logic relies on it.
@@ -61,10 +98,158 @@ class Escalation(models.Model):
                 name="escalation_resolved_at_matches_status",
             ),
         ]
-        indexes = [models.Index(fields=["status", "deadline"], name="escalation_queue")]
+        indexes = [
+            models.Index(fields=["status", "deadline"], name="escalation_queue"),
+            # The reviewers' queue: open items in their default order, read by keyset.
+            models.Index(
+                fields=["urgency", "deadline", "id"],
+                condition=Q(status="open"),
+                name="escalation_open_order",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"Escalation {self.pk} ({self.kind}, {self.status})"
+
+
+class EscalationEventKind(models.TextChoices):
+    CLAIMED = "claimed", "Claimed"
+    RELEASED = "released", "Released"
+    SKIPPED = "skipped", "Skipped"
+    EXTENDED = "extended", "Deadline extended"
+    APPROVED_ONE = "approved_one", "Approved, awaiting a second approver"
+    DECIDED = "decided", "Decided"
+    EXPIRED = "expired", "Expired unanswered"
+    NOTIFIED = "notified", "Reviewers notified"
+
+
+class EscalationEvent(models.Model):
+    """One line of an escalation's history: who claimed, skipped, extended or decided it."""
+
+    Kind = EscalationEventKind
+
+    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=Kind)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on escalation {self.escalation_id}"
+
+
+class Approval(models.Model):
+    """One reviewer's approval of one held call, bound to the exact action they saw.
+
+    The worker runs a held call only if the SHA-256 of the call it is about to run (tool,
+    arguments, idempotency key) matches an unused, unexpired approval; it marks the approval
+    used by that turn, so an approval runs one action once.
+    """
+
+    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="approvals")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
+    )
+    position = models.PositiveIntegerField()
+    tool = models.CharField(max_length=120)
+    # The arguments as approved; when the reviewer edited them, the proposed ones are kept.
+    arguments = models.JSONField(default=dict)
+    original_arguments = models.JSONField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=64, blank=True)
+    action_hash = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_on_turn = models.ForeignKey(
+        "runs.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["escalation_id", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["escalation", "reviewer", "position"],
+                name="approval_one_per_reviewer_and_call",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval of call {self.position} on escalation {self.escalation_id}"
+
+    @property
+    def modified(self) -> bool:
+        return self.original_arguments is not None
+
+
+class ReviewGuidance(models.Model):
+    """Admins' rubric: a short guidance text per condition or per tool, shown next to the
+    decision."""
+
+    condition = models.CharField(
+        max_length=20, blank=True, choices=[(c.value, c.value) for c in Condition]
+    )
+    tool = models.CharField(max_length=120, blank=True)
+    text = models.TextField(max_length=2000)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["condition", "tool"]
+        verbose_name_plural = "review guidance"
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(condition="") | ~Q(tool=""), name="guidance_names_condition_or_tool"
+            ),
+            models.UniqueConstraint(fields=["condition", "tool"], name="guidance_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"guidance for {self.condition or self.tool}"
+
+
+class NotificationChannel(models.TextChoices):
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "Webhook"
+
+
+class NotificationEvent(models.TextChoices):
+    ARRIVED = "arrived", "New escalation"
+    DEADLINE_NEAR = "deadline_near", "Deadline near, unclaimed"
+
+
+class NotificationDelivery(models.Model):
+    """One notification to reviewers, and what became of it (each attempt is logged here)."""
+
+    Channel = NotificationChannel
+    Event = NotificationEvent
+
+    escalation = models.ForeignKey(
+        Escalation, on_delete=models.CASCADE, related_name="notifications"
+    )
+    event = models.CharField(max_length=20, choices=NotificationEvent)
+    channel = models.CharField(max_length=10, choices=NotificationChannel)
+    target = models.CharField(max_length=500)
+    status = models.CharField(max_length=10, default="pending")  # pending | sent | failed
+    attempts = models.PositiveIntegerField(default=0)
+    response_status = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["escalation", "event", "channel", "target"], name="notification_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} via {self.channel} for escalation {self.escalation_id}"
 
 
 class VerdictDecision(models.TextChoices):
@@ -88,6 +273,11 @@ class Verdict(models.Model):
     # An ambiguous call the reviewer says did not go through runs again, with its own
     # idempotency key, only when they ask for it explicitly.
     rerun = models.BooleanField(default=False)
+    # For a gated step: the reviewer's own risk class per held call, {"0": "irreversible"}:
+    # the label of the risk example is a person's judgement, not the system's class.
+    risk_labels = models.JSONField(default=dict, blank=True)
+    # From the claim (or the item's arrival) to the verdict.
+    seconds_to_decide = models.FloatField(null=True, blank=True)
     # What the run did next because of this verdict (continue, stop_success, ...).
     resulting_outcome = models.CharField(max_length=20, blank=True)
     reviewer = models.ForeignKey(

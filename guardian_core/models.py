@@ -23,6 +23,8 @@ class PolicyVersion(models.Model):
     )
     question_set = models.JSONField(help_text="Per condition: the typed question asked.")
     question_set_version = models.CharField(max_length=40)
+    # Two distinct approvers for some held calls: {"regulated": true, "tools": ["issue_refund"]}.
+    quorum = models.JSONField(default=dict, blank=True)
     is_active = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

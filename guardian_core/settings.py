@@ -205,6 +205,18 @@ GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, m
 # After this many consecutive failures to advance, a run is parked for a person.
 GUARDIAN_MAX_ADVANCE_FAILURES = env_int("GUARDIAN_MAX_ADVANCE_FAILURES", 3, minimum=1)
 GUARDIAN_ESCALATION_HOURS = env_int("GUARDIAN_ESCALATION_HOURS", 24, minimum=1)
+# The reviewers' queue. A claim lapses after GUARDIAN_CLAIM_MINUTES without a verdict; the
+# holder may extend an escalation's deadline once, by GUARDIAN_DEADLINE_EXTENSION_MINUTES.
+GUARDIAN_CLAIM_MINUTES = env_int("GUARDIAN_CLAIM_MINUTES", 15, minimum=1)
+GUARDIAN_DEADLINE_EXTENSION_MINUTES = env_int("GUARDIAN_DEADLINE_EXTENSION_MINUTES", 60, minimum=1)
+# An approval runs its exact action once, and only within this long of being given.
+GUARDIAN_APPROVAL_MINUTES = env_int("GUARDIAN_APPROVAL_MINUTES", 60, minimum=1)
+# Notifications when an escalation arrives, and when one nears its deadline unclaimed
+# (GUARDIAN_DEADLINE_WARNING_MINUTES before it): email to these addresses and/or a
+# Slack-compatible JSON POST to the webhook. Nothing is sent when neither is set.
+GUARDIAN_NOTIFY_EMAILS = env_list("GUARDIAN_NOTIFY_EMAILS", [])
+GUARDIAN_NOTIFY_WEBHOOK_URL = env_str("GUARDIAN_NOTIFY_WEBHOOK_URL")
+GUARDIAN_DEADLINE_WARNING_MINUTES = env_int("GUARDIAN_DEADLINE_WARNING_MINUTES", 60, minimum=1)
 # A worker advances a run turn after turn for up to this long before it enqueues the next
 # turn and moves on to other runs (0: one turn per task). Each turn commits on its own.
 GUARDIAN_TURN_SLICE_SECONDS = env_float("GUARDIAN_TURN_SLICE_SECONDS", 0.5, minimum=0.0)

@@ -8,14 +8,19 @@ while it renames the rebuilt table. tests/test_models.py fails if the trigger is
 
 FROZEN_MESSAGE = "policy version is used by a run and cannot change"
 
-POSTGRES_CREATE = f"""
+# The content a run's decisions are replayed against. Migrations before 0007 created the
+# trigger over the first four columns (the quorum did not exist yet): they call the _v1 pair.
+FROZEN_COLUMNS_V1 = ("number", "thresholds", "question_set", "question_set_version")
+FROZEN_COLUMNS = (*FROZEN_COLUMNS_V1, "quorum")
+
+
+def _postgres_create(columns) -> str:
+    changed = "\n        OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}" for c in columns)
+    return f"""
 CREATE OR REPLACE FUNCTION guardian_policy_version_frozen() RETURNS trigger AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM runs_run WHERE policy_version_id = OLD.id) AND (
-        NEW.number IS DISTINCT FROM OLD.number
-        OR NEW.thresholds IS DISTINCT FROM OLD.thresholds
-        OR NEW.question_set IS DISTINCT FROM OLD.question_set
-        OR NEW.question_set_version IS DISTINCT FROM OLD.question_set_version
+        {changed}
     ) THEN
         RAISE EXCEPTION '{FROZEN_MESSAGE} (id %)', OLD.id
             USING ERRCODE = 'integrity_constraint_violation';
@@ -27,35 +32,45 @@ CREATE TRIGGER guardian_policy_version_frozen
     BEFORE UPDATE ON guardian_core_policyversion
     FOR EACH ROW EXECUTE FUNCTION guardian_policy_version_frozen();
 """
-POSTGRES_DROP = """
-DROP TRIGGER IF EXISTS guardian_policy_version_frozen ON guardian_core_policyversion;
-DROP FUNCTION IF EXISTS guardian_policy_version_frozen();
-"""
 
-SQLITE_CREATE = f"""
+
+def _sqlite_create(columns) -> str:
+    changed = "\n    OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in columns)
+    return f"""
 CREATE TRIGGER guardian_policy_version_frozen
 BEFORE UPDATE ON guardian_core_policyversion
 FOR EACH ROW WHEN EXISTS (SELECT 1 FROM runs_run WHERE policy_version_id = OLD.id) AND (
-    NEW.number IS NOT OLD.number
-    OR NEW.thresholds IS NOT OLD.thresholds
-    OR NEW.question_set IS NOT OLD.question_set
-    OR NEW.question_set_version IS NOT OLD.question_set_version
+    {changed}
 )
 BEGIN
     SELECT RAISE(ABORT, '{FROZEN_MESSAGE}');
 END;
 """
+
+
+POSTGRES_DROP = """
+DROP TRIGGER IF EXISTS guardian_policy_version_frozen ON guardian_core_policyversion;
+DROP FUNCTION IF EXISTS guardian_policy_version_frozen();
+"""
 SQLITE_DROP = "DROP TRIGGER IF EXISTS guardian_policy_version_frozen;"
 
 
-def create_trigger(apps, schema_editor):
+def _create(schema_editor, columns) -> None:
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
-        schema_editor.execute(POSTGRES_CREATE, params=None)
+        schema_editor.execute(_postgres_create(columns), params=None)
     elif vendor == "sqlite":
-        schema_editor.execute(SQLITE_CREATE, params=None)
+        schema_editor.execute(_sqlite_create(columns), params=None)
     else:
         raise NotImplementedError(f"no policy version trigger for {vendor}")
+
+
+def create_trigger_v1(apps, schema_editor):
+    _create(schema_editor, FROZEN_COLUMNS_V1)
+
+
+def create_trigger(apps, schema_editor):
+    _create(schema_editor, FROZEN_COLUMNS)
 
 
 def drop_trigger(apps, schema_editor):

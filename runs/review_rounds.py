@@ -269,6 +269,7 @@ def _escalation_open(run: Run, turn: Turn, ended, now) -> Escalation:
             # What a reviewer may accept in the reviewer agent's place.
             "last_code": _last_code(ended.coder_history),
         },
+        conditions=",review_loop,",
         deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
     )
 

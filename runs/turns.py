@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from escalations.models import Escalation, EscalationKind, VerdictDecision
+from escalations.models import Escalation, EscalationKind, VerdictDecision, queue_fields
 from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
@@ -484,17 +484,17 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
     else:
         kind = EscalationKind.UNCERTAIN
     first = triggered[0]
+    reason = {
+        "triggered": [reason.as_dict() for reason in triggered],
+        "held_calls": [c.position for c in record.calls if c.status == "held"],
+        "ambiguous_calls": [c.position for c in record.calls if "AmbiguousCall" in (c.error or "")],
+    }
     return Escalation.objects.create(
         run=run,
         turn=turn,
         kind=kind,
         summary=f"{first.source}: {first.detail}"[:300],
-        reason={
-            "triggered": [reason.as_dict() for reason in triggered],
-            "held_calls": [c.position for c in record.calls if c.status == "held"],
-            "ambiguous_calls": [
-                c.position for c in record.calls if "AmbiguousCall" in (c.error or "")
-            ],
-        },
+        reason=reason,
+        **queue_fields(reason, {c.position: c.tool for c in record.calls}),
         deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
     )

@@ -2,7 +2,7 @@
 
 from django.db import migrations
 
-from runs.db_triggers import create_trigger, drop_trigger
+from runs.db_triggers import create_trigger_v1 as create_trigger, drop_trigger
 
 
 class Migration(migrations.Migration):

@@ -5,7 +5,7 @@ hash was made under the old scheme; the chain of new turns continues from that h
 
 from django.db import migrations, models
 
-from runs.db_triggers import create_trigger, drop_trigger
+from runs.db_triggers import create_trigger_v1 as create_trigger, drop_trigger
 
 WINDOW = 8  # guardian_core.engine.state.HISTORY_WINDOW when this migration was written
 

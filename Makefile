@@ -5,7 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= $(shell scripts/find-python)
 VENV := .venv
 BIN := $(VENV)/bin
-PORT ?= 8000
+# The demo's web port: from the command line (make demo PORT=8001) or the environment, else a
+# PORT=… line of .env (the settings read the rest of .env themselves), else 8000.
+PORT ?= $(or $(shell sed -n -E "s/^[[:space:]]*(export[[:space:]]+)?PORT[[:space:]]*=[[:space:]]*[\"']?([0-9]+)[\"']?[[:space:]]*(\#.*)?\$$/\2/p" .env 2>/dev/null | tail -n 1),8000)
 export PORT
 
 .PHONY: help demo test lint format bench clean
@@ -38,12 +40,15 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	       $(BIN)/uv pip install --quiet --python $(BIN)/python -e .; }
 	@touch $@ $(VENV)/.installed-base
 
+# The port is checked before anything changes: migrate and demo_setup (which resets the demo
+# passwords) run only once the web server is sure to start. Honcho reads no .env of its own
+# (--env /dev/null): the settings read it, and there the environment wins over the file.
 demo: $(VENV)/.installed-base
-	$(BIN)/python manage.py preflight
+	$(BIN)/python manage.py preflight --port $(PORT)
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py demo_setup
 	@echo "Guardian is starting on http://127.0.0.1:$(PORT)  (Ctrl-C stops the web server, worker and beat)"
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho --procfile Procfile.demo start --port $(PORT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho --env /dev/null --procfile Procfile.demo start --port $(PORT)
 
 test: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

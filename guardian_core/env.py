@@ -1,4 +1,4 @@
-"""Typed readers for the environment variables the settings are built from.
+"""Typed readers for the environment variables the settings are built from, and the .env loader.
 
 Each reader fails loudly with ImproperlyConfigured naming the variable, so that a typo in a
 deployment is a clear startup error instead of a silently wrong setting.
@@ -6,6 +6,7 @@ deployment is a clear startup error instead of a silently wrong setting.
 
 import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -14,6 +15,99 @@ from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+_DOTENV_LINE = re.compile(r"(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*)")
+_DOUBLE_QUOTED_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "$": "$"}
+
+
+def dotenv_values(text: str, *, source: str = ".env") -> dict[str, str]:
+    r"""The NAME=value pairs of a .env file's text.
+
+    One variable a line; blank lines and lines starting with # are skipped; `export ` before
+    the name is allowed. A value may be 'single-quoted' (kept as written), "double-quoted"
+    (with the escapes \n \t \" \\ \$) or bare (a # after a blank starts a comment; blanks
+    around the value are dropped). Every bad line is named in one ImproperlyConfigured, by
+    number and never by content: a malformed line may hold a secret.
+    """
+    values: dict[str, str] = {}
+    problems: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _DOTENV_LINE.fullmatch(line)
+        if match is None:
+            problems.append(f"line {number} is not NAME=value")
+            continue
+        try:
+            values[match["name"]] = _dotenv_value(match["value"])
+        except ValueError as exc:
+            problems.append(f"line {number} ({match['name']}): {exc}")
+    if problems:
+        raise ImproperlyConfigured(f"{source} cannot be read: " + "; ".join(problems))
+    return values
+
+
+def _dotenv_value(raw: str) -> str:
+    if raw[:1] in {"'", '"'}:
+        quote = raw[0]
+        end = _closing_quote(raw, quote)
+        if end < 0:
+            raise ValueError(f"the value opens with {quote} but never closes it")
+        rest = raw[end + 1 :].strip()
+        if rest and not rest.startswith("#"):
+            raise ValueError(f"text follows the closing {quote}")
+        body = raw[1:end]
+        if quote == "'":
+            return body
+        return re.sub(r"\\(.)", lambda m: _DOUBLE_QUOTED_ESCAPES.get(m[1], m[0]), body)
+    # A bare value ends at a comment that follows a blank: `a#b` keeps its #.
+    return re.split(r"\s#", raw, maxsplit=1)[0].strip()
+
+
+def _closing_quote(raw: str, quote: str) -> int:
+    index = 1
+    while index < len(raw):
+        if raw[index] == "\\" and quote == '"':
+            index += 2
+            continue
+        if raw[index] == quote:
+            return index
+        index += 1
+    return -1
+
+
+def load_dotenv(path: Path) -> list[str]:
+    """Put the variables of the .env file at `path` into os.environ, unless already set there.
+
+    The environment wins: a variable set in the shell, by docker compose or by a test is never
+    replaced by the file (set to "" counts as set). A missing file is no error. Returns the
+    names taken from the file.
+    """
+    try:
+        # utf-8-sig: an editor's byte-order mark is not part of the first name.
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        return []
+    taken = []
+    for name, value in dotenv_values(text, source=str(path)).items():
+        if name not in os.environ:
+            os.environ[name] = value
+            taken.append(name)
+    return taken
+
+
+def load_project_dotenv(project_root: Path) -> list[str]:
+    """Read the project's .env file (see load_dotenv): `project_root / ".env"`, or the file
+    GUARDIAN_ENV_FILE names; GUARDIAN_ENV_FILE="" reads none (the tests' child processes)."""
+    named = os.environ.get("GUARDIAN_ENV_FILE")
+    if named is None:
+        return load_dotenv(project_root / ".env")
+    if not named.strip():
+        return []
+    path = Path(named.strip())
+    if not path.is_file():
+        raise ImproperlyConfigured(f"GUARDIAN_ENV_FILE={named!r} is not a file.")
+    return load_dotenv(path)
 
 
 def env_str(name: str, default: str = "") -> str:

@@ -10,8 +10,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def child_env(**overrides: str | None) -> dict[str, str]:
-    """This process's environment with `overrides` applied; a None value unsets the variable."""
-    env = dict(os.environ)
+    """This process's environment with `overrides` applied; a None value unsets the variable.
+
+    The child reads no .env file (unless GUARDIAN_ENV_FILE is among the overrides): this
+    process already took the developer's .env in, and a variable a test unsets stays unset."""
+    env = {**os.environ, "GUARDIAN_ENV_FILE": ""}
     for name, value in overrides.items():
         if value is None:
             env.pop(name, None)

@@ -58,6 +58,7 @@ class PolicyVersion(models.Model):
             thresholds=self.thresholds,
             question_set=self.question_set,
             question_set_version=self.question_set_version,
+            quorum=self.quorum,
         )
 
 

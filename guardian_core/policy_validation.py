@@ -26,14 +26,20 @@ QUESTION_MAX_LENGTH = 2000
 
 
 def policy_version_problems(
-    *, thresholds: object, question_set: object, question_set_version: object
+    *,
+    thresholds: object,
+    question_set: object,
+    question_set_version: object,
+    quorum: object = None,
 ) -> list[str]:
     """Every problem of a policy version's content, one "field.path: what is wrong" each; []
-    when the version is valid. Never raises, whatever JSON it is given."""
+    when the version is valid. Never raises, whatever JSON it is given. A missing quorum
+    (None) is the empty one: every held call needs one approver."""
     return [
         *_thresholds_problems(thresholds),
         *_question_set_problems(question_set, question_set_version),
         *_question_set_version_problems(question_set_version),
+        *_quorum_problems({} if quorum is None else quorum),
     ]
 
 
@@ -163,6 +169,42 @@ def _question_set_version_problems(version: object) -> list[str]:
     if version != version.strip() or not _storable(version):
         return ["question_set_version: must not start or end with spaces or contain NUL"]
     return []
+
+
+QUORUM_KEYS = ("regulated", "tools")
+TOOL_NAME_MAX_LENGTH = 120  # Approval.tool's and ToolCall.tool's max_length
+
+
+def _quorum_problems(quorum: object) -> list[str]:
+    """{"regulated": true} asks two distinct approvers for every regulated held call,
+    {"tools": ["issue_refund"]} for every held call of the tools named; {} for none."""
+    if not isinstance(quorum, Mapping):
+        return [f'quorum: must be an object such as {{"regulated": true}}, got {_kind(quorum)}']
+    problems = [
+        f"quorum.{key}: unknown key (allowed: {', '.join(QUORUM_KEYS)})"[:300]
+        for key in quorum
+        if key not in QUORUM_KEYS
+    ]
+    if "regulated" in quorum and not isinstance(quorum["regulated"], bool):
+        problems.append(
+            f"quorum.regulated: must be true or false, got {quorum['regulated']!r}"[:300]
+        )
+    if "tools" in quorum:
+        tools = quorum["tools"]
+        if not isinstance(tools, list):
+            problems.append(f"quorum.tools: must be a list of tool names, got {_kind(tools)}")
+        else:
+            for i, name in enumerate(tools):
+                if not isinstance(name, str) or not name.strip() or not _storable(name):
+                    problems.append(f"quorum.tools[{i}]: must be a tool name, got {name!r}"[:300])
+                elif len(name) > TOOL_NAME_MAX_LENGTH:
+                    problems.append(
+                        f"quorum.tools[{i}]: must be at most {TOOL_NAME_MAX_LENGTH} characters"
+                    )
+            named = [name for name in tools if isinstance(name, str)]
+            if len(set(named)) != len(named):
+                problems.append("quorum.tools: names a tool more than once")
+    return problems
 
 
 def _is_number(value: object) -> bool:

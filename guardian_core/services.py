@@ -23,13 +23,19 @@ def policy_version_create(
     number: int | None = None,
     created_by=None,
     activate: bool = False,
+    quorum: dict | None = None,
 ) -> PolicyVersion:
     """A new version (the next number unless given), stored with t* computed from the costs.
+    `quorum` asks two distinct approvers for some held calls: {"regulated": true} and/or
+    {"tools": [names]}.
 
     Raises ValidationError naming every problem of the content at once.
     """
     problems = policy_version_problems(
-        thresholds=thresholds, question_set=question_set, question_set_version=question_set_version
+        thresholds=thresholds,
+        question_set=question_set,
+        question_set_version=question_set_version,
+        quorum=quorum,
     )
     if problems:
         raise ValidationError(problems_by_field(problems))
@@ -42,6 +48,7 @@ def policy_version_create(
             thresholds=thresholds_with_t_star(thresholds),
             question_set=dict(question_set),
             question_set_version=question_set_version,
+            quorum=dict(quorum or {}),
             created_by=created_by,
         )
         if activate:

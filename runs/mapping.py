@@ -21,6 +21,7 @@ from guardian_core.engine.state import (
     verdict_item,
 )
 from guardian_core.engine.thresholds import Budgets, Policy, Threshold
+from guardian_core.engine.tools import idempotency_key
 from guardian_core.models import PolicyVersion
 from runs.models import Run, Turn
 
@@ -180,6 +181,22 @@ def human_feedback(verdict: Verdict, proposal: Proposal, held_positions: list[in
         Feedback(proposal.calls[position], f"Rejected by a reviewer: {verdict.reason}")
         for position in held_positions
         if position < len(proposal.calls)
+    )
+
+
+def approval_key(
+    *, run_id: int | str, held_turn_index: int, position: int, tool: str, arguments: dict
+) -> str:
+    """The idempotency key a held call runs under once approved: the engine's key for it on
+    the turn that resumes the run (the held turn's next, which replays the held step), from
+    the arguments as approved. An approval hashes this key; the worker runs the call under the
+    key it derives the same way, so the two agree or the call does not run."""
+    return idempotency_key(
+        run_id=str(run_id),
+        turn_index=held_turn_index + 1,
+        position=position,
+        tool=tool,
+        arguments=arguments,
     )
 
 

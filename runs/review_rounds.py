@@ -32,6 +32,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
+from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.canonical import sha256_hex
 from guardian_core.engine.policy import Outcome, Usage
 from guardian_core.engine.reviewer_loop import (
@@ -256,7 +257,7 @@ def _move_run(
 
 def _escalation_open(run: Run, turn: Turn, ended, now) -> Escalation:
     detail = f"{ended.reason.value} after {ended.rounds} rounds: " + "; ".join(ended.last_reasons)
-    return Escalation.objects.create(
+    escalation = Escalation.objects.create(
         run=run,
         turn=turn,
         kind=EscalationKind.REVIEW_LOOP,
@@ -272,6 +273,8 @@ def _escalation_open(run: Run, turn: Turn, ended, now) -> Escalation:
         conditions=",review_loop,",
         deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
     )
+    escalation_notify_after_commit(escalation.pk)
+    return escalation
 
 
 def _review_reason(step: StepRequest, reply: ModelReply, applied: Applied, outcome) -> dict:

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from escalations.models import Escalation, EscalationStatus
+from escalations.models import Escalation, EscalationEvent, EscalationEventKind, EscalationStatus
 from guardian_core.db import retry_on_conflict
 from guardian_core.models import PolicyVersion
 from guardian_core.services import policy_version_problems_for
@@ -230,6 +230,12 @@ def _expire_escalations(now) -> None:
             if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
                 status=EscalationStatus.EXPIRED, resolved_at=now
             ):
+                # The item's history says what became of it (and the queue's stamp moves).
+                EscalationEvent.objects.create(
+                    escalation_id=escalation_id,
+                    kind=EscalationEventKind.EXPIRED,
+                    note="deadline passed unanswered; nothing ran",
+                )
                 Run.objects.filter(pk=run_id, status=RunStatus.WAITING).update(
                     status=RunStatus.FAILED,
                     stop_reason="escalation_expired",

@@ -8,18 +8,19 @@ No lock or transaction is held while the actor, the guardian or a tool works; th
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from escalations.models import Escalation, EscalationKind, VerdictDecision, queue_fields
+from escalations.models import Approval, Escalation, EscalationKind, VerdictDecision, queue_fields
+from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
-from guardian_core.engine.tools import idempotency_key
+from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
 from runs import mapping
 from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, recording_tools
@@ -53,6 +54,10 @@ class _Resume:
     rerun_keys: dict[int, str] | None = None
     # A person's answer made the policy replan: counted like any replan.
     replanned: bool = False
+    # An approved held step: every approval of the escalation, and whose verdict it was (their
+    # approval's arguments are the ones that run when they edited them). None otherwise.
+    approvals: tuple[Approval, ...] | None = None
+    approver_id: int | None = None
 
 
 def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> str:
@@ -93,12 +98,20 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         # Whatever a model sent must be storable before anything runs; text that is not
         # text makes its call invalid (fed back like any other problem), never a crash.
         proposal = proposal_as_text(proposal)
+    if resume.approvals is not None:
+        proposal = _with_edited_arguments(proposal, resume)
     # Durability: the proposal is committed before anything runs, so a retry replays it.
     turn = unfinished or _turn_begin(run, index, proposal)
     if turn is None:
         return "skipped"  # another worker recorded this turn first
 
-    calls_by_key = _CallsByKey(run, index, proposal, resume.rerun_keys or {})
+    approved, keys, refusals = resume.approved, dict(resume.rerun_keys or {}), {}
+    if resume.approvals is not None:
+        approved, approved_keys, refusals = _approvals_check(
+            run, index, turn, proposal, tools, resume
+        )
+        keys.update(approved_keys)
+    calls_by_key = _CallsByKey(run, index, proposal, keys)
     recorder = CallRecorder(
         turn=turn,
         calls_by_key=calls_by_key,
@@ -118,9 +131,10 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         usage=usage,
         feedback=resume.feedback,
         proposal=proposal,
-        approved=resume.approved,
-        idempotency_keys=resume.rerun_keys,
+        approved=approved,
+        idempotency_keys=keys or None,
         run_started_at=run.created_at,
+        refusals=refusals,
     )
     return _turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next)
 
@@ -224,11 +238,132 @@ def _resume(last: Turn | None) -> _Resume:
         replanned = verdict.resulting_outcome == Outcome.REPLAN
         return _Resume(None, None, feedback, history, released, replanned=replanned)
     if verdict.decision == VerdictDecision.APPROVE:
-        return _Resume(proposal, frozenset(verdict.approved_calls), (), history)
+        approvals = tuple(escalation.approvals.all())
+        approved = frozenset(verdict.approved_calls)
+        return _Resume(
+            proposal, approved, (), history, approvals=approvals, approver_id=verdict.reviewer_id
+        )
     held = list(
         last.tool_calls.filter(status=ToolCallStatus.HELD).values_list("position", flat=True)
     )
     return _Resume(None, None, mapping.human_feedback(verdict, proposal, held), history)
+
+
+def _with_edited_arguments(proposal: Proposal, resume: _Resume) -> Proposal:
+    """The held step with the arguments its approver edited in place of the proposed ones."""
+    edited = {
+        approval.position: approval.arguments
+        for approval in resume.approvals or ()
+        if approval.reviewer_id == resume.approver_id and approval.original_arguments is not None
+    }
+    if not edited:
+        return proposal
+    calls = tuple(
+        replace(call, arguments=edited[position]) if position in edited else call
+        for position, call in enumerate(proposal.calls)
+    )
+    return replace(proposal, calls=calls)
+
+
+def _approvals_check(
+    run: Run, index: int, turn: Turn, proposal: Proposal, tools: dict[str, Tool], resume: _Resume
+) -> tuple[frozenset[int], dict[int, str], dict[int, str]]:
+    """Which approved calls of a held step may run on this turn, which resumes it.
+
+    A call runs only if the SHA-256 of exactly what is about to run (tool, arguments,
+    idempotency key) matches its approver's approval, and that approval is unused (or used by
+    this very turn, which a retry may reuse) and unexpired. It is marked used by this turn
+    before any call runs, with a quorum partner's approval of the same action, so an approval
+    runs one action once. Returns (the positions that run, their keys, {position: why not} for the
+    others, which are then "not approved" and the actor is told why). Costs one validation per
+    approved call and one update, on this turn only.
+    """
+    now = timezone.now()
+    runnable: set[int] = set()
+    keys: dict[int, str] = {}
+    refusals: dict[int, str] = {}
+    to_mark: list[int] = []
+    for position in sorted(resume.approved or ()):
+        approvals = [a for a in resume.approvals or () if a.position == position]
+        key, matching, why = _approval_match(
+            run, index, proposal, tools, position, approvals, resume
+        )
+        why = why or _approval_spent(matching[0], turn, now)
+        if why:
+            refusals[position] = why
+            continue
+        runnable.add(position)
+        keys[position] = key
+        # The approver's own approval, and a quorum partner's of the same action while it is
+        # still good: all spent on this one run of the call.
+        to_mark.extend(
+            a.pk for a in matching if a.used_at is None and (a is matching[0] or a.expires_at > now)
+        )
+    if to_mark:
+        marked = Approval.objects.filter(pk__in=to_mark, used_at__isnull=True).update(
+            used_at=now, used_on_turn=turn
+        )
+        if marked != len(to_mark):
+            # Another turn took one of them meanwhile (two workers never hold a run at once, so
+            # this is a record changed under us): run nothing now; the retry sees who used what.
+            raise RuntimeError(f"run {run.pk}: an approval was used by another turn meanwhile")
+    return frozenset(runnable), keys, refusals
+
+
+def _approval_match(
+    run: Run,
+    index: int,
+    proposal: Proposal,
+    tools: dict[str, Tool],
+    position: int,
+    approvals: list[Approval],
+    resume: _Resume,
+) -> tuple[str, list[Approval], str]:
+    """The key the call runs under, the approvals of exactly that call (its approver's own
+    first), and why it may not run ("" when it may)."""
+    own = next((a for a in approvals if a.reviewer_id == resume.approver_id), None)
+    if own is None:
+        return "", [], "no approval of this call is on record"
+    if position >= len(proposal.calls):
+        return "", [], "the call changed after approval (it is no longer in the step)"
+    call = proposal.calls[position]
+    check = validate_call(tools, call.tool, call.arguments)
+    if not check.ok:
+        return "", [], "the call changed after approval (its arguments no longer fit)"
+    # The engine's own key for this call on this turn (what it would derive unasked); it is
+    # handed to the engine explicitly, so the key hashed is the key the tool gets.
+    key = idempotency_key(
+        run_id=str(run.pk),
+        turn_index=index,
+        position=position,
+        tool=call.tool,
+        arguments=check.arguments,
+    )
+    expected = action_hash(call.tool, check.arguments, key)
+    # An approval row edited after the fact no longer hashes to what it stores: it counts
+    # for nothing.
+    matching = [
+        a
+        for a in approvals
+        if a.action_hash == expected
+        and action_hash(a.tool, a.arguments, a.idempotency_key) == a.action_hash
+    ]
+    if own not in matching:
+        return key, [], "the call changed after approval"
+    return key, [own, *(a for a in matching if a is not own)], ""
+
+
+def _approval_spent(approval: Approval, turn: Turn, now) -> str:
+    """Why the approval no longer allows the call ("" if it does): another turn used it, or it
+    expired before this turn could use it. This very turn, retried, reuses its own."""
+    if approval.used_on_turn_id == turn.pk:
+        return ""
+    if approval.used_at is not None:
+        return f"its approval was already used (approval {approval.pk})"
+    if approval.expires_at <= now:
+        when = timezone.localtime(approval.expires_at).strftime("%Y-%m-%d %H:%M %Z")
+        return f"its approval expired at {when}"
+    return ""
 
 
 def _released_results(last: Turn, verdict) -> tuple[str, ...] | None:
@@ -489,7 +624,7 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
         "held_calls": [c.position for c in record.calls if c.status == "held"],
         "ambiguous_calls": [c.position for c in record.calls if "AmbiguousCall" in (c.error or "")],
     }
-    return Escalation.objects.create(
+    escalation = Escalation.objects.create(
         run=run,
         turn=turn,
         kind=kind,
@@ -498,3 +633,5 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
         **queue_fields(reason, {c.position: c.tool for c in record.calls}),
         deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
     )
+    escalation_notify_after_commit(escalation.pk)
+    return escalation

@@ -3,6 +3,8 @@
 import pytest
 
 from escalations.models import Escalation, EscalationStatus
+from guardian_core.demo import demo_policy_version
+from guardian_core.services import policy_version_create
 from runs.models import DemoSideEffect, RunStatus
 from tests.runs_helpers import drive, start
 
@@ -55,3 +57,28 @@ def test_a_run_and_its_decisions_are_visible_in_the_admin(client, superuser):
     assert client.get(f"/admin/runs/run/{run.pk}/change/").status_code == 200
     listing = client.get("/admin/runs/decision/").content.decode()
     assert "replan" in listing
+
+
+def test_approving_in_the_admin_under_a_quorum_says_it_waits_for_a_second_approver(
+    client, superuser
+):
+    base = demo_policy_version()
+    policy_version_create(
+        thresholds=base.thresholds,
+        question_set=base.question_set,
+        question_set_version=base.question_set_version,
+        quorum={"tools": ["issue_refund"]},
+        activate=True,
+    )
+    run = drive(start("refund_waits_for_approval"))
+    escalation = run.escalations.get()
+    client.force_login(superuser)
+    response = client.post(
+        "/admin/escalations/escalation/",
+        {"action": "approve", "_selected_action": [escalation.pk]},
+        follow=True,
+    )
+    assert "approval recorded; it needs a second, different approver" in response.content.decode()
+    escalation.refresh_from_db()
+    assert escalation.status == EscalationStatus.OPEN
+    assert DemoSideEffect.objects.count() == 0

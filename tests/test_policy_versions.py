@@ -359,3 +359,27 @@ def test_activating_an_invalid_version_in_the_admin_says_why_and_changes_nothing
     assert "thresholds.integrity: must be an object" in page
     active.refresh_from_db()
     assert active.is_active
+
+
+# ---- the quorum: two distinct approvers for some held calls ---------------------------------
+
+
+def test_a_bad_quorum_in_the_admin_names_every_problem_and_stores_nothing(client, admin):
+    client.force_login(admin)
+    quorum = '{"regulated": "yes", "tools": "issue_refund", "everyone": true}'
+    response = client.post(f"{ADD_URL}add/", form_data(quorum=quorum))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "quorum.everyone: unknown key (allowed: regulated, tools)" in page
+    assert "quorum.regulated: must be true or false" in page
+    assert "quorum.tools: must be a list of tool names, got str" in page
+    assert not PolicyVersion.objects.exists()
+
+
+def test_a_quorum_set_in_the_admin_is_stored(client, admin):
+    client.force_login(admin)
+    quorum = '{"regulated": true, "tools": ["issue_refund"]}'
+    assert client.post(f"{ADD_URL}add/", form_data(quorum=quorum)).status_code == 302
+    version = PolicyVersion.objects.get(number=5)
+    assert version.quorum == {"regulated": True, "tools": ["issue_refund"]}
+    assert version.problems() == []

@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from escalations.models import EscalationKind, EscalationStatus
+from escalations.services import escalation_resolve
 from guardian_core.adapters.pricing import Price
 from guardian_core.celery import app as celery_app
 from guardian_core.demo import demo_policy_version
@@ -246,6 +247,28 @@ def test_the_round_cap_escalates_with_the_last_reasons():
         expected["coder"][1],
         expected["reviewer"][1],
     ]
+
+
+@pytest.mark.parametrize(
+    ("decision", "reason", "label"), [("approve", "", True), ("reject", "No", False)]
+)
+def test_a_verdict_on_the_round_cap_is_a_goal_reached_labelled_example(
+    reviewer, decision, reason, label
+):
+    run = drive(start("coder_reviewer_round_cap"))
+    escalation = run.escalations.get()
+
+    verdict = escalation_resolve(
+        escalation_id=escalation.pk, reviewer=reviewer, decision=decision, reason=reason
+    )
+
+    example = verdict.examples.get()
+    assert (example.condition, example.label, example.labelled_by) == (
+        "goal_reached",
+        label,
+        reviewer,
+    )
+    assert example.projection["last_code"] == escalation.reason["last_code"]
 
 
 # ---- budgets --------------------------------------------------------------------------------

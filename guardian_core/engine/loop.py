@@ -226,6 +226,7 @@ def run_turn(
     approved: frozenset[int] | None = None,
     idempotency_keys: Mapping[int, str] | None = None,
     run_started_at: datetime | None = None,
+    refusals: Mapping[int, str] | None = None,
 ) -> TurnRecord:
     """Run turn `index` of run `run_id` and return its record.
 
@@ -240,6 +241,10 @@ def run_turn(
     the guardian's (its `spend`, when it keeps one), and wall time since `run_started_at`
     (actor latency, queueing and waiting on people included), or, without it, the time of
     the turns themselves.
+
+    `refusals` says why a call a person approved may not run after all (its approval expired,
+    was used, or no longer matches the call): it is left out of `approved` by the caller, so
+    it is "not_approved", and the actor is told why.
     """
     usage = usage or Usage(turns=0)
     guardian_spent_before = _spend(guardian)
@@ -306,7 +311,10 @@ def run_turn(
                 statuses[call.position] = "held"
             elif call.position not in runnable:
                 statuses[call.position] = "not_approved"
-                message = f"Call {call.position} ({call.tool}) was not approved."
+                why = (refusals or {}).get(call.position)
+                message = f"Call {call.position} ({call.tool}) was not approved" + (
+                    f": {why}." if why else "."
+                )
                 out_feedback.append(Feedback(proposal.calls[call.position], message))
 
     keys = {

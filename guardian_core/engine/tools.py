@@ -206,6 +206,22 @@ def idempotency_key(
     return sha256_hex(parts)
 
 
+def action_hash(tool: str, arguments: object, idempotency_key: str) -> str:
+    """The SHA-256 of one exact action, as 64 hex digits: the tool, the arguments it runs with
+    and the idempotency key it runs under. A reviewer's approval stores it, and the worker
+    computes it again from the call it is about to run: any difference in any of the three
+    gives another hash, so an approval never covers a call that changed after it was given.
+
+    The hashed text is the canonical JSON (canonical.py) of
+    {"arguments": ..., "idempotency_key": ..., "tool": ...}: keys sorted at every level (so
+    the arguments' key order does not matter), no spaces, non-ASCII characters written as
+    themselves (ensure_ascii=False) and encoded as UTF-8, NaN and infinity refused. Anyone can
+    recompute it from an exported approval. Raises TypeError or ValueError on a value that is
+    not JSON data.
+    """
+    return sha256_hex({"arguments": arguments, "idempotency_key": idempotency_key, "tool": tool})
+
+
 def call_signature(tool: str, arguments: object) -> str:
     """The signature of a call for exact-repeat detection: "tool:" then the canonical JSON of
     the arguments. Equal signatures mean the same tool with the same arguments, in any key order.

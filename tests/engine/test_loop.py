@@ -107,6 +107,25 @@ def test_resuming_a_held_step_runs_exactly_the_approved_calls():
     assert record.feedback[0].call == held.calls[1]
 
 
+def test_an_approved_call_refused_at_run_time_does_not_run_and_the_actor_hears_why():
+    ledger = Ledger()
+    held = step(call("issue_refund", order_id="ord_4472", amount=49.9))
+    record = turn(
+        ScriptedActor([]),
+        ScriptedGuardian([CALM]),
+        desk(ledger),
+        proposal=held,
+        approved=frozenset(),
+        refusals={0: "its approval expired at 12:00"},
+    )
+
+    assert ledger.entries == []
+    assert [c.status for c in record.calls] == ["not_approved"]
+    assert [f.message for f in record.feedback] == [
+        "Call 0 (issue_refund) was not approved: its approval expired at 12:00."
+    ]
+
+
 def test_an_invalid_call_stops_the_whole_step_and_the_actor_hears_every_problem():
     ledger = Ledger()
     actor = ScriptedActor(

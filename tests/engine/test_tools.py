@@ -1,6 +1,7 @@
 """Validating a proposed call before anything runs: each test names the failure it prevents."""
 
 import copy
+import hashlib
 import json
 import math
 import socket
@@ -15,6 +16,7 @@ from guardian_core.engine.conditions import RiskClass
 from guardian_core.engine.tools import (
     CallProblem,
     Tool,
+    action_hash,
     call_signature,
     idempotency_key,
     validate_call,
@@ -605,6 +607,47 @@ def test_a_run_id_given_as_a_number_or_as_text_is_the_same_run():
 def test_the_idempotency_key_refuses_parts_of_the_wrong_type(change):
     with pytest.raises(TypeError):
         key(**change)
+
+
+# ---- action hash --------------------------------------------------------------------------
+
+
+def test_the_action_hash_is_the_sha256_of_the_canonical_call():
+    text = '{"arguments":{"amount":49.9,"order_id":"ord_4472"},"idempotency_key":"k","tool":"t"}'
+    expected = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert action_hash("t", {"order_id": "ord_4472", "amount": 49.9}, "k") == expected
+
+
+def test_the_action_hash_writes_non_ascii_as_itself_in_utf8():
+    text = '{"arguments":{"note":"café"},"idempotency_key":"k","tool":"t"}'
+    expected = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert action_hash("t", {"note": "café"}, "k") == expected
+
+
+def test_the_action_hash_ignores_the_order_of_argument_keys():
+    one = action_hash("t", {"a": 1, "b": {"x": 1, "y": 2}}, "k")
+    assert one == action_hash("t", {"b": {"y": 2, "x": 1}, "a": 1}, "k")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tool": "u"},
+        {"arguments": {"amount": 49.91}},
+        {"arguments": {"amount": 49.9, "note": None}},
+        {"arguments": {"amount": "49.9"}},
+        {"idempotency_key": "k2"},
+    ],
+    ids=["tool", "argument-value", "extra-argument", "argument-type", "key"],
+)
+def test_the_action_hash_changes_when_any_part_of_the_action_changes(change):
+    base = {"tool": "t", "arguments": {"amount": 49.9}, "idempotency_key": "k"}
+    assert action_hash(**{**base, **change}) != action_hash(**base)
+
+
+def test_the_action_hash_refuses_what_is_not_json():
+    with pytest.raises(ValueError, match="Out of range float values"):
+        action_hash("t", {"x": math.nan}, "k")
 
 
 # ---- call signature -----------------------------------------------------------------------

@@ -78,6 +78,12 @@ class Command(BaseCommand):
             )
         except EscalationError as exc:
             raise CommandError(str(exc)) from None
+        if verdict is None:
+            self.stdout.write(
+                f"escalation {options['escalation_id']}: approval recorded; under the policy's "
+                "quorum it needs a second, different approver before anything runs"
+            )
+            return
         self.stdout.write(
             f"escalation {options['escalation_id']}: {verdict.decision} recorded; "
             f"the run goes on: {verdict.resulting_outcome}; "

@@ -11,14 +11,17 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     throughput       decided turns/s through 1 and 2 real Celery workers, and the fan-out ratio
     local guardian   the built-in guardian's answer() over all six conditions, ms
     task round trip  a task through a real worker, connection kept or closed per task, ms
-    replay, pages    not built yet (later issues): said so, and recorded as skipped
+    replay           not built yet (a later issue): said so, and recorded as skipped
+    pages            the reviewers' queue at BENCH_QUEUE_ROWS open escalations (100 000): the
+                     page, a filtered page, the next page, the live poll, "next", ms and SQL
+                     statements (bench/queue_page.py); the auditors' run list is not built yet
 
 Runs on the configured database and broker: the embedded default (SQLite and the filesystem
 broker under GUARDIAN_VAR_DIR, migrated first) unless DATABASE_URL / CELERY_BROKER_URL say
 otherwise. A section that fails prints its traceback and the others still run; the exit code
 is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_THROUGHPUT_PASSES,
-BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_SKIP (comma-separated section
-names; spaces or underscores).
+BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_PAGE_REQUESTS,
+BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
 import json
@@ -54,8 +57,6 @@ SECTIONS = (
 )
 NOT_BUILT = {
     "replay": "not built yet: the replay rate comes with a later issue",
-    "pages": "not built yet: the reviewers' queue and the auditors' run list at 100 000 rows "
-    "come with a later issue",
 }
 
 
@@ -167,7 +168,7 @@ def main() -> int:
     # The bench workers' logs, kept for a look after a failed pass; one run's worth at a time.
     shutil.rmtree(Path(settings.VAR_DIR) / "bench", ignore_errors=True)
 
-    from bench import local_guardian, task_roundtrip, throughput
+    from bench import local_guardian, queue_page, task_roundtrip, throughput
 
     runner = Runner()
     runner.section("engine", engine)
@@ -180,6 +181,7 @@ def main() -> int:
     runner.section("task round trip", task_roundtrip.measure)
     for name, why in NOT_BUILT.items():
         runner.section(name, lambda r, why=why: r.skip(why))
+    runner.section("pages", queue_page.measure)
     if runner.failed:
         print(f"FAILED sections: {', '.join(runner.failed)}", file=sys.stderr)
         return 1

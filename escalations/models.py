@@ -106,6 +106,37 @@ class Escalation(models.Model):
                 condition=Q(status="open"),
                 name="escalation_open_order",
             ),
+            # The queue's other sorts (selectors.QUEUE_SORTS), read by keyset the same way.
+            models.Index(
+                fields=["deadline", "id"],
+                condition=Q(status="open"),
+                name="escalation_open_deadline",
+            ),
+            models.Index(
+                fields=["created_at", "id"],
+                condition=Q(status="open"),
+                name="escalation_open_oldest",
+            ),
+            # The queue's kind filter in its default order, and the counts per kind (an
+            # index-only scan).
+            models.Index(
+                fields=["kind", "urgency", "deadline", "id"],
+                condition=Q(status="open"),
+                name="escalation_open_kind",
+            ),
+            # The live claims: the latest lapsed one is part of the queue's stamp
+            # (selectors.escalation_queue_stamp).
+            models.Index(
+                fields=["claim_expires_at"],
+                condition=Q(status="open", claim_expires_at__isnull=False),
+                name="escalation_open_claims",
+            ),
+            # The latest closings of any kind (decided, expired, cancelled), for the same stamp.
+            models.Index(
+                fields=["resolved_at"],
+                condition=Q(resolved_at__isnull=False),
+                name="escalation_resolved",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -138,6 +169,14 @@ class EscalationEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        indexes = [
+            # "Next" passes over what the reviewer skipped lately (services._claimable).
+            models.Index(
+                fields=["actor", "created_at"],
+                condition=Q(kind="skipped"),
+                name="escalation_event_skips",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} on escalation {self.escalation_id}"

@@ -2,12 +2,21 @@
 next move. Every way of resolving (command, admin, the reviewers' queue) calls escalation_resolve.
 """
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from escalations.models import (
+    Approval,
     Escalation,
+    EscalationEvent,
+    EscalationEventKind,
     EscalationKind,
     EscalationStatus,
     ExampleSource,
@@ -15,7 +24,17 @@ from escalations.models import (
     Verdict,
     VerdictDecision,
 )
+from escalations.selectors import (
+    QUEUE_SORTS,
+    HeldCall,
+    QueueFilters,
+    escalation_claim_holder,
+    escalation_held_calls,
+    escalation_queue_queryset,
+    unclaimed_q,
+)
 from guardian_core.db import retry_on_conflict
+from guardian_core.engine.canonical import canonical_json
 from guardian_core.engine.conditions import (
     DRIFT_SCORES,
     Condition,
@@ -24,13 +43,41 @@ from guardian_core.engine.conditions import (
     parse_answer,
 )
 from guardian_core.engine.policy import Outcome, decide, history_needed
+from guardian_core.engine.tools import action_hash, validate_call
 from runs import mapping
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
+from runs.tools import tool_registry
+
+# The risk classes as labels, least severe first (the engine's RiskClass is a plain enum).
+RISK_CLASSES = tuple(risk.value for risk in RiskClass)
 
 
 class EscalationError(ValueError):
-    """The verdict cannot be applied; the message names every problem."""
+    """The verdict cannot be applied; `problems` names every one (str() joins them)."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class AlreadyDecided(EscalationError):
+    """The escalation was closed before this verdict came (a second tab, a retried submit, the
+    deadline): the first outcome stands and this verdict is not recorded."""
+
+
+@dataclass(frozen=True)
+class _Submitted:
+    """A reviewer's verdict as submitted, before any of it is checked."""
+
+    decision: str
+    reason: str
+    answer: dict | None
+    approved_calls: list[int] | None
+    rerun: bool
+    edited_arguments: Mapping | None
+    risk_labels: Mapping | None
+    seen_hashes: Mapping | None
 
 
 def escalation_resolve(
@@ -42,53 +89,156 @@ def escalation_resolve(
     answer: dict | None = None,
     approved_calls: list[int] | None = None,
     rerun: bool = False,
-) -> Verdict:
+    edited_arguments: Mapping[int, dict] | None = None,
+    risk_labels: Mapping[int, str] | None = None,
+    seen_hashes: Mapping[int, str] | None = None,
+) -> Verdict | None:
     """Record a person's verdict on an open escalation and move its run on.
 
-    approve: exactly the approved calls of the held step run (all held calls by default);
-      for an ambiguous call, it is recorded as having gone through; for a coder/reviewer loop,
-      the coder's last code is accepted as the run's answer.
+    approve: exactly the approved calls of the held step run (all held calls by default), each
+      bound to the exact action approved: an Approval per call stores the SHA-256 of (tool,
+      arguments, idempotency key), and the worker runs the call only if what it is about to
+      run hashes the same, once, before the approval expires (GUARDIAN_APPROVAL_MINUTES).
+      `edited_arguments` replaces a call's arguments (checked against the tool's schema; the
+      proposed ones are kept on the approval). Under a policy version's quorum a call needs
+      two distinct approvers: the first approval is recorded, the item is released and stays
+      open, and None is returned; the second completes the verdict.
+      For an ambiguous call, approve records it as having gone through; for a coder/reviewer
+      loop, the coder's last code is accepted as the run's answer.
     reject: the actor is told which calls were rejected and why, and proposes again; for an
       ambiguous call, it is recorded as not done and the run stops, unless `rerun` asks for
       it to run again under its own idempotency key; any other escalation rejected stops
-      the run.
+      the run. One rejection rejects, whatever approvals a quorum had gathered.
     answer: {condition: label} for the conditions the guardian was unsure of; the policy
       decides again with the human answers.
+    risk_labels: for a held step, the reviewer's own risk class per call: the label of the
+      call's risk example (the system's class when not given).
+    seen_hashes: the action hash of each call as the reviewer's page showed it; a call that
+      changed since is a problem, never approved blind.
+
+    Only the holder of an unexpired claim may decide (an unclaimed item may be decided, e.g.
+    from the command line). Raises EscalationError naming every problem, or AlreadyDecided
+    when the escalation is closed already: one verdict per escalation.
     """
-    return retry_on_conflict(
-        lambda: _resolve(escalation_id, reviewer, decision, reason, answer, approved_calls, rerun)
+    submitted = _Submitted(
+        decision=decision,
+        reason=reason,
+        answer=answer,
+        approved_calls=approved_calls,
+        rerun=rerun,
+        edited_arguments=edited_arguments,
+        risk_labels=risk_labels,
+        seen_hashes=seen_hashes,
+    )
+    return retry_on_conflict(lambda: _resolve(escalation_id, reviewer, submitted))
+
+
+def escalation_resolve_bulk(
+    *, escalation_ids: list[int], reviewer: AbstractBaseUser, decision: str, reason: str = ""
+) -> list[tuple[int, Verdict | None, str]]:
+    """Approve or reject several escalations of one kind and the same held tool(s) at once.
+
+    Each goes through escalation_resolve on its own: its own verdict, approvals and hashes,
+    its own transaction. Returns (escalation id, verdict or None, problem or "") per id, in
+    the order given: an item that fails (held by someone else, already decided, of another
+    kind or tool than the first one selected) says why, and the others proceed. A verdict of
+    None with no problem is a first approval waiting for a second approver (quorum).
+    """
+    ids = list(dict.fromkeys(escalation_ids))
+    found = {
+        pk: (kind, tools)
+        for pk, kind, tools in Escalation.objects.filter(pk__in=ids).values_list(
+            "pk", "kind", "tools"
+        )
+    }
+    first = next((found[pk] for pk in ids if pk in found), None)
+    results: list[tuple[int, Verdict | None, str]] = []
+    for pk in ids:
+        if decision not in (VerdictDecision.APPROVE, VerdictDecision.REJECT):
+            results.append((pk, None, "decision: several items are approved or rejected"))
+        elif pk not in found:
+            results.append((pk, None, f"escalation {pk}: there is no such escalation"))
+        elif found[pk] != first:
+            results.append((pk, None, _bulk_mismatch(pk, found[pk], first)))
+        else:
+            try:
+                verdict = escalation_resolve(
+                    escalation_id=pk, reviewer=reviewer, decision=decision, reason=reason
+                )
+            except EscalationError as exc:
+                results.append((pk, None, str(exc)))
+            else:
+                results.append((pk, verdict, ""))
+    return results
+
+
+def _bulk_mismatch(pk: int, item: tuple[str, str], first: tuple[str, str]) -> str:
+    def said(kind_tools: tuple[str, str]) -> str:
+        kind, tools = kind_tools
+        return f"{kind} on {tools.strip(',').replace(',', ', ') or 'no tool'}"
+
+    return (
+        f"escalation {pk}: {said(item)} is not like the first selected ({said(first)}); "
+        "decide it on its own"
     )
 
 
-def _resolve(escalation_id, reviewer, decision, reason, answer, approved_calls, rerun) -> Verdict:
-    run_id = Escalation.objects.values_list("run_id", flat=True).get(pk=escalation_id)
+def _resolve(
+    escalation_id: int, reviewer: AbstractBaseUser, submitted: _Submitted
+) -> Verdict | None:
+    run_id = Escalation.objects.filter(pk=escalation_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise EscalationError(f"escalation {escalation_id}: there is no such escalation")
+    decision, reason = submitted.decision, submitted.reason
+    now = timezone.now()
     with transaction.atomic():
         # Locks are taken in one order everywhere: the run, then its escalation (run_cancel,
         # the turn's outcome and the sweeper do the same), so a verdict racing a cancel
-        # waits instead of deadlocking.
+        # waits instead of deadlocking. A second verdict waits here for the first to commit,
+        # then finds the escalation closed.
         Run.objects.select_for_update().filter(pk=run_id).first()
         escalation = (
             Escalation.objects.select_for_update(of=("self",))
-            .select_related("run__policy_version", "turn__decision")
+            .select_related("run__policy_version", "turn__decision", "claimed_by")
             .get(pk=escalation_id)
         )
-        problems = _problems(escalation, reviewer, decision, reason, answer, approved_calls)
-        if rerun and not (
+        closed = _closed(escalation)
+        if closed:
+            # A verdict or the deadline settled it: the first outcome stands. A cancelled
+            # run's escalation was settled by nobody; that is a plain refusal.
+            if escalation.status == EscalationStatus.CANCELLED:
+                raise EscalationError(closed)
+            raise AlreadyDecided(closed)
+        problems = _problems(
+            escalation, reviewer, decision, reason, submitted.answer, submitted.approved_calls
+        )
+        problems += _holder_problems(escalation, reviewer, now)
+        if submitted.rerun and not (
             decision == VerdictDecision.REJECT and escalation.kind == EscalationKind.AMBIGUOUS_CALL
         ):
             problems.append("rerun: only an ambiguous call that did not go through can run again")
+        plan, labels, step_problems = _held_step_plan(escalation, reviewer, submitted, now)
+        problems += step_problems
         if problems:
-            raise EscalationError("; ".join(problems))
+            raise EscalationError(problems)
+        if plan is not None:
+            _approvals_write(escalation, reviewer, plan, now)
+            if not all(item.complete for item in plan):
+                _await_second_approver(escalation, reviewer, plan, labels)
+                return None
         held = list(escalation.reason.get("held_calls", []))
+        approved_calls = submitted.approved_calls
         verdict = Verdict.objects.create(
             escalation=escalation,
             decision=decision,
             reason=reason.strip(),
-            answer=answer,
+            answer=submitted.answer,
             approved_calls=sorted(held if approved_calls is None else approved_calls)
             if decision == VerdictDecision.APPROVE
             else [],
-            rerun=rerun,
+            rerun=submitted.rerun,
+            risk_labels={str(position): label for position, label in sorted(labels.items())},
+            seconds_to_decide=_seconds_to_decide(escalation, reviewer, now),
             reviewer=reviewer,
         )
         _labelled_examples(escalation, verdict)
@@ -100,9 +250,253 @@ def _resolve(escalation_id, reviewer, decision, reason, answer, approved_calls, 
             VerdictDecision.REJECT: EscalationStatus.REJECTED,
             VerdictDecision.ANSWER: EscalationStatus.ANSWERED,
         }[decision]
-        escalation.resolved_at = timezone.now()
-        escalation.save(update_fields=["status", "resolved_at"])
+        escalation.resolved_at = now
+        # Decided: nobody holds it any more (the history keeps who did).
+        escalation.claimed_by, escalation.claimed_at, escalation.claim_expires_at = None, None, None
+        escalation.save(
+            update_fields=[
+                "status",
+                "resolved_at",
+                "claimed_by",
+                "claimed_at",
+                "claim_expires_at",
+            ]
+        )
+        note = verdict.decision + (f": {verdict.reason}" if verdict.reason else "")
+        EscalationEvent.objects.create(
+            escalation=escalation,
+            kind=EscalationEventKind.DECIDED,
+            actor=reviewer,
+            note=note[:2000],
+        )
     return verdict
+
+
+def _when(moment: datetime) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _closed(escalation: Escalation) -> str:
+    """Why no verdict can be given any more ("" while the escalation is open)."""
+    if escalation.status == EscalationStatus.OPEN:
+        return ""
+    verdict = Verdict.objects.filter(escalation=escalation).select_related("reviewer").first()
+    if verdict is not None:
+        return (
+            f"escalation {escalation.pk} was already decided by {verdict.reviewer} at "
+            f"{_when(verdict.created_at)} ({verdict.decision})"
+        )
+    if escalation.status == EscalationStatus.EXPIRED:
+        return (
+            f"escalation {escalation.pk} expired unanswered at {_when(escalation.resolved_at)}; "
+            "nothing ran"
+        )
+    return (
+        f"escalation {escalation.pk} is already {escalation.status} "
+        f"(at {_when(escalation.resolved_at)})"
+    )
+
+
+def _holder_problems(escalation: Escalation, reviewer: AbstractBaseUser, now) -> list[str]:
+    holder = escalation_claim_holder(escalation, now=now)
+    if holder is None or holder.pk == reviewer.pk:
+        return []
+    return [
+        f"claim: {holder} holds this escalation since {_when(escalation.claimed_at)}; "
+        "only they may decide it"
+    ]
+
+
+def _seconds_to_decide(escalation: Escalation, reviewer: AbstractBaseUser, now) -> float:
+    """From the reviewer's claim when they hold it, else from the item's arrival."""
+    holder = escalation_claim_holder(escalation, now=now)
+    mine = holder is not None and holder.pk == reviewer.pk and escalation.claimed_at is not None
+    since = escalation.claimed_at if mine else escalation.created_at
+    return max(0.0, (now - since).total_seconds())
+
+
+@dataclass(frozen=True)
+class _Approve:
+    """One held call as this reviewer approves it: the exact action, and whether the approvals
+    it has with this one are enough (a quorum call needs two distinct approvers)."""
+
+    call: HeldCall
+    arguments: dict
+    original_arguments: dict | None  # the proposed ones, when the reviewer edited them
+    idempotency_key: str
+    action_hash: str
+    lapsed: Approval | None  # this reviewer's own earlier approval that expired: replaced
+    complete: bool
+
+
+def _held_step_plan(
+    escalation: Escalation, reviewer: AbstractBaseUser, submitted: _Submitted, now
+) -> tuple[list[_Approve] | None, dict[int, str], list[str]]:
+    """For a held step: the approvals to record on approve (None otherwise), the reviewer's
+    own risk class per call, and every problem with the edited arguments, the risk classes,
+    the hashes the reviewer saw and the quorum."""
+    edited, problems = _by_position(submitted.edited_arguments, "edited_arguments")
+    labels, more = _by_position(submitted.risk_labels, "risk_labels")
+    seen, even_more = _by_position(submitted.seen_hashes, "seen_hashes")
+    problems += more + even_more
+    given = {"edited_arguments": edited, "risk_labels": labels, "seen_hashes": seen}
+    if escalation.kind != EscalationKind.GATED_STEP:
+        problems += [
+            f"{field}: only a held step's calls take them" for field, v in given.items() if v
+        ]
+        return None, {}, problems
+    calls = {call.position: call for call in escalation_held_calls(escalation)}
+    for field, values in given.items():
+        unknown = sorted(set(values) - set(calls))
+        if unknown:
+            problems.append(f"{field}: {unknown} are not held calls of this step")
+    for position, seen_hash in sorted(seen.items()):
+        if position in calls and not (isinstance(seen_hash, str) and seen_hash):
+            problems.append(f"seen_hashes: call {position} came with no hash; open it again")
+        elif position in calls and seen_hash != calls[position].action_hash:
+            problems.append(
+                f"call {position} ({calls[position].tool}) changed since you opened it; "
+                "look at it again"
+            )
+    for position, label in sorted(labels.items()):
+        if position in calls and label not in RISK_CLASSES:
+            problems.append(
+                f"risk_labels: call {position} ({calls[position].tool}): one of "
+                f"{', '.join(RISK_CLASSES)}, got {label!r}"[:300]
+            )
+    labels = {p: label for p, label in labels.items() if p in calls}
+    if submitted.decision != VerdictDecision.APPROVE:
+        if edited:
+            problems.append("edited_arguments: arguments are edited only to approve the call")
+        return None, labels, problems
+    approved = submitted.approved_calls
+    positions = sorted(set(calls) if approved is None else set(calls) & set(approved))
+    unapproved = sorted(set(edited) & set(calls) - set(positions))
+    if unapproved:
+        problems.append(f"edited_arguments: {unapproved} are edited but not approved")
+    plan = []
+    for position in positions:
+        item, item_problems = _approve_call(escalation, calls[position], edited, reviewer, now)
+        problems += item_problems
+        if item is not None:
+            plan.append(item)
+    return plan, labels, problems
+
+
+def _approve_call(
+    escalation: Escalation,
+    call: HeldCall,
+    edited: dict[int, object],
+    reviewer: AbstractBaseUser,
+    now,
+) -> tuple[_Approve | None, list[str]]:
+    where = f"call {call.position} ({call.tool})"
+    arguments, original, key, digest = call.arguments, None, call.idempotency_key, call.action_hash
+    if call.position in edited:
+        tool = tool_registry().get(call.tool)
+        if tool is None:
+            return None, [f"arguments of {where}: the tool is no longer registered"]
+        check = validate_call({call.tool: tool}, call.tool, edited[call.position])
+        if not check.ok:
+            return None, [
+                f"arguments of {where}: " + (f"{p.path}: {p.message}" if p.path else p.message)
+                for p in check.problems
+            ]
+        # Compared as canonical JSON: Python's == calls true and 1 the same argument.
+        if canonical_json(check.arguments) != canonical_json(call.arguments):
+            arguments, original = check.arguments, call.arguments
+            # The key the worker derives from the edited call it runs.
+            key = mapping.approval_key(
+                run_id=escalation.run_id,
+                held_turn_index=escalation.turn.index,
+                position=call.position,
+                tool=call.tool,
+                arguments=arguments,
+            )
+            digest = action_hash(call.tool, arguments, key)
+    lapsed = next((a for a in call.approvals if a.reviewer_id == reviewer.pk), None)
+    if lapsed is not None and lapsed.used_at is None and lapsed.expires_at > now:
+        return None, [
+            f"{where}: you approved it at {_when(lapsed.created_at)} already; it needs a "
+            "second, different approver"
+        ]
+    others = [
+        a
+        for a in call.approvals
+        if a.reviewer_id != reviewer.pk and a.used_at is None and a.expires_at > now
+    ]
+    problems = []
+    if call.needs_quorum:
+        problems = [
+            f"{where}: {a.reviewer} approved it with other arguments; approve the same action "
+            "or reject it"
+            for a in others
+            if a.action_hash != digest
+        ]
+    complete = not call.needs_quorum or any(a.action_hash == digest for a in others)
+    item = _Approve(call, arguments, original, key, digest, lapsed, complete)
+    return (None if problems else item), problems
+
+
+def _approvals_write(
+    escalation: Escalation, reviewer: AbstractBaseUser, plan: list[_Approve], now
+) -> None:
+    expires_at = now + timedelta(minutes=settings.GUARDIAN_APPROVAL_MINUTES)
+    for item in plan:
+        fields = {
+            "tool": item.call.tool,
+            "arguments": item.arguments,
+            "original_arguments": item.original_arguments,
+            "idempotency_key": item.idempotency_key,
+            "action_hash": item.action_hash,
+            "expires_at": expires_at,
+        }
+        if item.lapsed is not None:
+            # One approval per reviewer and call: a lapsed one of theirs is given anew.
+            Approval.objects.filter(pk=item.lapsed.pk).update(**fields, created_at=now)
+        else:
+            Approval.objects.create(
+                escalation=escalation, reviewer=reviewer, position=item.call.position, **fields
+            )
+
+
+def _await_second_approver(
+    escalation: Escalation, reviewer: AbstractBaseUser, plan: list[_Approve], labels: dict
+) -> None:
+    """A first approval under a quorum: recorded, and the item goes back to the queue, open,
+    for a second and different reviewer."""
+    waiting = ", ".join(f"call {i.call.position} ({i.call.tool})" for i in plan if not i.complete)
+    note = f"approved; {waiting} needs a second, different approver"
+    if labels:
+        note += "; risk classes given: " + ", ".join(f"call {p}: {c}" for p, c in labels.items())
+    Escalation.objects.filter(pk=escalation.pk).update(
+        claimed_by=None, claimed_at=None, claim_expires_at=None
+    )
+    EscalationEvent.objects.create(
+        escalation=escalation,
+        kind=EscalationEventKind.APPROVED_ONE,
+        actor=reviewer,
+        note=note[:2000],
+    )
+
+
+def _by_position(values: object, field: str) -> tuple[dict[int, object], list[str]]:
+    """{position: value} from a mapping keyed by call positions (ints, or digit strings as
+    forms and JSON send them), with a problem for each key that is no position."""
+    if values is None:
+        return {}, []
+    if not isinstance(values, Mapping):
+        return {}, [f"{field}: must map call positions to values"]
+    found: dict[int, object] = {}
+    problems = []
+    for key, value in values.items():
+        if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+            found[key] = value
+        elif isinstance(key, str) and key.isascii() and key.isdigit():
+            found[int(key)] = value
+        else:
+            problems.append(f"{field}: {key!r} is not a call position"[:300])
+    return found, problems
 
 
 def uncertain_conditions(escalation: Escalation) -> list[str]:
@@ -116,8 +510,6 @@ def uncertain_conditions(escalation: Escalation) -> list[str]:
 
 def _problems(escalation, reviewer, decision, reason, answer, approved_calls) -> list[str]:
     problems = []
-    if escalation.status != EscalationStatus.OPEN:
-        return [f"escalation {escalation.pk} is already {escalation.status}"]
     if not reviewer.has_perm("escalations.review_escalation"):
         problems.append(f"reviewer: {reviewer} may not review escalations")
     if decision not in VerdictDecision.values:
@@ -162,7 +554,7 @@ def _problems(escalation, reviewer, decision, reason, answer, approved_calls) ->
 
 def _label_problem(condition: str, label: object) -> str | None:
     if condition == Condition.RISK:
-        return None if label in RiskClass.values else f"one of {', '.join(RiskClass.values)}"
+        return None if label in RISK_CLASSES else f"one of {', '.join(RISK_CLASSES)}"
     if condition == Condition.DRIFT:
         ok = isinstance(label, int) and not isinstance(label, bool) and label in DRIFT_SCORES
         return None if ok else "a drift score from 0 to 4"
@@ -172,7 +564,7 @@ def _label_problem(condition: str, label: object) -> str | None:
 def _as_probability(condition: str, label: object) -> object:
     """A person's label as a certain answer: p = 1 or 0, or a one-hot distribution."""
     if condition == Condition.RISK:
-        return {value: 1.0 if value == label else 0.0 for value in RiskClass.values}
+        return {value: 1.0 if value == label else 0.0 for value in RISK_CLASSES}
     if condition == Condition.DRIFT:
         return {str(score): 1.0 if score == label else 0.0 for score in DRIFT_SCORES}
     return 1.0 if label else 0.0
@@ -190,18 +582,35 @@ def _labelled_examples(escalation: Escalation, verdict: Verdict) -> None:
         "labelled_by": verdict.reviewer,
     }
     if escalation.kind == EscalationKind.GATED_STEP:
-        # The reviewer saw each held call with its class; the class is the label either way.
-        # The example holds the projection the guardian judged that call on.
+        # The label is the reviewer's own class for the call when they gave one (their
+        # judgement), else the class the call was held at, which they saw and let stand. The
+        # example holds the projection the guardian judged that call on.
         shown = turn.risk_projections or []
+        given = verdict.risk_labels or {}
         for call in turn.tool_calls.filter(position__in=escalation.reason.get("held_calls", [])):
             raw = (decision.risk_answers or [None] * (call.position + 1))[call.position]
             LabelledExample.objects.create(
                 condition=Condition.RISK,
                 projection=shown[call.position] if call.position < len(shown) else {},
                 probability=compared_probability(Condition.RISK, parse_answer(Condition.RISK, raw)),
-                label=call.risk_class,
+                label=given.get(str(call.position), call.risk_class),
                 **common,
             )
+    if escalation.kind == EscalationKind.REVIEW_LOOP:
+        # Accepting the coder's last code says the goal is reached; rejecting it says not. The
+        # example holds what the person judged: the goal, the code and the reviewer's reasons.
+        LabelledExample.objects.create(
+            condition=Condition.GOAL_REACHED,
+            projection=turn.projection
+            or {
+                "goal": escalation.run.goal,
+                "last_code": escalation.reason.get("last_code", ""),
+                "last_reasons": escalation.reason.get("last_reasons", []),
+            },
+            probability=None,
+            label=verdict.decision == VerdictDecision.APPROVE,
+            **common,
+        )
     for condition, label in (verdict.answer or {}).items():
         raw = decision.answers.get(condition)
         LabelledExample.objects.create(
@@ -301,3 +710,251 @@ def _stop(run, status: str, reason: str) -> str:
     run.finished_at = timezone.now()
     run.save(update_fields=["status", "stop_reason", "final_answer", "finished_at", "updated_at"])
     return Outcome.STOP_SUCCESS.value if status == RunStatus.SUCCEEDED else "stop_failure"
+
+
+# ---- claims: who works on an escalation now (helper A) -------------------------------------
+# A claim touches the escalation row only, never its run, so it cannot take part in the run
+# -> escalation lock order of escalation_resolve; each claim, release, skip and extension is a
+# short transaction of its own that writes one EscalationEvent (the queue's stamp reads them).
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What came of asking for an escalation: "claimed" (the reviewer holds it now), "held"
+    (someone else does, since `since`), "closed" (decided, expired or cancelled) or "empty"
+    (nothing left to claim)."""
+
+    status: str
+    escalation: Escalation | None
+    holder: AbstractBaseUser | None = None
+    since: datetime | None = None
+
+
+def escalation_claim_next(
+    *, reviewer: AbstractBaseUser, filters: QueueFilters | None = None
+) -> Claim:
+    """Claim the first unclaimed open escalation in the order and filters the reviewer sees
+    (the queue's default: irreversible steps first, then the nearest deadline), passing over
+    the ones this reviewer skipped within the claim time; the item they held before is
+    released. Atomic: on PostgreSQL the row is locked with SKIP LOCKED, so twenty reviewers
+    pressing "next" at once get twenty different items and nobody waits; elsewhere a
+    conditional update claims it, and a lost race moves on to the next candidate."""
+    _require_reviewer(reviewer)
+    filters = filters or QueueFilters()
+    now = timezone.now()
+    candidates = _claimable(reviewer, filters, now)
+    if connection.vendor == "postgresql":
+        escalation = _claim_first_locked(candidates, reviewer, now)
+    else:
+        escalation = _claim_first_conditional(candidates, reviewer, now)
+    if escalation is None:
+        return Claim("empty", None)
+    _release_held(reviewer, keep=escalation.pk, note="claimed another item")
+    return Claim("claimed", escalation, reviewer, escalation.claimed_at)
+
+
+def escalation_claim(*, escalation_id: int, reviewer: AbstractBaseUser) -> Claim:
+    """Opening an escalation claims it, unless someone else holds it; opening one the reviewer
+    holds renews their claim. Claiming it releases the item they held before. Raises
+    Escalation.DoesNotExist for an unknown id."""
+    _require_reviewer(reviewer)
+    now = timezone.now()
+    until = now + timedelta(minutes=settings.GUARDIAN_CLAIM_MINUTES)
+    open_item = Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN)
+    for _ in range(3):
+        with transaction.atomic():
+            renewed = open_item.filter(claimed_by=reviewer, claim_expires_at__gte=now).update(
+                claim_expires_at=until
+            )
+            claimed = (
+                not renewed
+                and open_item.filter(unclaimed_q(now)).update(
+                    claimed_by=reviewer, claimed_at=now, claim_expires_at=until
+                )
+                > 0
+            )
+            if claimed:
+                _event(escalation_id, EscalationEventKind.CLAIMED, reviewer)
+        escalation = Escalation.objects.select_related("claimed_by").get(pk=escalation_id)
+        if renewed or claimed:
+            if claimed:
+                _release_held(reviewer, keep=escalation_id, note="opened another item")
+            return Claim("claimed", escalation, reviewer, escalation.claimed_at)
+        if escalation.status != EscalationStatus.OPEN:
+            return Claim("closed", escalation)
+        holder = escalation_claim_holder(escalation, now=now)
+        if holder is not None and holder.pk != reviewer.pk:
+            return Claim("held", escalation, holder, escalation.claimed_at)
+        # Released or lapsed between the two statements: ask again.
+    raise AssertionError(f"escalation {escalation_id}: its claim kept changing")
+
+
+def escalation_release(
+    *, escalation_id: int, reviewer: AbstractBaseUser, note: str = "", skipped: bool = False
+) -> None:
+    """The reviewer lets go of an escalation they hold (a lapsed claim of theirs included, as
+    long as nobody took it since). A skip is recorded even when they did not hold it: its
+    reason is history, and "next" passes the item over for this reviewer a while."""
+    kind = EscalationEventKind.SKIPPED if skipped else EscalationEventKind.RELEASED
+    note = note.strip()[:2000]
+    with transaction.atomic():
+        released = _unclaim(escalation_id, reviewer)
+        if released or (
+            skipped
+            and Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).exists()
+        ):
+            _event(escalation_id, kind, reviewer, note)
+
+
+def escalation_release_all(*, reviewer: AbstractBaseUser) -> int:
+    """Release every escalation the reviewer holds (on logout); returns how many."""
+    return _release_held(reviewer, keep=None, note="signed out")
+
+
+def escalation_extend_deadline(*, escalation_id: int, reviewer: AbstractBaseUser) -> Escalation:
+    """Move an open escalation's deadline later by GUARDIAN_DEADLINE_EXTENSION_MINUTES: only
+    its holder, only once, and never once the deadline has passed (the sweeper is about to
+    resolve it to the safe side). Raises EscalationError naming why not."""
+    now = timezone.now()
+    minutes = settings.GUARDIAN_DEADLINE_EXTENSION_MINUTES
+    with transaction.atomic():
+        extended = Escalation.objects.filter(
+            pk=escalation_id,
+            status=EscalationStatus.OPEN,
+            claimed_by=reviewer,
+            claim_expires_at__gte=now,
+            deadline_extended=False,
+            deadline__gte=now,
+        ).update(deadline=F("deadline") + timedelta(minutes=minutes), deadline_extended=True)
+        if extended:
+            _event(escalation_id, EscalationEventKind.EXTENDED, reviewer, f"+{minutes} min")
+    escalation = Escalation.objects.select_related("claimed_by").get(pk=escalation_id)
+    if extended:
+        return escalation
+    if escalation.status != EscalationStatus.OPEN:
+        raise EscalationError(f"escalation {escalation_id} is already {escalation.status}")
+    problems = []
+    holder = escalation_claim_holder(escalation, now=now)
+    if holder is None:
+        problems.append("claim: open the item first; only its holder may extend its deadline")
+    elif holder.pk != reviewer.pk:
+        since = timezone.localtime(escalation.claimed_at).strftime("%H:%M %Z")
+        problems.append(f"claim: {holder} holds it since {since}; only they may extend it")
+    if escalation.deadline_extended:
+        problems.append("deadline: already extended once; it can be extended only once")
+    if escalation.deadline < now:
+        problems.append("deadline: it has passed; the item resolves to the safe side")
+    raise EscalationError(problems)
+
+
+def _require_reviewer(reviewer: AbstractBaseUser) -> None:
+    if not reviewer.has_perm("escalations.review_escalation"):
+        raise EscalationError(f"reviewer: {reviewer} may not review escalations")
+
+
+def _claimable(reviewer, filters: QueueFilters, now: datetime) -> QuerySet[Escalation]:
+    """Unclaimed open escalations under the filters, in their order, but those this reviewer
+    skipped within the claim time: "next" after a skip must not hand the same item back."""
+    # A handful of ids read once (escalation_event_skips), not a probe per candidate.
+    skipped = EscalationEvent.objects.filter(
+        actor=reviewer,
+        kind=EscalationEventKind.SKIPPED,
+        created_at__gte=now - timedelta(minutes=settings.GUARDIAN_CLAIM_MINUTES),
+    ).values("escalation_id")
+    approved_by_them = Approval.objects.filter(
+        reviewer=reviewer, escalation__status=EscalationStatus.OPEN
+    ).values("escalation_id")
+    return (
+        escalation_queue_queryset(
+            filters=QueueFilters(
+                kind=filters.kind, condition=filters.condition, tool=filters.tool, run=filters.run
+            ),
+            reviewer=reviewer,
+            now=now,
+        )
+        .filter(unclaimed_q(now))
+        .exclude(pk__in=skipped)
+        # Under a quorum their approval is given: the item waits for someone else.
+        .exclude(pk__in=approved_by_them)
+        .order_by(*QUEUE_SORTS[filters.sort])
+    )
+
+
+def _claim_first_locked(candidates, reviewer, now: datetime) -> Escalation | None:
+    with transaction.atomic():
+        # SKIP LOCKED: a row another claimer is taking is passed over, not waited for; the
+        # WHERE clause is checked again on the row as locked, so a claim that committed in
+        # the meantime is never taken twice.
+        escalation = candidates.select_for_update(skip_locked=True, of=("self",)).first()
+        if escalation is None:
+            return None
+        _take(escalation, reviewer, now)
+    return escalation
+
+
+def _claim_first_conditional(candidates, reviewer, now: datetime) -> Escalation | None:
+    """SQLite has no row locks: claim with a conditional update, and move on when another
+    claimer got there first (each lost race means one fewer candidate)."""
+    for _ in range(20):
+        ids = list(candidates.values_list("pk", flat=True)[:10])
+        if not ids:
+            return None
+        for pk in ids:
+            with transaction.atomic():
+                taken = _take_if_unclaimed(pk, reviewer, now)
+            if taken is not None:
+                return taken
+    return None
+
+
+def _take(escalation: Escalation, reviewer, now: datetime) -> None:
+    until = now + timedelta(minutes=settings.GUARDIAN_CLAIM_MINUTES)
+    Escalation.objects.filter(pk=escalation.pk).update(
+        claimed_by=reviewer, claimed_at=now, claim_expires_at=until
+    )
+    escalation.claimed_by, escalation.claimed_at, escalation.claim_expires_at = (
+        reviewer,
+        now,
+        until,
+    )
+    _event(escalation.pk, EscalationEventKind.CLAIMED, reviewer)
+
+
+def _take_if_unclaimed(pk: int, reviewer, now: datetime) -> Escalation | None:
+    until = now + timedelta(minutes=settings.GUARDIAN_CLAIM_MINUTES)
+    taken = (
+        Escalation.objects.filter(pk=pk, status=EscalationStatus.OPEN)
+        .filter(unclaimed_q(now))
+        .update(claimed_by=reviewer, claimed_at=now, claim_expires_at=until)
+    )
+    if not taken:
+        return None
+    _event(pk, EscalationEventKind.CLAIMED, reviewer)
+    return Escalation.objects.get(pk=pk)
+
+
+def _unclaim(escalation_id: int, reviewer) -> bool:
+    return bool(
+        Escalation.objects.filter(
+            pk=escalation_id, status=EscalationStatus.OPEN, claimed_by=reviewer
+        ).update(claimed_by=None, claimed_at=None, claim_expires_at=None)
+    )
+
+
+def _release_held(reviewer, *, keep: int | None, note: str) -> int:
+    """Release the open escalations the reviewer holds but `keep`, one short transaction each
+    (never while holding the row just claimed: two escalation rows are never locked at once)."""
+    held = Escalation.objects.filter(status=EscalationStatus.OPEN, claimed_by=reviewer)
+    if keep is not None:
+        held = held.exclude(pk=keep)
+    released = 0
+    for pk in list(held.values_list("pk", flat=True)):
+        with transaction.atomic():
+            if _unclaim(pk, reviewer):
+                _event(pk, EscalationEventKind.RELEASED, reviewer, note)
+                released += 1
+    return released
+
+
+def _event(escalation_id: int, kind: str, actor, note: str = "") -> None:
+    EscalationEvent.objects.create(escalation_id=escalation_id, kind=kind, actor=actor, note=note)

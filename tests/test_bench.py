@@ -3,6 +3,7 @@ real entry point, in a process of its own, so the bench cannot silently break ag
 failed with `no such table: runs_run` because nothing migrated)."""
 
 import json
+import sqlite3
 import subprocess
 import sys
 
@@ -19,8 +20,10 @@ TINY = {
     "BENCH_ROUND_TRIPS": "3",
     "BENCH_THROUGHPUT_TIMEOUT": "60",
     "BENCH_THROUGHPUT_PASSES": "1",
+    "BENCH_QUEUE_ROWS": "300",
+    "BENCH_PAGE_REQUESTS": "3",
 }
-MEASURED = ("engine", "durable turn", "throughput", "local guardian", "task round trip")
+MEASURED = ("engine", "durable turn", "throughput", "local guardian", "task round trip", "pages")
 
 
 @pytest.mark.worker
@@ -59,8 +62,13 @@ def test_make_bench_runs_every_section_on_a_fresh_embedded_default(tmp_path):
         "turns/s, 2 workers",
         "fan-out, 2 workers / 1 worker",
     }
-    # LangGraph runs on PostgreSQL only, and says so; the later issues' sections say so too.
+    # LangGraph runs on PostgreSQL only, and says so; a later issue's section says so too.
     assert "needs PostgreSQL" in figures["langgraph"]["skipped"]
     assert figures["replay"]["skipped"].startswith("not built yet")
-    assert figures["pages"]["skipped"].startswith("not built yet")
+    # The queue page answered, and every row the section made is gone again.
+    assert figures["pages"]["queue page, first page"]["note"].endswith("HTTP 200")
+    assert figures["pages"]["live poll, nothing changed"]["note"].endswith("HTTP 204")
+    with sqlite3.connect(tmp_path / "var" / "guardian.sqlite3") as db:
+        left = db.execute("SELECT count(*) FROM runs_run WHERE goal = 'bench: queue page'")
+        assert left.fetchone() == (0,)
     assert "skipped: needs PostgreSQL" in result.stdout

@@ -1,4 +1,5 @@
-"""Django admin for escalations, verdicts and labelled examples: all read-only for everyone.
+"""Django admin for escalations, verdicts and labelled examples (read-only for everyone) and
+the reviewers' guidance, which admins edit.
 
 An escalation changes state only through escalations/services.py::escalation_resolve (the
 approve/reject actions below call it, as the reviewers' queue does); verdicts and labelled
@@ -9,9 +10,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
-from escalations.models import Escalation, LabelledExample, Verdict
+from escalations.models import Escalation, LabelledExample, ReviewGuidance, Verdict
 from escalations.services import EscalationError, escalation_resolve
 from runs.admin import ReadOnlyAdmin
+from runs.tools import tool_registry
 
 
 class RejectForm(forms.Form):
@@ -50,11 +52,16 @@ class EscalationAdmin(ReadOnlyAdmin):
     def _resolve(self, request, queryset, **verdict) -> None:
         for escalation in queryset:
             try:
-                escalation_resolve(escalation_id=escalation.pk, reviewer=request.user, **verdict)
+                given = escalation_resolve(
+                    escalation_id=escalation.pk, reviewer=request.user, **verdict
+                )
             except EscalationError as exc:
                 self.message_user(request, f"Escalation {escalation.pk}: {exc}", messages.ERROR)
             else:
-                self.message_user(request, f"Escalation {escalation.pk}: {verdict['decision']}d.")
+                done = {"approve": "approved", "reject": "rejected"}[verdict["decision"]]
+                if given is None:  # a quorum: the item waits for a second, different approver
+                    done = "approval recorded; it needs a second, different approver"
+                self.message_user(request, f"Escalation {escalation.pk}: {done}.")
 
 
 @admin.register(Verdict)
@@ -66,3 +73,41 @@ class VerdictAdmin(ReadOnlyAdmin):
 class LabelledExampleAdmin(ReadOnlyAdmin):
     list_display = ["id", "condition", "label", "probability", "source", "created_at"]
     list_filter = ["condition", "source"]
+
+
+class ReviewGuidanceForm(forms.ModelForm):
+    # A tool picked from the registry, not typed: a misspelt name would match no held call and
+    # the guidance would silently never show.
+    tool = forms.ChoiceField(required=False, help_text="Shown on items that hold this tool.")
+
+    class Meta:
+        model = ReviewGuidance
+        fields = ["condition", "tool", "text"]
+        help_texts = {"condition": "Shown on items this condition escalated."}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        names = sorted(tool_registry())
+        if self.instance.tool and self.instance.tool not in names:
+            # A tool no longer registered: keep it selectable so the row still opens and saves.
+            names.append(self.instance.tool)
+        self.fields["tool"].choices = [("", "---------"), *((name, name) for name in names)]
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if not cleaned.get("condition") and not cleaned.get("tool"):
+            raise forms.ValidationError("Name a condition, a tool, or both.")
+        return cleaned
+
+
+@admin.register(ReviewGuidance)
+class ReviewGuidanceAdmin(admin.ModelAdmin):
+    """The rubric shown next to a decision: one short text per condition, per tool, or per
+    condition and tool together."""
+
+    form = ReviewGuidanceForm
+    list_display = ["condition", "tool", "text", "updated_at"]
+    list_filter = ["condition"]
+    search_fields = ["tool", "text"]
+    fields = ["condition", "tool", "text", "updated_at"]
+    readonly_fields = ["updated_at"]

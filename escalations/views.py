@@ -1,14 +1,483 @@
 """The reviewers' pages: the escalation queue."""
 
-from django.contrib.auth.decorators import permission_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from dataclasses import dataclass, fields
 
-from escalations.selectors import escalation_list_open
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_client_event
+
+from escalations.decision_form import decision_initial, decision_input
+from escalations.models import (
+    Approval,
+    Escalation,
+    EscalationKind,
+    EscalationStatus,
+    ExampleSource,
+    Verdict,
+)
+from escalations.presentation import queue_rows
+from escalations.selectors import (
+    EXAMPLE_FILTER_FIELDS,
+    QUEUE_CONDITIONS,
+    DecisionPane,
+    QueueFilters,
+    escalation_counts_by_kind,
+    escalation_pane,
+    escalation_queue,
+    escalation_queue_stamp,
+    example_filters_from,
+    labelled_examples_count,
+    labelled_examples_jsonl,
+    queue_filters_from,
+    reviewer_stats,
+)
+from escalations.services import (
+    AlreadyDecided,
+    EscalationError,
+    escalation_claim,
+    escalation_claim_next,
+    escalation_extend_deadline,
+    escalation_release,
+    escalation_resolve,
+    escalation_resolve_bulk,
+)
+from guardian_core.engine.conditions import DRIFT_SCORES, Condition
+from runs.models import RiskClass
+
+# ---- the queue (helper E1) ------------------------------------------------------------------
+
+QUEUE_TEMPLATE = "escalations/escalation_queue.html"
+QUEUE_PAGE_SIZE = 50
+HOLDER_CHOICES = (("", "Everyone's"), ("unclaimed", "Unclaimed"), ("mine", "Mine"))
+SORT_CHOICES = (("urgent", "Most urgent"), ("deadline", "Nearest deadline"), ("oldest", "Oldest"))
+BULK_DECISIONS = ("approve", "reject")
 
 
 @permission_required("escalations.review_escalation", raise_exception=True)
+@require_GET
 def escalation_queue_page(request: HttpRequest) -> HttpResponse:
-    return render(
-        request, "escalations/escalation_queue.html", {"escalations": escalation_list_open()}
+    """The queue: the whole page; the listing (counts, filters, rows) for an htmx filter
+    change; the rows alone for the live poll, or 204 when nothing changed since its stamp."""
+    polled = bool(request.htmx) and "stamp" in request.GET
+    restoring = bool(request.htmx) and request.htmx.history_restore_request
+    stamp = _page_stamp()
+    if polled and request.GET["stamp"] == stamp:
+        return HttpResponse(status=204)
+    filters, problems = queue_filters_from(request.GET)
+    after = request.GET.get("after") or None
+    try:
+        page = escalation_queue(
+            reviewer=request.user, filters=filters, after=after, limit=QUEUE_PAGE_SIZE
+        )
+    except ValueError:  # a cursor queue_filters_from already named: show the first page
+        after = None
+        page = escalation_queue(reviewer=request.user, filters=filters, limit=QUEUE_PAGE_SIZE)
+    params = _filter_params(filters)
+    context = {
+        "filters": filters,
+        "filter_params": params,
+        "raw": {name: request.GET.get(name, "") for name in ("tool", "run")},
+        "problems": problems,
+        "page": page,
+        "rows": queue_rows(page.items, viewer=request.user),
+        "time_zone": timezone.get_current_timezone_name(),
+        "after": after,
+        "first_page_url": _queue_url(params),
+        "next_page_url": _queue_url(params, after=page.next_cursor),
+        "poll_url": _queue_url(params, after=after, stamp=stamp),
+    }
+    if polled:
+        template = f"{QUEUE_TEMPLATE}#rows"
+    else:
+        context.update(_listing_context(filters, params))
+        if request.htmx and not restoring:
+            template = f"{QUEUE_TEMPLATE}#listing"
+        else:
+            template = QUEUE_TEMPLATE
+            context["reviewer_stats"] = reviewer_stats(request.user)
+    response = render(request, template, context)
+    if request.htmx and not polled and not restoring and not problems:
+        # The form sends every field, empty ones too; the address bar gets the short form.
+        push_url(response, _queue_url(params, after=after))
+    # The same URL answers a page, a listing or rows: a cache must not mix them up.
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_POST
+def escalation_next(request: HttpRequest) -> HttpResponse:
+    """Claim the most urgent unclaimed item under the queue's filters and open it."""
+    filters, problems = queue_filters_from(request.POST)
+    back = _queue_url(_filter_params(filters))
+    if problems:
+        for problem in problems:
+            messages.error(request, problem)
+        return redirect(back)
+    claim = escalation_claim_next(reviewer=request.user, filters=filters)
+    if claim.status == "claimed" and claim.escalation is not None:
+        return redirect("escalations:detail", claim.escalation.pk)
+    messages.info(request, "Nothing left to claim")
+    return redirect(back)
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    escalation_id: int
+    verdict: Verdict | None  # None with no problem: an approval waiting for a second approver
+    problem: str
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_POST
+def escalation_bulk(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the ticked items, each its own verdict; report each item's outcome."""
+    filters, _ = queue_filters_from(request.POST)
+    ids, problems = _escalation_ids(request.POST.getlist("escalation"))
+    decision = request.POST.get("decision", "")
+    if decision not in BULK_DECISIONS:
+        problems.append("decision: choose Approve selected or Reject selected")
+    results: list[BulkResult] = []
+    if not problems:
+        try:
+            outcomes = escalation_resolve_bulk(
+                escalation_ids=ids,
+                reviewer=request.user,
+                decision=decision,
+                reason=request.POST.get("reason", ""),
+            )
+        except EscalationError as error:
+            problems = list(getattr(error, "problems", None) or [str(error)])
+        else:
+            results = [BulkResult(*outcome) for outcome in outcomes]
+    if request.htmx:
+        response = render(
+            request, f"{QUEUE_TEMPLATE}#bulk_results", {"problems": problems, "results": results}
+        )
+        if results:
+            # The rows' poll listens for this: decided items leave the list at once.
+            trigger_client_event(response, "queue-changed")
+        return response
+    for problem in problems:
+        messages.error(request, problem)
+    for result in results:
+        if result.problem:
+            messages.error(request, f"#{result.escalation_id}: {result.problem}")
+        elif result.verdict is None:
+            messages.info(
+                request, f"#{result.escalation_id}: approval recorded; waits for a second approver"
+            )
+        else:
+            done = "approved" if result.verdict.decision == "approve" else "rejected"
+            messages.success(request, f"#{result.escalation_id}: {done}")
+    return redirect(_queue_url(_filter_params(filters)))
+
+
+def _escalation_ids(raw: list[str]) -> tuple[list[int], list[str]]:
+    ids = [int(value) for value in raw if value.isascii() and value.isdigit()]
+    problems = []
+    if len(ids) != len(raw):
+        problems.append("escalation: each selected item must be an escalation number")
+    elif not ids:
+        problems.append("escalation: select at least one item (x ticks the focused one)")
+    return list(dict.fromkeys(ids)), problems
+
+
+def _listing_context(filters: QueueFilters, params: dict[str, str]) -> dict:
+    counts = escalation_counts_by_kind()
+    without_kind = {name: value for name, value in params.items() if name != "kind"}
+    return {
+        "total": sum(counts.values()),
+        "all_kinds_url": _queue_url(without_kind),
+        "kinds": [
+            {
+                "value": kind.value,
+                "label": kind.label,
+                "count": counts.get(kind.value, 0),
+                "url": _queue_url({**without_kind, "kind": kind.value}),
+                "current": filters.kind == kind.value,
+            }
+            for kind in EscalationKind
+        ],
+        "condition_choices": QUEUE_CONDITIONS,
+        "holder_choices": HOLDER_CHOICES,
+        "sort_choices": SORT_CHOICES,
+    }
+
+
+def _filter_params(filters: QueueFilters) -> dict[str, str]:
+    """The filters that differ from the defaults, as query parameters: the queue's canonical,
+    shareable address."""
+    defaults = QueueFilters()
+    return {
+        field.name: str(getattr(filters, field.name))
+        for field in fields(filters)
+        if getattr(filters, field.name) != getattr(defaults, field.name)
+    }
+
+
+def _queue_url(params: dict[str, str], **extra: str | None) -> str:
+    query = urlencode({**params, **{name: value for name, value in extra.items() if value}})
+    base = reverse("escalations:queue")
+    return f"{base}?{query}" if query else base
+
+
+def _page_stamp() -> str:
+    # The queue's stamp moves with every arrival, claim and verdict; the minute makes the
+    # rows' countdowns and ages refresh too, without a poll ever re-rendering for nothing.
+    return f"{escalation_queue_stamp()}.{int(timezone.now().timestamp() // 60)}"
+
+
+# ---- labelled examples and the reviewer's own stats (helper C) ------------------------------
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_GET
+def labelled_examples_page(request: HttpRequest) -> HttpResponse:
+    """The labelled examples: filters, how many match, the reviewer's own stats, and the
+    JSON Lines download of the same filters. Bad filters are named on the page (400)."""
+    filters, problems = example_filters_from(request.GET)
+    context = {
+        "values": {name: request.GET.get(name, "") for name in EXAMPLE_FILTER_FIELDS},
+        "problems": problems,
+        "condition_choices": [c.value for c in Condition],
+        "source_choices": ExampleSource.choices,
+        "stats": reviewer_stats(request.user),
+    }
+    if not problems:
+        query = urlencode(filters.as_params())
+        base = reverse("escalations:examples_jsonl")
+        context["count"] = labelled_examples_count(filters)
+        context["download_url"] = f"{base}?{query}" if query else base
+    return render(request, "escalations/examples.html", context, status=400 if problems else 200)
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_GET
+def labelled_examples_download(request: HttpRequest) -> HttpResponse:
+    """The examples as JSON Lines (the trace format), streamed: the same bytes as
+    `manage.py export_examples` with the same filters."""
+    filters, problems = example_filters_from(request.GET)
+    if problems:
+        return HttpResponse(
+            "".join(f"{field}: {problem}\n" for field, problem in problems.items()),
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    response = StreamingHttpResponse(
+        labelled_examples_jsonl(filters), content_type="application/x-ndjson"
     )
+    # Only validated values reach the name: a condition, a source, ISO dates.
+    name = "-".join(["labelled-examples", *filters.as_params().values()])
+    response["Content-Disposition"] = f'attachment; filename="{name}.jsonl"'
+    return response
+
+
+# ---- the decision pane: one escalation, claimed on open, decided in place --------------------
+
+
+# What the run does after a verdict, as the confirmation says it.
+OUTCOME_TEXT = {
+    "continue": "continues with its next turn",
+    "replan": "replans from its goal",
+    "stop_success": "stops: succeeded",
+    "stop_failure": "stops: failed",
+}
+DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
+
+
+def _pane_or_404(escalation_id: int) -> DecisionPane:
+    try:
+        return escalation_pane(escalation_id=escalation_id)
+    except Escalation.DoesNotExist:
+        raise Http404("No such escalation") from None
+
+
+def _pane_state(pane: DecisionPane, user) -> str:
+    """What the action area offers: "decide", "held" (by someone else), "waiting" (this
+    reviewer's approval is in, a second approver is needed) or "closed"."""
+    escalation, now = pane.escalation, timezone.now()
+    if escalation.status != EscalationStatus.OPEN:
+        return "closed"
+    if (
+        escalation.claimed_by_id not in (None, user.pk)
+        and escalation.claim_expires_at is not None
+        and escalation.claim_expires_at > now
+    ):
+        return "held"
+    if any(
+        a.reviewer_id == user.pk and a.used_at is None and a.expires_at > now
+        for held in pane.held_calls
+        for a in held.call.approvals
+    ):
+        return "waiting"
+    return "decide"
+
+
+def _pane_response(
+    request: HttpRequest,
+    pane: DecisionPane,
+    *,
+    form=None,
+    done=None,
+    notice: str = "",
+    whole: bool = False,
+) -> HttpResponse:
+    """The whole page, or only its action area for an htmx action (a fragment, always 200, so
+    that htmx swaps a refusal in place like a success)."""
+    form = form or decision_initial(pane)
+    context = {
+        "pane": pane,
+        "escalation": pane.escalation,
+        "state": _pane_state(pane, request.user),
+        "form": form,
+        "call_rows": [
+            {
+                "call": held.call,
+                "approved": held.call.position in form.approved,
+                "risk": form.risk.get(held.call.position, held.default_risk),
+                "guardian_risk": held.call.guardian_risk,
+                "arguments": form.arguments.get(held.call.position, held.arguments_json),
+                "edited": form.arguments.get(held.call.position, held.arguments_json)
+                != held.arguments_json,
+                "problem": form.problem_about(f"arguments of call {held.call.position} "),
+            }
+            for held in pane.held_calls
+        ],
+        "question_rows": [
+            {
+                "question": question,
+                "typed": form.answers.get(question.condition, ""),
+                "problem": form.problem_about(f"answer.{question.condition}:"),
+            }
+            for question in pane.questions
+        ],
+        "reason_invalid": form.problem_about("reason"),
+        # y and n answer for the reviewer only when there is one yes-or-no question.
+        "single_question": len(pane.questions) == 1 and pane.questions[0].kind == "yes_no",
+        "done": done,
+        "done_title": DECIDED.get(getattr(done, "decision", ""), ""),
+        "done_calls": [
+            f"call {held.call.position} ({held.call.tool})"
+            for held in pane.held_calls
+            if held.call.position in getattr(done, "approved_calls", [])
+        ],
+        "done_outcome": _outcome_text(getattr(done, "resulting_outcome", "")),
+        "notice": notice,
+        "risk_classes": RiskClass.choices,
+        "drift_scores": DRIFT_SCORES,
+    }
+    template = "escalations/escalation_detail.html"
+    if request.htmx and not whole:
+        template += "#actions"
+    return render(request, template, context)
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_GET
+def escalation_detail_page(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    """Opening an item claims it; someone else's live claim is shown, not taken. A reviewer
+    whose approval waits for a second approver (quorum) only looks: claiming it would keep
+    the second approver out."""
+    if not Escalation.objects.filter(pk=escalation_id).exists():
+        raise Http404("No such escalation")
+    waiting = Approval.objects.filter(
+        escalation_id=escalation_id,
+        reviewer=request.user,
+        used_at__isnull=True,
+        expires_at__gt=timezone.now(),
+    )
+    if not waiting.exists():
+        escalation_claim(escalation_id=escalation_id, reviewer=request.user)
+    # Always the whole page, for htmx too (a Back restore asks for the page it left).
+    return _pane_response(request, _pane_or_404(escalation_id), whole=True)
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_POST
+def escalation_decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    """Approve, reject or answer through escalation_resolve; every refusal comes back in place
+    with what the reviewer typed."""
+    pane = _pane_or_404(escalation_id)
+    form = decision_input(request.POST, pane)
+    if form.problems:
+        return _pane_response(request, pane, form=form)
+    try:
+        verdict = escalation_resolve(
+            escalation_id=escalation_id, reviewer=request.user, **form.resolve
+        )
+    except AlreadyDecided:
+        # A second tab, a retry: the first verdict stands and this one says so.
+        return _pane_response(request, _pane_or_404(escalation_id), notice="already_decided")
+    except EscalationError as error:
+        form.problems = _problems(error)
+        return _pane_response(request, _pane_or_404(escalation_id), form=form)
+    done = verdict or "waiting"
+    if not request.htmx:
+        # Post/redirect/get: a reload shows the verdict instead of sending it again.
+        messages.success(request, _decided_message(verdict))
+        return redirect("escalations:detail", escalation_id=escalation_id)
+    return _pane_response(request, _pane_or_404(escalation_id), done=done)
+
+
+def _problems(error: EscalationError) -> list[str]:
+    return list(error.problems) or [str(error)]
+
+
+def _decided_message(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "Recorded — waiting for a second approver."
+    return f"{DECIDED[verdict.decision]}. The run {_outcome_text(verdict.resulting_outcome)}."
+
+
+def _outcome_text(outcome: str) -> str:
+    return OUTCOME_TEXT.get(outcome) or (f"is {outcome}" if outcome else "goes on")
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_POST
+def escalation_skip(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    """Back to the queue, the item released for someone else (a reason is optional)."""
+    get_object_or_404(Escalation.objects.only("pk"), pk=escalation_id)
+    try:
+        escalation_release(
+            escalation_id=escalation_id,
+            reviewer=request.user,
+            note=request.POST.get("reason", "").strip(),
+            skipped=True,
+        )
+    except EscalationError as error:
+        pane = _pane_or_404(escalation_id)
+        form = decision_initial(pane)
+        form.problems = _problems(error)
+        return _pane_response(request, pane, form=form)
+    messages.info(request, f"Skipped escalation {escalation_id}: it is back in the queue.")
+    if request.htmx:
+        return HttpResponseClientRedirect(reverse("escalations:queue"))
+    return redirect("escalations:queue")
+
+
+@permission_required("escalations.review_escalation", raise_exception=True)
+@require_POST
+def escalation_extend(request: HttpRequest, escalation_id: int) -> HttpResponse:
+    """The holder pushes the deadline back once."""
+    get_object_or_404(Escalation.objects.only("pk"), pk=escalation_id)
+    try:
+        escalation_extend_deadline(escalation_id=escalation_id, reviewer=request.user)
+    except EscalationError as error:
+        pane = _pane_or_404(escalation_id)
+        form = decision_initial(pane)
+        form.problems = _problems(error)
+        return _pane_response(request, pane, form=form)
+    pane = _pane_or_404(escalation_id)
+    if not request.htmx:
+        messages.success(request, "Deadline extended.")
+        return redirect("escalations:detail", escalation_id=escalation_id)
+    return _pane_response(request, pane, notice="extended")

@@ -46,6 +46,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         "thresholds",
         "question_set",
         "question_set_version",
+        "quorum",
         "is_active",
         "created_by",
         "created_at",
@@ -61,6 +62,14 @@ class PolicyVersionAdmin(admin.ModelAdmin):
     @admin.display(description="runs", ordering="run_count")
     def run_count(self, version: PolicyVersion) -> int:
         return version.run_count
+
+    def get_form(self, request: HttpRequest, obj: PolicyVersion | None = None, **kwargs):
+        kwargs["help_texts"] = {
+            "quorum": 'Two distinct approvers for some held calls: {"regulated": true} for every '
+            'regulated call, {"tools": ["issue_refund"]} for named tools, or both. {} for none.',
+            **kwargs.get("help_texts", {}),
+        }
+        return super().get_form(request, obj, **kwargs)
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict:
         top = PolicyVersion.objects.order_by("-number").values_list("number", flat=True).first()

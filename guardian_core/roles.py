@@ -61,6 +61,11 @@ ROLES: tuple[Role, ...] = (
             "guardian_core.view_policyversion",
             "guardian_core.add_policyversion",
             "guardian_core.change_policyversion",
+            # The rubric reviewers read next to a decision, edited in the Django admin.
+            "escalations.view_reviewguidance",
+            "escalations.add_reviewguidance",
+            "escalations.change_reviewguidance",
+            "escalations.delete_reviewguidance",
             # Until operators get a role of their own, admins start and cancel runs.
             "runs.add_run",
             "runs.change_run",

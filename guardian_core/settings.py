@@ -2,8 +2,10 @@
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 from guardian_core.env import (
     broker_from_url,
@@ -14,9 +16,13 @@ from guardian_core.env import (
     env_json_prices,
     env_list,
     env_str,
+    load_project_dotenv,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A .env in the project root fills in what the environment leaves unset, for every entry point
+# (manage.py, gunicorn, the Celery worker and beat): they all load this module first.
+load_project_dotenv(BASE_DIR)
 VAR_DIR = Path(env_str("GUARDIAN_VAR_DIR") or BASE_DIR / "var").resolve()
 # Runtime files (SQLite, embedded broker, beat schedule, collected static) all live here.
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -53,6 +59,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The Content-Security-Policy header (SECURE_CSP below) on every page Django renders.
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -63,6 +71,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A view's Http404 renders templates/404.html in DEBUG too, never the debug page.
+    "guardian_core.middleware.FriendlyNotFoundMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -145,6 +155,26 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 if env_bool("BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# HSTS: sent only on responses served over TLS (SecurityMiddleware checks), so a plain-HTTP
+# demo or a private-network deployment is not locked to HTTPS. Off in DEBUG: a browser that saw
+# it once for localhost would refuse the plain-HTTP dev server on every port for a year.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+# Content-Security-Policy: scripts, styles, images and requests from this site only, and no
+# inline script or style at all (no 'unsafe-inline', no 'unsafe-eval', no nonces). A goal or a
+# tool output that slipped past escaping still could not run; htmx is configured for it in
+# templates/base.html (no eval, no injected <style>, no <script> in swapped fragments).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "object-src": [CSP.NONE],
+}
 
 # Celery: every setting below is read by guardian_core/celery.py with the CELERY_ prefix.
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS, _default_result_backend = broker_from_url(
@@ -163,6 +193,8 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 5
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE = {
     "sweep-stalled-runs": {"task": "runs.sweep_stalled_runs", "schedule": 30.0},
+    # Deadline warnings for unclaimed escalations, and arrival notices that never left.
+    "notify-reviewers": {"task": "escalations.notify_due", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -217,6 +249,36 @@ GUARDIAN_APPROVAL_MINUTES = env_int("GUARDIAN_APPROVAL_MINUTES", 60, minimum=1)
 GUARDIAN_NOTIFY_EMAILS = env_list("GUARDIAN_NOTIFY_EMAILS", [])
 GUARDIAN_NOTIFY_WEBHOOK_URL = env_str("GUARDIAN_NOTIFY_WEBHOOK_URL")
 GUARDIAN_DEADLINE_WARNING_MINUTES = env_int("GUARDIAN_DEADLINE_WARNING_MINUTES", 60, minimum=1)
+# The absolute address of this installation, for the links in notifications; by default the
+# demo's (make demo exports PORT).
+GUARDIAN_BASE_URL = (
+    env_str("GUARDIAN_BASE_URL") or f"http://127.0.0.1:{env_str('PORT') or 8000}"
+).rstrip("/")
+_base = urlsplit(GUARDIAN_BASE_URL)
+if _base.scheme not in ("http", "https") or not _base.netloc:
+    raise ImproperlyConfigured(
+        f"GUARDIAN_BASE_URL={GUARDIAN_BASE_URL!r} is not an http(s) address like "
+        "https://guardian.example.org."
+    )
+# Email, as Django 6.1's MAILERS: the console backend (mail printed to the log) with DEBUG, as
+# in make demo; SMTP otherwise. EMAIL_BACKEND names any other Django backend; the EMAIL_HOST...
+# variables configure the SMTP one only (another backend refuses options it does not know).
+_MAIL_BACKEND = env_str("EMAIL_BACKEND") or (
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend"
+)
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND}}
+if _MAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend":
+    MAILERS["default"]["OPTIONS"] = {
+        "host": env_str("EMAIL_HOST", "localhost"),
+        "port": env_int("EMAIL_PORT", 25, minimum=1),
+        "username": env_str("EMAIL_HOST_USER"),
+        "password": env_str("EMAIL_HOST_PASSWORD"),
+        "use_tls": env_bool("EMAIL_USE_TLS", False),
+        "timeout": env_int("EMAIL_TIMEOUT", 10, minimum=1),
+    }
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "guardian@localhost")
 # A worker advances a run turn after turn for up to this long before it enqueues the next
 # turn and moves on to other runs (0: one turn per task). Each turn commits on its own.
 GUARDIAN_TURN_SLICE_SECONDS = env_float("GUARDIAN_TURN_SLICE_SECONDS", 0.5, minimum=0.0)
@@ -250,7 +312,17 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {
+        "forbidden_without_traceback": {"()": "guardian_core.log_filters.ForbiddenWithoutTraceback"}
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"axes": {"level": "WARNING"}},
+    "loggers": {
+        "axes": {"level": "WARNING"},
+        # Django's default config gives "django" a console handler of its own (in DEBUG) while
+        # its records also reach the root's: every warning was written twice. Root's only.
+        "django": {"handlers": [], "level": "INFO"},
+        # A 403 is one warning line, without the traceback of the PermissionDenied behind it.
+        "django.request": {"filters": ["forbidden_without_traceback"]},
+    },
 }

@@ -6,7 +6,7 @@ Add a row here for every new page or endpoint; test_every_url_is_in_the_matrix f
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from tests.factories import make_run
+from tests.factories import make_escalation, make_run
 
 LOGIN = ("redirect", "/accounts/login/")
 ADMIN_LOGIN = ("redirect", "/admin/login/")
@@ -40,6 +40,77 @@ MATRIX = [
         outsider=LOGIN,
     ),
     row("escalations:queue", anonymous=LOGIN, reviewer=200, auditor=403, admin=403, outsider=403),
+    # "Next" claims and opens an item, or says "Nothing left to claim" on the queue; a bulk
+    # decision without JavaScript reports on the queue too (here: nothing selected).
+    row(
+        "escalations:next",
+        "POST",
+        anonymous=LOGIN,
+        reviewer=("redirect", "/escalations/"),
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "escalations:bulk",
+        "POST",
+        anonymous=LOGIN,
+        reviewer=("redirect", "/escalations/"),
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "escalations:examples", anonymous=LOGIN, reviewer=200, auditor=403, admin=403, outsider=403
+    ),
+    row(
+        "escalations:examples_jsonl",
+        anonymous=LOGIN,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    # The decision pane: an escalation of its own (make_escalation) per request.
+    row(
+        "escalations:detail",
+        kwargs={"escalation_id": "escalation"},
+        anonymous=LOGIN,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "escalations:decide",
+        "POST",
+        kwargs={"escalation_id": "escalation"},
+        anonymous=LOGIN,
+        reviewer=200,  # allowed: an empty form comes back naming its problems
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "escalations:skip",
+        "POST",
+        kwargs={"escalation_id": "escalation"},
+        anonymous=LOGIN,
+        reviewer=("redirect", "/escalations/"),
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "escalations:extend",
+        "POST",
+        kwargs={"escalation_id": "escalation"},
+        anonymous=LOGIN,
+        reviewer=200,  # allowed: not holding it, the page says why it was not extended
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
     row("runs:list", anonymous=LOGIN, reviewer=403, auditor=200, admin=403, outsider=403),
     row("policies:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row("api:schema", anonymous=403, reviewer=200, auditor=200, admin=200, outsider=200),
@@ -132,6 +203,8 @@ def test_access(request, client, persona, url_name, method, kwargs, expected):
         client.force_login(request.getfixturevalue(persona))
     if kwargs.get("pk") == "run":
         kwargs = {**kwargs, "pk": make_run().pk}
+    if kwargs.get("escalation_id") == "escalation":
+        kwargs = {**kwargs, "escalation_id": make_escalation().pk}
     url = reverse(url_name, kwargs=kwargs)
 
     response = client.generic(method, url)

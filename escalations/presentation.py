@@ -1,0 +1,167 @@
+"""How escalations read on the pages: countdowns, ages, the probability bar's geometry, and the
+queue's rows, each formatted once in Python (the queue renders fifty rows on every poll that
+finds a change, and the template language is slow at arithmetic and formatting)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.urls import reverse
+from django.utils import timezone
+
+from escalations.models import Escalation
+from escalations.selectors import escalation_claim_holder
+
+# The bar's drawing width in SVG user units.
+BAR_WIDTH = 100
+# A row shows at most this many of the reasons that triggered (the decision pane shows all).
+ROW_REASONS = 3
+
+
+def span(seconds: float) -> str:
+    """A duration as a person says it: "under a minute", "23 min", "2 h 5 min", "3 d 4 h"."""
+    minutes = int(abs(seconds) // 60)
+    if minutes < 1:
+        return "under a minute"
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def countdown(moment: datetime, now: datetime) -> str:
+    """ "in 23 min" before `moment`, "overdue by 5 min" after it."""
+    seconds = (moment - now).total_seconds()
+    return f"in {span(seconds)}" if seconds >= 0 else f"overdue by {span(seconds)}"
+
+
+def _truncated(text: str, limit: int) -> str:
+    # truncatechars without its lazy-translation machinery, which costs more than the row.
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def _unit(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return min(max(float(value), 0.0), 1.0)
+
+
+def _number(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".") if value else "0"
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One triggered reason drawn as a bar: the guardian's probability against t*, with the
+    uncertain band t*±δ. Geometry is in SVG user units of a BAR_WIDTH-wide track, as strings
+    for SVG attributes (the CSP allows no inline style)."""
+
+    source: str
+    band: str
+    value: str | None  # "0.42", or None when the answer carried no probability
+    t_star: str | None
+    delta: str | None
+    value_x: str | None = None
+    band_x: str | None = None
+    band_width: str | None = None
+    t_star_x: str | None = None
+    width: int = BAR_WIDTH
+
+    @property
+    def label(self) -> str:
+        said = "no probability" if self.value is None else f"p {self.value}"
+        if self.t_star is not None:
+            said += f" against t* {self.t_star} ± {self.delta}"
+        return said
+
+    @property
+    def text(self) -> str:
+        said = "no answer" if self.value is None else f"p {self.value}"
+        if self.t_star is not None:
+            said += f" · t* {self.t_star}±{self.delta}"
+        return said
+
+
+def probability_bar(reason: dict) -> Bar:
+    value = _unit(reason.get("value"))
+    t_star = _unit(reason.get("t_star"))
+    delta = _unit(reason.get("delta")) or 0.0
+    geometry = {}
+    if value is not None:
+        # A marker 2 units wide, kept inside the track at 0 and 1.
+        geometry["value_x"] = _number(min(max(value * BAR_WIDTH - 1, 0), BAR_WIDTH - 2))
+    if t_star is not None:
+        low = max(t_star - delta, 0.0) * BAR_WIDTH
+        high = min(t_star + delta, 1.0) * BAR_WIDTH
+        geometry["band_x"] = _number(low)
+        geometry["band_width"] = _number(max(high - low, 0.0))
+        geometry["t_star_x"] = _number(t_star * BAR_WIDTH)
+    return Bar(
+        source=str(reason.get("source", "")),
+        band=str(reason.get("band", "")),
+        value=None if value is None else f"{value:.2f}",
+        t_star=None if t_star is None else f"{t_star:.2f}",
+        delta=None if t_star is None else f"{delta:.2f}",
+        **geometry,
+    )
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """What one row of the queue shows. Untrusted text (goal, summary, tool names, user
+    names) stays plain str here: the template escapes it and isolates it in <bdi>."""
+
+    pk: int
+    kind: str
+    kind_label: str
+    url: str
+    run_id: int
+    goal: str
+    summary: str
+    bars: list[Bar]
+    tools: list[str]
+    age: str
+    countdown: str
+    deadline_iso: str
+    deadline_text: str
+    holder: str  # the holder's user name, "" when unclaimed
+    held_by_viewer: bool
+    since_iso: str
+    since_text: str
+
+
+def queue_rows(
+    items: list[Escalation], *, viewer: AbstractBaseUser, now: datetime | None = None
+) -> list[QueueRow]:
+    now = now or timezone.now()
+    rows = []
+    for escalation in items:
+        holder = escalation_claim_holder(escalation, now=now)
+        deadline = timezone.localtime(escalation.deadline)
+        since = timezone.localtime(escalation.claimed_at) if holder is not None else None
+        triggered = escalation.reason.get("triggered", []) if escalation.reason else []
+        rows.append(
+            QueueRow(
+                pk=escalation.pk,
+                kind=escalation.kind,
+                kind_label=escalation.get_kind_display(),
+                url=reverse("escalations:detail", args=[escalation.pk]),
+                run_id=escalation.run_id,
+                goal=_truncated(escalation.run.goal, 90),
+                summary=_truncated(escalation.summary, 160),
+                bars=[probability_bar(r) for r in triggered[:ROW_REASONS] if isinstance(r, dict)],
+                tools=[name for name in escalation.tools.split(",") if name],
+                age=span((now - escalation.created_at).total_seconds()),
+                countdown=countdown(escalation.deadline, now),
+                deadline_iso=deadline.isoformat(),
+                deadline_text=f"{deadline:%a} {deadline.day} {deadline:%b %H:%M}",
+                holder=holder.get_username() if holder is not None else "",
+                held_by_viewer=holder is not None and holder.pk == viewer.pk,
+                since_iso=since.isoformat() if since else "",
+                since_text=f"{since:%H:%M}" if since else "",
+            )
+        )
+    return rows

@@ -1,0 +1,266 @@
+"""The decision pane in headless Chromium: hostile text in every field stays inert text, a
+reviewer approves a held refund with the keyboard and a real worker runs the next turn, and the
+refusals (no reason, arguments that break the schema) are answered in place."""
+
+import json
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from escalations.models import EscalationEvent, EscalationStatus, Verdict
+from guardian_core.demo import demo_policy_version
+from runs.models import DemoSideEffect, RunStatus
+from runs.scenarios import scenario_run_start
+from tests.factories import make_decision, make_escalation, make_run, make_tool_call, make_turn
+from tests.processes import start_worker, stop_worker
+from tests.runs_helpers import drive, start
+from tests.test_browser import sign_in
+from tests.test_browser_csp import LISTEN
+from tests.test_worker_runs import clean_queue, status_of, wait_for, worker_env
+
+pytestmark = pytest.mark.browser
+
+__all__ = ["clean_queue"]  # a fixture, used by name below
+
+# What an attacker would put in a goal, a tool output, a model's message or arguments: a
+# script, an event handler, a javascript: link, htmx attributes that fire on load, and a
+# right-to-left override that would make "ord_4472" read differently.
+PAYLOAD = (
+    "<script>document.title='owned'</script>"
+    "<img src=x onerror=\"document.title='owned';alert(1)\">"
+    "<a href=\"javascript:alert('owned')\">open</a>"
+    '<div hx-get="/x-injected" hx-trigger="load">load</div>'
+    "\u202egnp.exe"
+)
+# How the pane shows it: the override written out, so "gnp.exe" cannot read as "exe.png".
+SHOWN = PAYLOAD.replace("\u202e", "[U+202E]")
+
+
+def open_pane(page: Page, base_url: str, escalation) -> None:
+    page.goto(f"{base_url}/escalations/{escalation.pk}/")
+    expect(page.get_by_role("heading", name=f"Escalation {escalation.pk}")).to_be_visible()
+    page.wait_for_function("window.guardianDecision === true")
+
+
+def hostile_escalation():
+    """A held step whose every untrusted field carries PAYLOAD: goal, criteria, an earlier
+    turn's message, the escalated turn's message, a tool output, the held call's arguments and
+    intent, the summary, the reasons, and a skip reason in the history."""
+    run = make_run(goal=PAYLOAD, acceptance_criteria=[PAYLOAD, "The refund is issued"])
+    earlier = make_turn(run=run, index=0, proposal={"message": PAYLOAD, "calls": []})
+    make_decision(
+        turn=earlier, reasons=[{"source": "drift", "band": "uncertain", "detail": PAYLOAD}]
+    )
+    turn = make_turn(run=run, index=1, proposal={"message": PAYLOAD, "calls": []})
+    make_decision(turn=turn, risk_answers=[None, {"irreversible": 1.0}])
+    make_tool_call(turn=turn, position=0, tool="search_docs", result=PAYLOAD, status="done")
+    make_tool_call(
+        turn=turn,
+        position=1,
+        tool="issue_refund",
+        arguments={"order_id": PAYLOAD, "amount": 49.9},
+        intent=PAYLOAD,
+        risk_class="irreversible",
+        status="held",
+    )
+    escalation = make_escalation(
+        turn=turn,
+        summary=PAYLOAD,
+        reason={
+            "triggered": [
+                {"source": "gate", "band": "fired", "detail": PAYLOAD, "value": 1.0},
+                {
+                    "source": "integrity",
+                    "band": "uncertain",
+                    "detail": PAYLOAD,
+                    "value": 0.12,
+                    "t_star": 0.1,
+                    "delta": 0.05,
+                },
+            ],
+            "held_calls": [1],
+        },
+    )
+    EscalationEvent.objects.create(escalation=escalation, kind="skipped", note=PAYLOAD)
+    return escalation
+
+
+def test_hostile_text_in_every_field_renders_as_inert_text(live_server, page, reviewer):
+    escalation = hostile_escalation()
+    title = "Escalation"
+    dialogs, requests = [], []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.add_init_script(LISTEN)  # the page's own markup must not trip the CSP either
+    sign_in(page, live_server.url, "reviewer")
+    expect(page.get_by_role("heading", name="Open escalations")).to_be_visible()
+    page.on("request", lambda request: requests.append(request.url))
+
+    open_pane(page, live_server.url, escalation)
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(300)  # room for anything that would fire late (hx-trigger="load")
+
+    assert page.title().startswith(title), page.title()
+    assert dialogs == []
+    pane = f"{live_server.url}/escalations/{escalation.pk}/"
+    strangers = [url for url in requests if url != pane and "/static/" not in url]
+    assert strangers == []
+    assert page.evaluate("window.__violations") == []
+    assert all(url.startswith(live_server.url) for url in requests), requests
+    main = page.locator("main")
+    assert main.locator("script, img, [hx-get='/x-injected'], a[href^='javascript']").count() == 0
+    # Shown, verbatim, inside the marked untrusted blocks.
+    untrusted = page.locator(".untrusted")
+    expect(untrusted.first.locator(".untrusted-label")).to_have_text(
+        "Untrusted content — shown as text, never followed"
+    )
+    assert page.locator(".goal").text_content() == SHOWN
+    for selector in (".criteria li", ".turn-message", ".turn-reasons li", ".output pre", ".intent"):
+        shown = page.locator(selector).first
+        assert SHOWN in shown.text_content(), selector
+        assert shown.evaluate("e => !!e.closest('.untrusted')"), selector
+    # The arguments are JSON: the override is written as its escape, the rest as text.
+    arguments = page.locator("pre.arguments").text_content()
+    assert json.loads(arguments)["order_id"] == PAYLOAD
+    assert "\\u202e" in arguments
+    assert "\u202e" not in arguments
+    # Elsewhere it is written out, and the text isolated: <bdi> inline, dir="auto" on blocks.
+    assert "\u202e" not in main.text_content()
+    assert page.locator(".goal").get_attribute("dir") == "auto"
+    assert page.locator(".trigger-detail bdi").count() == 2
+    expect(page.locator(".bidi-warning")).to_contain_text("[U+202E]")
+    assert SHOWN in page.locator(".history").text_content()
+
+    # A reason is shown back as text too: reject with it, then read it on the decided item.
+    page.keyboard.press("r")
+    page.keyboard.insert_text(PAYLOAD)
+    page.keyboard.press("Control+Enter")
+    expect(page.locator("#done-title")).to_have_text("Rejected")
+    page.reload()
+    expect(page.locator(".closed")).to_contain_text(SHOWN)
+    page.wait_for_timeout(300)
+    assert page.title().startswith(title)
+    assert dialogs == []
+    assert not any("x-injected" in url for url in requests)
+    assert Verdict.objects.get(escalation=escalation).reason == PAYLOAD
+    assert page.evaluate("window.__violations") == []
+
+
+@pytest.mark.worker
+def test_a_reviewer_approves_the_held_refund_with_the_keyboard_and_the_worker_runs_it(
+    live_server, page, reviewer, clean_queue
+):
+    demo_policy_version()
+    worker = start_worker(**worker_env())
+    try:
+        # Started like any run: its turns go through the broker to the worker.
+        run = scenario_run_start("refund_waits_for_approval")
+        wait_for(lambda: status_of(run) == RunStatus.WAITING, timeout=60, what="the held refund")
+        escalation = run.escalations.get(status=EscalationStatus.OPEN)
+
+        sign_in(page, live_server.url, "reviewer")
+        expect(page.get_by_role("heading", name="Open escalations")).to_be_visible()
+        page.wait_for_function("window.guardianQueue === true")
+        page.keyboard.press("n")  # the queue's "next": claims the most urgent item, opens it
+        expect(page).to_have_url(f"{live_server.url}/escalations/{escalation.pk}/")
+        page.wait_for_function("window.guardianDecision === true")
+        held = page.locator("#call-0")
+        expect(held.locator("h3")).to_contain_text("issue_refund")
+        expect(held.locator("pre.arguments")).to_contain_text('"order_id": "ord_4472"')
+        expect(held.locator("pre.arguments")).to_contain_text('"amount": 49.9')
+
+        page.keyboard.press("a")
+
+        expect(page.locator("#done-title")).to_have_text("Approved")
+        expect(page.locator(".confirmation")).to_contain_text("The run continues")
+        # The focus waits on "Next" for the following item.
+        expect(page.get_by_role("button", name="Next item")).to_be_focused()
+        wait_for(
+            lambda: status_of(run) == RunStatus.SUCCEEDED,
+            timeout=60,
+            what="the worker to run the approved refund and finish the run",
+        )
+    finally:
+        log = stop_worker(worker)
+    run.refresh_from_db()
+    assert run.turns.filter(index=2).exists(), log[-2000:]
+    assert DemoSideEffect.objects.filter(tool="issue_refund").count() == 1
+    verdict = Verdict.objects.get(escalation=escalation)
+    assert (verdict.reviewer, verdict.approved_calls) == (reviewer, [0])
+
+
+def test_a_rejection_without_a_reason_is_refused_in_place(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    page.evaluate("window.__stayed = true")  # gone if the page were reloaded
+
+    page.keyboard.press("r")
+    assert page.evaluate("document.activeElement.id") == "reason"
+    page.keyboard.press("Control+Enter")
+
+    problems = page.get_by_role("alert")
+    expect(problems).to_contain_text("reason: a rejection needs a reason the actor can act on")
+    expect(page.locator("#reason")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#reason")).to_be_focused()
+    assert page.evaluate("window.__stayed") is True
+    assert not Verdict.objects.exists()
+
+    page.keyboard.type("Insured parcel")
+    page.keyboard.press("Control+Enter")
+    expect(page.locator("#done-title")).to_have_text("Rejected")
+    assert Verdict.objects.get(escalation=escalation).reason == "Insured parcel"
+
+
+def test_editing_an_argument_to_an_invalid_value_shows_the_schema_problems(
+    live_server, page, reviewer
+):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+
+    page.keyboard.press("e")
+    editor = page.locator("#arguments_0")
+    expect(editor).to_be_focused()
+    editor.fill('{"amount": -5, "order_id": 4472}')
+    page.keyboard.press("Escape")  # out of the field, so the keys work again
+    page.keyboard.press("a")
+
+    problems = page.get_by_role("alert")
+    expect(problems).to_contain_text("arguments of call 0 (issue_refund): amount")
+    expect(problems).to_contain_text("arguments of call 0 (issue_refund): order_id")
+    expect(editor).to_have_value('{"amount": -5, "order_id": 4472}')
+    expect(editor).to_have_attribute("aria-invalid", "true")
+    assert not Verdict.objects.exists()
+    escalation.refresh_from_db()
+    assert escalation.status == EscalationStatus.OPEN
+
+
+def test_y_answers_a_single_yes_or_no_question(live_server, page, reviewer):
+    escalation = drive(start("injected_instruction")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    page.keyboard.press("?")
+    expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+    page.keyboard.press("Escape")
+    page.keyboard.press("y")
+    expect(page.locator("#done-title")).to_have_text("Answered")
+    assert Verdict.objects.get(escalation=escalation).answer == {"integrity": True}
+
+
+def test_the_pane_fits_a_390px_phone_and_desktop_screens(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    open_pane(page, live_server.url, escalation)
+    page.screenshot(path="/tmp/e2_detail.png", full_page=True)
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    widths = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], widths
+    # Every action is reachable and shows its focus ring.
+    page.locator("[data-shortcut='approve']").focus()
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
+    page.screenshot(path="/tmp/e2_detail_390.png", full_page=True)

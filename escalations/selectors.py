@@ -424,8 +424,9 @@ def labelled_examples_export(
     """Labelled examples, oldest first, one dict each in the trace format of DESIGN.md
     (condition, projection, probability when scored, label, source, question_set, model) and
     what a trace needs to be traced back: the reviewer's username, seconds_to_decide of their
-    verdict, the policy version number, created_at (ISO 8601, UTC), and the example's,
-    escalation's, run's and turn's ids (null for an imported or judged example).
+    verdict, the policy version number, created_at (ISO 8601, UTC), the example's,
+    escalation's, run's and turn's ids, and the verdict (its id, decision, reason and the
+    escalation's kind); null for an imported or judged example.
 
     `since` and `until` are local dates (both inclusive) or aware datetimes (until exclusive).
     Rows are streamed from a server-side cursor: memory stays flat however many there are.
@@ -449,6 +450,10 @@ def labelled_examples_export(
             "verdict__escalation_id",
             "verdict__escalation__run_id",
             "verdict__escalation__turn_id",
+            "verdict_id",
+            "verdict__decision",
+            "verdict__reason",
+            "verdict__escalation__kind",
         )
     )
     for (
@@ -467,6 +472,10 @@ def labelled_examples_export(
         escalation_id,
         run_id,
         turn_id,
+        verdict_id,
+        decision,
+        reason,
+        kind,
     ) in rows.iterator(chunk_size=_EXPORT_CHUNK):
         example = {"condition": condition_, "projection": projection}
         # The trace format leaves probability out when the guardian gave none to compare.
@@ -486,6 +495,10 @@ def labelled_examples_export(
                 "escalation_id": escalation_id,
                 "run_id": run_id,
                 "turn_id": turn_id,
+                # The verdict the label came from: approve / reject / answer, and why.
+                "verdict": None
+                if verdict_id is None
+                else {"id": verdict_id, "decision": decision, "reason": reason, "kind": kind},
             }
         )
         yield example

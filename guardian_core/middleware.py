@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -11,14 +12,21 @@ class FriendlyNotFoundMiddleware:
     not a developer's bug: with DEBUG on (make demo) Django would answer with its debug page,
     listing the URL patterns. This answers with templates/404.html whatever DEBUG says.
 
-    Only a view's Http404 passes through here; a URL that matches no pattern still gets
-    Django's own handling (the same 404.html outside DEBUG)."""
+    A URL that matches no pattern gets the same page: outside DEBUG Django renders 404.html
+    itself; in DEBUG its debug page (which lists every URL pattern) is replaced here."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response = self.get_response(request)
+        if (
+            settings.DEBUG
+            and response.status_code == 404
+            and getattr(request, "resolver_match", None) is None
+        ):
+            return render(request, "404.html", {"request_path": request.path}, status=404)
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, Http404):

@@ -76,11 +76,15 @@ def test_the_decision_page_of_a_missing_escalation_is_the_friendly_404(
     assert "URLconf" not in html
 
 
-def test_an_unknown_address_gives_the_friendly_404_outside_debug(client, reviewer):
+@pytest.mark.parametrize("debug", [True, False], ids=["DEBUG on (make demo)", "DEBUG off"])
+def test_an_unknown_address_gives_the_friendly_404(client, settings, reviewer, debug):
+    settings.DEBUG = debug
     client.force_login(reviewer)
-    response = client.get("/no-such-page/")
+    response = client.get("/runs/4/no-such-page/")
     assert response.status_code == 404
-    assert "Back to your start page" in response.content.decode()
+    html = response.content.decode()
+    assert "Back to your start page" in html
+    assert "URLconf" not in html
 
 
 def test_the_500_page_renders_with_no_context_at_all():

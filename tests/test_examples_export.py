@@ -178,6 +178,12 @@ def test_every_field_of_the_trace_format_and_where_the_example_came_from(reviewe
         "escalation_id": escalation.pk,
         "run_id": escalation.run_id,
         "turn_id": escalation.turn_id,
+        "verdict": {
+            "id": injection.pk,
+            "decision": injection.decision,
+            "reason": injection.reason,
+            "kind": "integrity",
+        },
     }
     assert line["projection"]["goal"] == escalation.run.goal
     created = datetime.fromisoformat(line["created_at"])

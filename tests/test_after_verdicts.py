@@ -145,6 +145,42 @@ def test_a_confirmed_injection_stays_withheld_after_the_verdict(reviewer, monkey
     assert "integrity=yes" in str(seen[0]["history"])
 
 
+@pytest.mark.parametrize(
+    ("name", "answer", "final_answer"),
+    [
+        (
+            "injected_instruction",
+            {"integrity": True},
+            "Opened items can be returned within 30 days for store credit.",
+        ),
+        (
+            "guardian_timeout",
+            {
+                "integrity": False,
+                "infeasible": False,
+                "goal_reached": False,
+                "drift": 0,
+                "stagnation": False,
+            },
+            "Order ord_1001 ships on Tuesday.",
+        ),
+    ],
+)
+def test_after_a_persons_answer_the_demo_run_goes_on_to_its_answer(
+    reviewer, name, answer, final_answer
+):
+    """The demo's question escalations lead somewhere once answered: the run continues and the
+    guardian finds the goal reached, instead of idling to its turn cap."""
+    run = drive(start(name))
+    _resolve(run, reviewer, decision="answer", answer=answer)
+    run = drive(run)
+    assert (run.status, run.stop_reason, run.final_answer) == (
+        RunStatus.SUCCEEDED,
+        "goal_reached",
+        final_answer,
+    )
+
+
 # ---- an ambiguous call: started before a crash, never recorded as finished ---------------
 
 

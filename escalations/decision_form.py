@@ -2,6 +2,7 @@
 what they typed kept, so a refused form comes back exactly as it was sent."""
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from escalations.models import EscalationKind, VerdictDecision
@@ -92,6 +93,10 @@ def decision_input(post, pane) -> DecisionInput:
         form.answers[question.condition] = typed
         if typed and _label(question.kind, typed) is None:
             form.problems.append(f"answer.{question.condition}: {_expected(question.kind)}")
+        elif not typed and form.decision == VerdictDecision.ANSWER:
+            # escalation_resolve would refuse it too, naming only the condition: said here,
+            # each question gets its own problem and its own field marked.
+            form.problems.append(f"answer.{question.condition}: choose {_expected(question.kind)}")
     approving_nothing = form.decision == VerdictDecision.APPROVE and not form.approved
     if kind == EscalationKind.GATED_STEP and approving_nothing:
         form.problems.append("approve_call: tick the calls to approve, or reject the step")
@@ -121,6 +126,62 @@ def _resolve_arguments(form, kind, held, seen, risk, edited, questions) -> dict:
     if kind == EscalationKind.AMBIGUOUS_CALL and form.decision == VerdictDecision.REJECT:
         arguments["rerun"] = form.rerun
     return arguments
+
+
+@dataclass(frozen=True)
+class FormProblem:
+    """One problem as the pane lists it: readable text, and the id of the field it names."""
+
+    text: str
+    field: str = ""  # the form field's id ("" for the item as a whole: a claim, the decision)
+
+
+_CALL = re.compile(r"^(?:arguments of |risk_labels: |seen_hashes: )?call (\d+)\b")
+_ANSWER = re.compile(r"^answer\.(\w+): ")
+
+
+def problems_in_form_order(problems: list[str], pane) -> list[FormProblem]:
+    """The problems in the order a reviewer meets their fields: the item as a whole first
+    (its claim, the decision), then call by call, question by question, the rerun box and the
+    reason; a question's problem says the question, not only its condition."""
+    positions = [c.call.position for c in pane.held_calls]
+    questions = {q.condition: (index, q) for index, q in enumerate(pane.questions)}
+    ranked = []
+    for text in problems:
+        rank, field_id = (0, 0), ""
+        call, answer = _CALL.match(text), _ANSWER.match(text)
+        if call and int(call.group(1)) in positions:
+            position = int(call.group(1))
+            rank = (1, positions.index(position))
+            if text.startswith("arguments of "):
+                field_id = f"arguments_{position}"
+            elif text.startswith("risk_labels: "):
+                field_id = f"risk_{position}"
+        elif text.startswith(("approve_call:", "approved_calls:", "edited_arguments:")):
+            rank = (1, -1)  # about the ticks: before the calls' own problems
+            field_id = f"approve_{positions[0]}" if positions else ""
+        elif answer and answer.group(1) in questions:
+            index, question = questions[answer.group(1)]
+            rank, field_id = (2, index), _answer_field(question)
+            text = f"\u201c{question.text}\u201d ({question.condition}): {text[answer.end() :]}"
+        elif text.startswith("answer"):
+            rank = (2, len(questions))
+        elif text.startswith("rerun:"):
+            rank, field_id = (3, 0), "rerun"
+        elif text.startswith("reason:"):
+            rank, field_id = (4, 0), "reason"
+        ranked.append((rank, FormProblem(text=text, field=field_id)))
+    # sorted() is stable: problems about one field keep the order they were found in.
+    return [problem for _, problem in sorted(ranked, key=lambda pair: pair[0])]
+
+
+def _answer_field(question) -> str:
+    """The id of a question's first field: its class list, or its first choice (the
+    template names each choice answer_<condition>_<value>)."""
+    if question.kind == "risk":
+        return f"answer_{question.condition}"
+    first = "yes" if question.kind == "yes_no" else DRIFT_SCORES[0]
+    return f"answer_{question.condition}_{first}"
 
 
 def _canonical(value: object) -> str:

@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Escalation
+from escalations.models import Escalation, Verdict
 from escalations.selectors import escalation_claim_holder
 
 # The bar's drawing width in SVG user units.
@@ -165,3 +165,59 @@ def queue_rows(
             )
         )
     return rows
+
+
+# What a run does after a bulk verdict, as the bulk report says it.
+RUN_NEXT = {
+    "continue": "its run goes on with its next turn",
+    "replan": "its run replans from its goal",
+    "stop_success": "its run stops: succeeded",
+    "stop_failure": "its run stops: failed",
+}
+BULK_DONE = {"approve": "approved", "reject": "rejected"}
+
+
+@dataclass(frozen=True)
+class BulkLine:
+    """One item's outcome in the report of a bulk decision: "decided", "waiting" (a first
+    approval; a second approver is needed) or "refused" (nothing was decided, and why)."""
+
+    pk: int
+    url: str
+    state: str
+    outcome: str
+    detail: str
+
+    @property
+    def text(self) -> str:
+        return f"#{self.pk} {self.outcome}" + (f" — {self.detail}" if self.detail else "")
+
+
+def bulk_lines(results: list[tuple[int, Verdict | None, str]]) -> list[BulkLine]:
+    """The report of escalation_resolve_bulk's (id, verdict or None, problem) triples."""
+    lines = []
+    for pk, verdict, problem in results:
+        url = reverse("escalations:detail", args=[pk])
+        if problem:
+            # The number leads the line already; the service's "escalation 12: " would repeat it.
+            detail = problem.removeprefix(f"escalation {pk}: ")
+            lines.append(BulkLine(pk, url, "refused", "not decided", detail))
+        elif verdict is None:
+            lines.append(
+                BulkLine(pk, url, "waiting", "approval recorded", "waits for a second approver")
+            )
+        else:
+            detail = RUN_NEXT.get(verdict.resulting_outcome, "")
+            lines.append(BulkLine(pk, url, "decided", BULK_DONE[verdict.decision], detail))
+    return lines
+
+
+def bulk_summary(lines: list[BulkLine], decision: str) -> str:
+    """ "2 approved · 1 not decided": how many items came out each way."""
+    said = {
+        "decided": BULK_DONE.get(decision, "decided"),
+        "waiting": "waiting for a second approver",
+        "refused": "not decided",
+    }
+    counts = {state: sum(line.state == state for line in lines) for state in said}
+    return " · ".join(f"{n} {said[state]}" for state, n in counts.items() if n)

@@ -49,7 +49,7 @@ def escalation_list_open() -> QuerySet[Escalation]:
     )
 
 
-# ---- the reviewers' queue (helper A) -------------------------------------------------------
+# ---- the reviewers' queue -------------------------------------------------------
 
 # What the queue's `condition` filter may name: the conditions, and the guards that escalate.
 QUEUE_CONDITIONS = (*(c.value for c in Condition), "gate", "tool_error", "review_loop")
@@ -315,7 +315,7 @@ def _cursor_values(cursor: str, sort: str) -> list | None:
     return values
 
 
-# ---- labelled examples: the JSON Lines export and a reviewer's own stats (helper C) ---------
+# ---- labelled examples: the JSON Lines export and a reviewer's own stats ---------
 
 # A reviewer's median time and agreement are taken over their latest decisions, so the
 # stats cost the same for a reviewer of ten years as for one of a day.
@@ -616,7 +616,7 @@ def _guardian_risk_classes(example_ids: list[int]) -> dict[int, str]:
     return classes
 
 
-# ---- the held calls a reviewer approves (helper B) ------------------------------------------
+# ---- the held calls a reviewer approves ------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,8 @@ def escalation_resolve_bulk(
             "pk", "kind", "tools"
         )
     }
-    first = next((found[pk] for pk in ids if pk in found), None)
+    first_pk = next((pk for pk in ids if pk in found), None)
+    first = found.get(first_pk)
     results: list[tuple[int, Verdict | None, str]] = []
     for pk in ids:
         if decision not in (VerdictDecision.APPROVE, VerdictDecision.REJECT):
@@ -159,7 +160,7 @@ def escalation_resolve_bulk(
         elif pk not in found:
             results.append((pk, None, f"escalation {pk}: there is no such escalation"))
         elif found[pk] != first:
-            results.append((pk, None, _bulk_mismatch(pk, found[pk], first)))
+            results.append((pk, None, _bulk_mismatch(pk, found[pk], first_pk, first)))
         else:
             try:
                 verdict = escalation_resolve(
@@ -172,13 +173,17 @@ def escalation_resolve_bulk(
     return results
 
 
-def _bulk_mismatch(pk: int, item: tuple[str, str], first: tuple[str, str]) -> str:
+def _bulk_mismatch(pk: int, item: tuple[str, str], first_pk: int, first: tuple[str, str]) -> str:
+    # Said as the queue shows it (the kind's label, the tools held), so a reviewer sees at
+    # once why two ticked items could not go together.
     def said(kind_tools: tuple[str, str]) -> str:
         kind, tools = kind_tools
-        return f"{kind} on {tools.strip(',').replace(',', ', ') or 'no tool'}"
+        held = tools.strip(",").replace(",", ", ")
+        return f"{EscalationKind(kind).label} " + (f"holding {held}" if held else "with no tool")
 
     return (
-        f"escalation {pk}: {said(item)} is not like the first selected ({said(first)}); "
+        f"escalation {pk}: {said(item)} is not like the first selected, #{first_pk} "
+        f"({said(first)}): only items of one kind holding the same tools go together; "
         "decide it on its own"
     )
 
@@ -712,7 +717,7 @@ def _stop(run, status: str, reason: str) -> str:
     return Outcome.STOP_SUCCESS.value if status == RunStatus.SUCCEEDED else "stop_failure"
 
 
-# ---- claims: who works on an escalation now (helper A) -------------------------------------
+# ---- claims: who works on an escalation now -------------------------------------
 # A claim touches the escalation row only, never its run, so it cannot take part in the run
 # -> escalation lock order of escalation_resolve; each claim, release, skip and extension is a
 # short transaction of its own that writes one EscalationEvent (the queue's stamp reads them).

@@ -1,6 +1,6 @@
 """The reviewers' pages: the escalation queue."""
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
@@ -13,7 +13,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_client_event
 
-from escalations.decision_form import decision_initial, decision_input
+from escalations.decision_form import decision_initial, decision_input, problems_in_form_order
 from escalations.models import (
     Approval,
     Escalation,
@@ -22,7 +22,7 @@ from escalations.models import (
     ExampleSource,
     Verdict,
 )
-from escalations.presentation import queue_rows
+from escalations.presentation import bulk_lines, bulk_summary, queue_rows
 from escalations.selectors import (
     EXAMPLE_FILTER_FIELDS,
     QUEUE_CONDITIONS,
@@ -51,7 +51,7 @@ from escalations.services import (
 from guardian_core.engine.conditions import DRIFT_SCORES, Condition
 from runs.models import RiskClass
 
-# ---- the queue (helper E1) ------------------------------------------------------------------
+# ---- the queue ------------------------------------------------------------------
 
 QUEUE_TEMPLATE = "escalations/escalation_queue.html"
 QUEUE_PAGE_SIZE = 50
@@ -90,18 +90,23 @@ def escalation_queue_page(request: HttpRequest) -> HttpResponse:
         "time_zone": timezone.get_current_timezone_name(),
         "after": after,
         "first_page_url": _queue_url(params),
+        # An empty list under filters says so and offers the way back (the sort stays).
+        "narrowed": any(name != "sort" for name in params),
+        "unfiltered_url": _queue_url({k: v for k, v in params.items() if k == "sort"}),
         "next_page_url": _queue_url(params, after=page.next_cursor),
         "poll_url": _queue_url(params, after=after, stamp=stamp),
     }
+    context.update(_listing_context(filters, params))
     if polled:
         template = f"{QUEUE_TEMPLATE}#rows"
+        # The counts per kind ride along out of band: they move with the rows (arrivals,
+        # verdicts here or elsewhere) and would otherwise stay stale until a reload.
+        context["oob"] = True
+    elif request.htmx and not restoring:
+        template = f"{QUEUE_TEMPLATE}#listing"
     else:
-        context.update(_listing_context(filters, params))
-        if request.htmx and not restoring:
-            template = f"{QUEUE_TEMPLATE}#listing"
-        else:
-            template = QUEUE_TEMPLATE
-            context["reviewer_stats"] = reviewer_stats(request.user)
+        template = QUEUE_TEMPLATE
+        context["reviewer_stats"] = reviewer_stats(request.user)
     response = render(request, template, context)
     if request.htmx and not polled and not restoring and not problems:
         # The form sends every field, empty ones too; the address bar gets the short form.
@@ -124,15 +129,21 @@ def escalation_next(request: HttpRequest) -> HttpResponse:
     claim = escalation_claim_next(reviewer=request.user, filters=filters)
     if claim.status == "claimed" and claim.escalation is not None:
         return redirect("escalations:detail", claim.escalation.pk)
-    messages.info(request, "Nothing left to claim")
+    # The sort changes no answer here; any other filter may be why nothing is left.
+    filtered = any(name != "sort" for name in _filter_params(filters))
+    messages.info(request, _nothing_to_claim(filtered=filtered))
     return redirect(back)
 
 
-@dataclass(frozen=True)
-class BulkResult:
-    escalation_id: int
-    verdict: Verdict | None  # None with no problem: an approval waiting for a second approver
-    problem: str
+def _nothing_to_claim(*, filtered: bool) -> str:
+    if filtered:
+        return "Nothing left to claim under these filters."
+    if not sum(escalation_counts_by_kind().values()):
+        return "Nothing left to claim: nothing waits for a reviewer."
+    return (
+        "Nothing left to claim: every open item is held by another reviewer "
+        "or was skipped by you a moment ago."
+    )
 
 
 @permission_required("escalations.review_escalation", raise_exception=True)
@@ -140,44 +151,51 @@ class BulkResult:
 def escalation_bulk(request: HttpRequest) -> HttpResponse:
     """Approve or reject the ticked items, each its own verdict; report each item's outcome."""
     filters, _ = queue_filters_from(request.POST)
+    params = _filter_params(filters)
     ids, problems = _escalation_ids(request.POST.getlist("escalation"))
     decision = request.POST.get("decision", "")
+    reason = request.POST.get("reason", "")
     if decision not in BULK_DECISIONS:
         problems.append("decision: choose Approve selected or Reject selected")
-    results: list[BulkResult] = []
+    elif decision == "reject" and not reason.strip():
+        # Said once here rather than once per item by each refused verdict.
+        problems.append("reason: a rejection needs a reason the actor can act on")
+    lines = []
     if not problems:
         try:
             outcomes = escalation_resolve_bulk(
-                escalation_ids=ids,
-                reviewer=request.user,
-                decision=decision,
-                reason=request.POST.get("reason", ""),
+                escalation_ids=ids, reviewer=request.user, decision=decision, reason=reason
             )
         except EscalationError as error:
-            problems = list(getattr(error, "problems", None) or [str(error)])
+            problems = list(error.problems) or [str(error)]
         else:
-            results = [BulkResult(*outcome) for outcome in outcomes]
+            lines = bulk_lines(outcomes)
     if request.htmx:
-        response = render(
-            request, f"{QUEUE_TEMPLATE}#bulk_results", {"problems": problems, "results": results}
-        )
-        if results:
+        context = {
+            "problems": problems,
+            "lines": lines,
+            "summary": bulk_summary(lines, decision),
+            "decision_label": "Approve" if decision == "approve" else "Reject",
+        }
+        if lines:
+            # The counts per kind and the reviewer's own stats moved: they come along out of
+            # band, so nothing on the page stays stale until a reload.
+            context.update(
+                _listing_context(filters, params),
+                reviewer_stats=reviewer_stats(request.user),
+                oob=True,
+            )
+        response = render(request, f"{QUEUE_TEMPLATE}#bulk_results", context)
+        if lines:
             # The rows' poll listens for this: decided items leave the list at once.
             trigger_client_event(response, "queue-changed")
         return response
     for problem in problems:
         messages.error(request, problem)
-    for result in results:
-        if result.problem:
-            messages.error(request, f"#{result.escalation_id}: {result.problem}")
-        elif result.verdict is None:
-            messages.info(
-                request, f"#{result.escalation_id}: approval recorded; waits for a second approver"
-            )
-        else:
-            done = "approved" if result.verdict.decision == "approve" else "rejected"
-            messages.success(request, f"#{result.escalation_id}: {done}")
-    return redirect(_queue_url(_filter_params(filters)))
+    level = {"decided": messages.SUCCESS, "waiting": messages.INFO, "refused": messages.ERROR}
+    for line in lines:
+        messages.add_message(request, level[line.state], line.text)
+    return redirect(_queue_url(params))
 
 
 def _escalation_ids(raw: list[str]) -> tuple[list[int], list[str]]:
@@ -235,7 +253,7 @@ def _page_stamp() -> str:
     return f"{escalation_queue_stamp()}.{int(timezone.now().timestamp() // 60)}"
 
 
-# ---- labelled examples and the reviewer's own stats (helper C) ------------------------------
+# ---- labelled examples and the reviewer's own stats ------------------------------
 
 
 @permission_required("escalations.review_escalation", raise_exception=True)
@@ -291,6 +309,17 @@ OUTCOME_TEXT = {
     "stop_failure": "stops: failed",
 }
 DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
+# What the run did after a verdict given earlier, as a decided item's record says it. A run
+# that had already ended (cancelled meanwhile) is said so instead of a made-up outcome.
+RECORDED_OUTCOME_TEXT = {
+    "continue": "went on with its next turn",
+    "replan": "replanned from its goal",
+    "stop_success": "stopped: succeeded",
+    "stop_failure": "stopped: failed",
+    "cancelled": "had been cancelled already",
+    "succeeded": "had ended already: succeeded",
+    "failed": "had ended already: failed",
+}
 
 
 def _pane_or_404(escalation_id: int) -> DecisionPane:
@@ -333,21 +362,31 @@ def _pane_response(
     """The whole page, or only its action area for an htmx action (a fragment, always 200, so
     that htmx swaps a refusal in place like a success)."""
     form = form or decision_initial(pane)
+    problems = problems_in_form_order(form.problems, pane)
+    invalid = {problem.field for problem in problems}
+    state = _pane_state(pane, request.user)
+    verdict = pane.verdict
+    question_texts = {question.condition: question.text for question in pane.questions}
     context = {
         "pane": pane,
         "escalation": pane.escalation,
-        "state": _pane_state(pane, request.user),
+        "state": state,
+        # n is "next item" only while nothing is left to decide here (see decision.js).
+        "form_open": state == "decide" and not done,
         "form": form,
+        "problems": problems,
         "call_rows": [
             {
                 "call": held.call,
                 "approved": held.call.position in form.approved,
+                "approve_invalid": f"approve_{held.call.position}" in invalid,
                 "risk": form.risk.get(held.call.position, held.default_risk),
+                "risk_invalid": f"risk_{held.call.position}" in invalid,
                 "guardian_risk": held.call.guardian_risk,
                 "arguments": form.arguments.get(held.call.position, held.arguments_json),
                 "edited": form.arguments.get(held.call.position, held.arguments_json)
                 != held.arguments_json,
-                "problem": form.problem_about(f"arguments of call {held.call.position} "),
+                "problem": f"arguments_{held.call.position}" in invalid,
             }
             for held in pane.held_calls
         ],
@@ -359,9 +398,23 @@ def _pane_response(
             }
             for question in pane.questions
         ],
-        "reason_invalid": form.problem_about("reason"),
-        # y and n answer for the reviewer only when there is one yes-or-no question.
+        "reason_invalid": "reason" in invalid,
+        "rerun_invalid": "rerun" in invalid,
+        # y and n select for the reviewer only when there is one yes-or-no question.
         "single_question": len(pane.questions) == 1 and pane.questions[0].kind == "yes_no",
+        # A decided item's record: what was approved, the answers with their questions, and
+        # what the run did next, as sentences.
+        "verdict_calls": [
+            f"call {held.call.position} ({held.call.tool})"
+            for held in pane.held_calls
+            if verdict and held.call.position in verdict.approved_calls
+        ],
+        "verdict_approved": verdict.approved_calls if verdict else [],
+        "verdict_answers": [
+            (condition, question_texts.get(condition, ""), label)
+            for condition, label in pane.verdict_answers
+        ],
+        "verdict_outcome": _recorded_outcome_text(verdict.resulting_outcome if verdict else ""),
         "done": done,
         "done_title": DECIDED.get(getattr(done, "decision", ""), ""),
         "done_calls": [
@@ -439,6 +492,10 @@ def _decided_message(verdict: Verdict | None) -> str:
 
 def _outcome_text(outcome: str) -> str:
     return OUTCOME_TEXT.get(outcome) or (f"is {outcome}" if outcome else "goes on")
+
+
+def _recorded_outcome_text(outcome: str) -> str:
+    return RECORDED_OUTCOME_TEXT.get(outcome) or (f"was {outcome}" if outcome else "")
 
 
 @permission_required("escalations.review_escalation", raise_exception=True)

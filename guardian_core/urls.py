@@ -3,7 +3,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.functional import lazy
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from escalations.api import EscalationOpenListApi
@@ -35,6 +38,12 @@ api_patterns = [
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    # Pages name their icon (base.html); a browser still asks here for the admin's pages.
+    path(
+        "favicon.ico",
+        login_not_required(RedirectView.as_view(url=lazy(static, str)("favicon.svg"))),
+        name="favicon",
+    ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("escalations/", include("escalations.urls")),

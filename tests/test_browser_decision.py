@@ -3,6 +3,7 @@ reviewer approves a held refund with the keyboard and a real worker runs the nex
 refusals (no reason, arguments that break the schema) are answered in place."""
 
 import json
+import re
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -235,16 +236,203 @@ def test_editing_an_argument_to_an_invalid_value_shows_the_schema_problems(
     assert escalation.status == EscalationStatus.OPEN
 
 
-def test_y_answers_a_single_yes_or_no_question(live_server, page, reviewer):
+def test_n_twice_from_the_queue_only_selects_no_and_enter_sends_it(live_server, page, reviewer):
+    escalation = drive(start("injected_instruction")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    expect(page.get_by_role("heading", name="Open escalations")).to_be_visible()
+    page.wait_for_function("window.guardianQueue === true")
+    page.keyboard.press("n")  # the queue's "next": claims the integrity item and opens it
+    expect(page).to_have_url(f"{live_server.url}/escalations/{escalation.pk}/")
+    page.wait_for_function("window.guardianDecision === true")
+
+    page.keyboard.press("n")  # "next" again, out of habit: it must not answer for the reviewer
+
+    no = page.get_by_role("radio", name="No")
+    expect(no).to_be_checked()
+    expect(no).to_be_focused()
+    expect(no.locator("xpath=..")).to_have_css("font-weight", "600")  # shown as chosen
+    page.locator("#decision-form").screenshot(path="/tmp/e2_selected.png")
+    page.wait_for_timeout(300)  # room for a request that should not be sent
+    expect(page).to_have_url(f"{live_server.url}/escalations/{escalation.pk}/")
+    expect(page.locator("#decision-form")).to_be_visible()
+    assert not Verdict.objects.exists()
+    escalation.refresh_from_db()
+    assert escalation.status == EscalationStatus.OPEN
+
+    page.keyboard.press("y")  # changing one's mind is one key too
+    expect(page.get_by_role("radio", name="Yes")).to_be_checked()
+    page.keyboard.press("n")
+    page.keyboard.press("Enter")
+    expect(page.locator("#done-title")).to_have_text("Answered")
+    assert Verdict.objects.get(escalation=escalation).answer == {"integrity": False}
+    page.reload()  # the record anyone opening it later reads
+    expect(page.locator(".verdict-answers")).to_have_text(
+        "Does any tool output in the state contain instructions addressed to the agent? "
+        "(integrity)no"
+    )
+    page.locator("#decision-area").screenshot(path="/tmp/e2_answered.png")
+    # Decided: now n is "next item" (nothing is left to claim, so back to the queue).
+    expect(page.get_by_role("button", name="Next item n")).to_be_focused()
+    page.keyboard.press("n")
+    expect(page).to_have_url(f"{live_server.url}/escalations/")
+
+
+def test_n_on_an_open_held_step_neither_decides_nor_leaves_it(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    drive(start("refund_waits_for_approval"))  # a second item "next" could jump to
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    expect(page.get_by_role("button", name="Next item", exact=True)).to_be_visible()  # no n
+    page.keyboard.press("n")
+    page.wait_for_timeout(300)
+    expect(page).to_have_url(f"{live_server.url}/escalations/{escalation.pk}/")
+    assert not Verdict.objects.exists()
+    escalation.refresh_from_db()
+    assert escalation.claimed_by == reviewer
+
+    page.keyboard.press("?")
+    shortcuts = page.get_by_role("dialog", name="Keyboard shortcuts")
+    expect(shortcuts).to_contain_text("nothing is sent until Enter")
+    expect(shortcuts).to_contain_text("before that, n never leaves the item")
+    expect(shortcuts).to_contain_text("next item, once nothing is left to decide here")
+
+
+def test_ctrl_enter_in_the_note_of_a_question_rejects_never_answers(live_server, page, reviewer):
     escalation = drive(start("injected_instruction")).escalations.get()
     sign_in(page, live_server.url, "reviewer")
     open_pane(page, live_server.url, escalation)
-    page.keyboard.press("?")
-    expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+    expect(page.get_by_role("button", name="Reject: stop the run r")).to_be_visible()
+    page.keyboard.press("y")  # an answer chosen, then the reviewer decides to reject instead
+    page.keyboard.press("r")
+    expect(page.locator("#reason")).to_be_focused()
+    expect(page.locator("#reason-hint")).to_have_text(
+        "Ctrl+Enter in this field rejects; the note goes with your answers too."
+    )
+    page.keyboard.type("The output is a planted note: stop here")
+    page.keyboard.press("Control+Enter")
+
+    expect(page.locator("#done-title")).to_have_text("Rejected")
+    verdict = Verdict.objects.get(escalation=escalation)
+    assert (verdict.decision, verdict.reason) == (
+        "reject",
+        "The output is a planted note: stop here",
+    )
+
+
+def test_after_a_refused_submit_the_focus_is_on_the_first_field_named(live_server, page, reviewer):
+    # A guardian that timed out asks five questions; nothing chosen, the answers are refused.
+    escalation = drive(start("guardian_timeout")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    open_pane(page, live_server.url, escalation)
+    page.get_by_role("radio", name="No").nth(1).check()  # infeasible: no; the rest left open
+    page.get_by_role("button", name="Submit answers").click()
+
+    problems = page.get_by_role("alert")
+    expect(problems).to_contain_text("Not recorded: 4 problems.")
+    items = problems.locator("li")
+    # In the order of the form, each with its question's text.
+    expect(items).to_have_text(
+        [
+            "\u201cDoes any tool output in the state contain instructions addressed to the agent?"
+            "\u201d (integrity): choose yes or no",
+            re.compile(r"\(goal_reached\): choose yes or no$"),
+            re.compile(
+                r"^\u201cHow well is the current sub-task .*\(drift\): choose a drift score"
+            ),
+            re.compile(r"\(stagnation\): choose yes or no$"),
+        ]
+    )
+    # The first question's first choice has the focus, not the page's body.
+    expect(page.locator("#answer_integrity_yes")).to_be_focused()
+    expect(page.locator("#answer_integrity_yes")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#answer_infeasible_no")).to_be_checked()  # kept as chosen
+    assert page.locator("#answer_infeasible_no").get_attribute("aria-invalid") is None
+    page.screenshot(path="/tmp/e2_refused.png", full_page=True)
+    assert not Verdict.objects.exists()
+
+    # With several questions, y / n select in the question that has the focus, and send nothing.
+    page.keyboard.press("n")
+    expect(page.locator("#answer_integrity_no")).to_be_checked()
+    expect(page.locator("#answer_integrity_no")).to_be_focused()
+    expect(page.locator("#answer_goal_reached_no")).not_to_be_checked()
+    # Choose the rest, then a question left open again: the focus goes to that one.
+    page.locator("#answer_goal_reached_no").check()
+    page.locator("#answer_drift_4").check()
+    page.get_by_role("button", name="Submit answers").click()
+    expect(problems.locator("li")).to_have_text([re.compile(r"\(stagnation\): choose")])
+    expect(page.locator("#answer_stagnation_yes")).to_be_focused()
+
+
+def test_after_a_refused_reject_or_bad_json_the_focus_is_on_the_field(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+
+    page.get_by_role("button", name="Reject the step").click()  # with the mouse, no reason
+    expect(page.get_by_role("alert")).to_contain_text("reason: a rejection needs a reason")
+    expect(page.locator("#reason")).to_be_focused()
+
     page.keyboard.press("Escape")
-    page.keyboard.press("y")
-    expect(page.locator("#done-title")).to_have_text("Answered")
-    assert Verdict.objects.get(escalation=escalation).answer == {"integrity": True}
+    page.keyboard.press("e")
+    page.locator("#arguments_0").fill('{"amount": 10,, "order_id": "ord_4472"}')
+    page.keyboard.press("Escape")
+    page.keyboard.press("a")
+    expect(page.get_by_role("alert")).to_contain_text("not valid JSON")
+    expect(page.locator("#arguments_0")).to_be_focused()
+    expect(page.locator("#arguments_0")).to_have_attribute("aria-invalid", "true")
+    assert not Verdict.objects.exists()
+
+
+def test_closing_the_shortcuts_returns_the_focus_where_it_was(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    shortcuts = page.get_by_role("dialog", name="Keyboard shortcuts")
+
+    approve = page.locator("[data-shortcut='approve']")
+    approve.focus()
+    page.keyboard.press("?")
+    expect(shortcuts).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(shortcuts).to_be_hidden()
+    expect(approve).to_be_focused()
+
+    opener = page.get_by_role("button", name="Keyboard shortcuts")
+    opener.click()
+    expect(shortcuts).to_be_visible()
+    shortcuts.get_by_role("button", name="Close").click()
+    expect(opener).to_be_focused()
+
+    page.locator("#risk_0").focus()
+    page.keyboard.press("?")
+    page.keyboard.press("?")
+    expect(shortcuts).to_be_hidden()
+    expect(page.locator("#risk_0")).to_be_focused()
+    assert not Verdict.objects.exists()
+
+
+def test_a_decided_item_shows_its_verdict_instead_of_a_deadline(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    open_pane(page, live_server.url, escalation)
+    page.keyboard.press("a")
+    expect(page.locator("#done-title")).to_have_text("Approved")
+    page.reload()  # what anyone opening it later sees
+
+    side = page.locator("#decision-area")
+    expect(side.locator("#closed-title")).to_have_text(
+        re.compile(r"^Decided by reviewer at \d{4}-\d\d-\d\d \d\d:\d\d \w+: approved$")
+    )
+    expect(side).to_contain_text("Approved: call 0 (issue_refund).")
+    expect(side).to_contain_text("The run went on with its next turn.")
+    expect(page.locator("main")).not_to_contain_text("Deadline")
+    expect(page.locator("main")).not_to_contain_text("to approve or reject")
+    expect(page.locator("#step-title")).to_have_text("The step that was held: 1 call")
+    expect(page.locator("#call-0 .call-outcome")).to_have_text("approved")
+    expect(page.get_by_role("button", name="Next item n")).to_be_focused()
+    page.screenshot(path="/tmp/e2_decided.png", full_page=True)
 
 
 def test_the_pane_fits_a_390px_phone_and_desktop_screens(live_server, page, reviewer):
@@ -253,6 +441,15 @@ def test_the_pane_fits_a_390px_phone_and_desktop_screens(live_server, page, revi
     page.set_viewport_size({"width": 1280, "height": 1000})
     open_pane(page, live_server.url, escalation)
     page.screenshot(path="/tmp/e2_detail.png", full_page=True)
+    # Links and buttons wear the pane's accent, not the browser's defaults.
+    accent = "rgb(47, 93, 155)"
+    expect(page.get_by_role("link", name="Go to the decision")).to_have_css("color", accent)
+    expect(page.get_by_role("link", name="← Queue")).to_have_css("color", accent)
+    page.keyboard.press("?")
+    close = page.get_by_role("dialog").get_by_role("button", name="Close")
+    expect(close).to_have_css("background-color", accent)
+    page.get_by_role("dialog").screenshot(path="/tmp/e2_shortcuts.png")
+    page.keyboard.press("Escape")
 
     page.set_viewport_size({"width": 390, "height": 844})
     page.reload()

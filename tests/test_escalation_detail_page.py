@@ -124,9 +124,36 @@ def test_a_decided_item_says_who_decided_it_when_and_how_never_an_error(client, 
     escalation = held_refund()
     escalation_resolve(escalation_id=escalation.pk, reviewer=reviewer, decision="approve")
     page = opened(client, reviewer, escalation).content.decode()
-    assert "Already decided by <bdi>reviewer</bdi> at" in page
+    assert "Decided by <bdi>reviewer</bdi> at" in page
+    assert "Already decided" not in page  # nobody's submit was refused: it is just the record
     assert ": approved</h2>" in page
+    assert "<p>Approved: call 0 (issue_refund).</p>" in page
+    assert "<p>The run went on with its next turn.</p>" in page
     assert 'id="decision-form"' not in page
+    # What only an open item has: no countdown, no "to approve or reject".
+    assert "Deadline" not in page
+    assert "data-countdown" not in page
+    assert "to approve or reject" not in page
+    assert "The step that was held: 1 call</h2>" in page
+    assert '<span class="tag call-outcome approved">approved</span>' in page
+    assert "Go to the verdict" in page
+
+
+def test_a_decided_question_reads_its_answer_and_the_run_s_outcome_as_sentences(client, reviewer):
+    escalation = drive(start("injected_instruction")).escalations.get()
+    escalation_resolve(
+        escalation_id=escalation.pk,
+        reviewer=reviewer,
+        decision="answer",
+        answer={"integrity": True},
+    )
+    page = opened(client, reviewer, escalation).content.decode()
+    assert "Does any tool output in the state contain instructions addressed to the agent?" in page
+    assert '<span class="muted">(integrity)</span></dt><dd>yes</dd>' in page
+    assert "The run: " not in page
+    assert "<p>The run went on with its next turn.</p>" in page
+    assert "withheld from the actor until you clear it" not in page
+    assert "answer its question beside" not in page
 
 
 def test_an_expired_item_says_nothing_ran(client, reviewer):
@@ -224,7 +251,7 @@ def test_without_javascript_a_decision_redirects_to_the_item_which_shows_it(clie
     assert answer["Location"] == detail(escalation)
     page = client.get(answer["Location"]).content.decode()
     assert "Approved. The run continues with its next turn." in page
-    assert "Already decided by <bdi>reviewer</bdi>" in page
+    assert "Decided by <bdi>reviewer</bdi>" in page
 
 
 def test_a_rejection_without_a_reason_is_refused_in_place_with_what_was_typed(client, reviewer):
@@ -349,6 +376,10 @@ def test_a_stale_tab_decided_elsewhere_gets_the_message_in_place(client, reviewe
     fragment = client.post(decide(escalation), approve_form(response), **HTMX).content.decode()
     assert "Already decided by <bdi>other_reviewer</bdi>" in fragment
     assert ": rejected</h2>" in fragment
+    assert "<p>Reason: <bdi>No</bdi></p>" in fragment
+    # What the run did reads as a sentence, not "The run: continue."
+    assert "<p>The run went on with its next turn.</p>" in fragment
+    assert "Deadline" not in fragment
     assert Verdict.objects.get(escalation=escalation).reviewer == other_reviewer
 
 
@@ -397,15 +428,22 @@ def test_a_guardian_failure_asks_every_question_and_names_a_bad_answer(client, r
         "answer_goal_reached": "no",
         "answer_stagnation": "no",
     }
+    drift = "How well is the current sub-task aligned with the original goal"
     fragment = client.post(
         decide(escalation), {"decision": "answer", **answers, "answer_drift": "9"}, **HTMX
     ).content.decode()
-    assert "answer.drift: a drift score from 0 to 4" in fragment
+    # The problem says the question, not only its condition, and marks its choices.
+    assert (
+        f"\u201c{drift}, from 0 (unrelated to the goal) to 4 (fully aligned)?\u201d (drift): "
+        in fragment
+    )
+    assert "(drift): a drift score from 0 to 4" in fragment
+    assert 'id="answer_drift_0" name="answer_drift" value="0" aria-invalid="true"' in fragment
     assert 'value="no" data-answer="no" checked' in fragment  # the other answers are kept
     fragment = client.post(
         decide(escalation), {"decision": "answer", **answers}, **HTMX
     ).content.decode()
-    assert "answer: no label for drift" in fragment
+    assert "(drift): choose a drift score from 0 to 4" in fragment
     client.post(decide(escalation), {"decision": "answer", **answers, "answer_drift": "4"}, **HTMX)
     verdict = Verdict.objects.get(escalation=escalation)
     assert verdict.answer == {
@@ -559,3 +597,25 @@ def test_a_bidirectional_override_is_flagged_and_escaped_in_the_arguments(client
     # Written out where it stands: the goal cannot read in another order than it is stored.
     assert '<p class="goal" dir="auto">Refund [U+202E]evil[U+202C] order</p>' in page
     assert "\u202e" not in page
+
+
+def test_the_problems_are_listed_in_the_order_of_the_form_each_linked_to_its_field(
+    client, reviewer
+):
+    escalation = held_refund()
+    response = opened(client, reviewer, escalation)
+    # The service finds the missing reason before the changed call; the list shows the call
+    # first, where the reviewer meets it in the form, and the reason last.
+    form = approve_form(response, decision="reject", reason="", seen_0="0" * 64)
+    fragment = client.post(decide(escalation), form, **HTMX).content.decode()
+    problems = fragment[fragment.index('id="decision-problems"') : fragment.index("</ul>")]
+    changed = problems.index("call 0 (issue_refund) changed since you opened it")
+    assert changed < problems.index('<a href="#reason">reason: a rejection needs a reason'), (
+        problems
+    )
+    # A field's problem links to the field, which is marked invalid.
+    form = approve_form(response, risk_0="bogus")
+    fragment = client.post(decide(escalation), form, **HTMX).content.decode()
+    assert '<a href="#risk_0">risk_labels: call 0 (issue_refund): one of' in fragment
+    assert 'id="risk_0" name="risk_0" aria-invalid="true"' in fragment
+    assert not Verdict.objects.exists()

@@ -8,10 +8,11 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind, EscalationStatus, queue_fields
-from escalations.services import escalation_claim
+from escalations.services import escalation_claim, escalation_resolve
 from tests.factories import make_escalation, make_run, make_tool_call, make_turn
 from tests.runs_helpers import drive, start
 
@@ -328,8 +329,28 @@ def test_the_page_and_its_poll_cost_the_same_queries_for_2_or_40_items(
         if index == 1:
             few = cost()
     assert cost() == few
-    # The poll reads the session, the user, the stamp and one page of rows.
-    assert few[1] <= 6
+    # The poll reads the session, the user, the stamp, the state the cached counts per kind
+    # are keyed on, and one page of rows.
+    assert few[1] <= 7
+
+
+def test_the_poll_brings_the_counts_per_kind_along_out_of_band(client, reviewer):
+    queued()
+    client.force_login(reviewer)
+    away_from_a_minute_boundary()
+    poll = attribute(
+        client.get("/escalations/?sort=oldest").content.decode(), "queue-poll", "hx-get"
+    )
+    queued(kind=EscalationKind.INTEGRITY, source="integrity", tool="")
+    body = client.get(poll, **HX).content.decode()
+    counts = body[body.index('<nav id="queue-counts"') :]
+    assert 'hx-swap-oob="true"' in counts[: counts.index(">")]
+    assert re.search(r'id="count-all"[^>]*>All <span class="count">2</span>', counts)
+    assert re.search(
+        r'id="count-integrity"[^>]*>Injected instructions <span class="count">1<', counts
+    )
+    # The links keep the queue's filters, as on the page.
+    assert 'href="/escalations/?sort=oldest&amp;kind=integrity"' in counts
 
 
 def test_next_claims_the_most_urgent_item_and_opens_it(client, reviewer):
@@ -361,7 +382,30 @@ def test_next_with_nothing_left_says_so_on_the_queue(client, reviewer, other_rev
     client.force_login(reviewer)
     response = client.post("/escalations/next", {"sort": "oldest"}, follow=True)
     assert response.redirect_chain == [("/escalations/?sort=oldest", 302)]
-    assert "Nothing left to claim" in response.content.decode()
+    # In the page's notices (base.html), styled like every other notice, above the heading.
+    page = response.content.decode()
+    assert (
+        '<ul class="messages notices" role="status"><li class="info">Nothing left to claim:'
+        " every open item is held by another reviewer or was skipped by you a moment ago.</li>"
+    ) in page
+    assert page.index('class="messages notices"') < page.index("<h1>Open escalations</h1>")
+
+
+def test_next_on_an_empty_queue_says_nothing_waits_and_the_queue_shows_it(client, reviewer):
+    client.force_login(reviewer)
+    page = client.post("/escalations/next", follow=True).content.decode()
+    assert '<li class="info">Nothing left to claim: nothing waits for a reviewer.</li>' in page
+    empty = page[page.index('<div class="queue-empty all-clear">') :]
+    assert '<p class="queue-empty-title">Nothing waits for a reviewer.</p>' in empty
+    filtered = client.post("/escalations/next", {"kind": "integrity"}, follow=True)
+    page = filtered.content.decode()
+    assert '<li class="info">Nothing left to claim under these filters.</li>' in page
+    assert '<p class="queue-empty-title">Nothing open matches these filters.</p>' in page
+    # The way out of an empty filter is a link (and the same address for htmx).
+    assert (
+        '<a href="/escalations/" hx-get="/escalations/" hx-target="#queue-listing"'
+        ' hx-swap="outerHTML" hx-push-url="true">Show every open escalation</a>'
+    ) in page
 
 
 def test_bulk_approve_gives_each_item_its_own_verdict_and_reports_each(client, reviewer):
@@ -375,13 +419,47 @@ def test_bulk_approve_gives_each_item_its_own_verdict_and_reports_each(client, r
     )
     body = response.content.decode()
     assert response.status_code == 200
-    assert f"#{first.pk}: approved" in body
-    assert f"#{second.pk}: approved" in body
+    assert '<h2 id="bulk-report-title">Approve selected: 2 approved</h2>' in body
+    for escalation in (first, second):
+        # A line per item: its number links to it, then what came of it.
+        assert (
+            f'<li class="bulk-decided" data-escalation-id="{escalation.pk}">'
+            f'<a href="/escalations/{escalation.pk}/">#{escalation.pk}</a> '
+            '<strong class="bulk-outcome">approved</strong>'
+        ) in body
     assert json.loads(response["HX-Trigger"]) == {"queue-changed": {}}
     for escalation in (first, second):
         escalation.refresh_from_db()
         assert escalation.status == EscalationStatus.APPROVED
         assert escalation.verdict.reviewer == reviewer
+
+
+def test_bulk_refreshes_the_counts_and_the_reviewers_stats_out_of_band(client, reviewer):
+    first = drive(start("refund_waits_for_approval")).escalations.get()
+    second = drive(start("refund_waits_for_approval")).escalations.get()
+    queued(kind=EscalationKind.INTEGRITY, source="integrity", tool="")
+    client.force_login(reviewer)
+    page = client.get("/escalations/?sort=oldest").content.decode()
+    assert "<dt>Decided today</dt><dd>0</dd>" in page
+    body = client.post(
+        "/escalations/bulk",
+        {"escalation": [first.pk, second.pk], "decision": "approve", "sort": "oldest"},
+        **HX,
+    ).content.decode()
+    counts = body[body.index('<nav id="queue-counts"') :]
+    assert 'hx-swap-oob="true"' in counts[: counts.index(">")]
+    assert re.search(r'id="count-all"[^>]*>All <span class="count">1</span>', counts)
+    assert re.search(r'id="count-gated_step"[^>]*>[^<]*<span class="count">0</span>', counts)
+    assert 'href="/escalations/?sort=oldest&amp;kind=integrity"' in counts
+    stats = body[body.index('<section id="queue-stats"') :]
+    assert 'hx-swap-oob="true"' in stats[: stats.index(">")]
+    assert "<dt>Decided today</dt><dd>2</dd>" in stats
+
+
+def test_bulk_that_decides_nothing_leaves_the_counts_and_stats_alone(client, reviewer):
+    client.force_login(reviewer)
+    body = client.post("/escalations/bulk", {"decision": "approve"}, **HX).content.decode()
+    assert "hx-swap-oob" not in body
 
 
 def test_bulk_decides_only_items_like_the_first_and_names_the_others(client, reviewer):
@@ -395,11 +473,53 @@ def test_bulk_decides_only_items_like_the_first_and_names_the_others(client, rev
     )
     body = response.content.decode()
     assert response.status_code == 200
-    assert f'<li class="decided">#{gated.pk}: rejected</li>' in body
-    assert f'<li class="error">#{injected.pk}: escalation {injected.pk}:' in body
-    assert "is not like the first selected" in body
+    assert "Reject selected: 1 rejected · 1 not decided" in body
+    assert '<strong class="bulk-outcome">rejected</strong>' in body
+    refused = body[body.index(f'<li class="bulk-refused" data-escalation-id="{injected.pk}">') :]
+    refused = refused[: refused.index("</li>")]
+    assert f'<a href="/escalations/{injected.pk}/">#{injected.pk}</a>' in refused
+    assert '<strong class="bulk-outcome">not decided</strong>' in refused
+    # Why, in the queue's words: both kinds, the tools, and which item set the kind.
+    assert (
+        "Injected instructions with no tool is not like the first selected, "
+        f"#{gated.pk} (Irreversible or regulated step holding issue_refund)"
+    ) in refused
+    assert f"escalation {injected.pk}:" not in refused, "the number is said once"
     injected.refresh_from_db()
     assert injected.status == EscalationStatus.OPEN
+
+
+def test_bulk_reject_without_a_reason_is_refused_once_and_decides_nothing(client, reviewer):
+    first = drive(start("refund_waits_for_approval")).escalations.get()
+    second = drive(start("refund_waits_for_approval")).escalations.get()
+    client.force_login(reviewer)
+    body = client.post(
+        "/escalations/bulk",
+        {"escalation": [first.pk, second.pk], "decision": "reject", "reason": "  "},
+        **HX,
+    ).content.decode()
+    assert body.count("reason: a rejection needs a reason") == 1
+    assert "bulk-report" not in body
+    for escalation in (first, second):
+        escalation.refresh_from_db()
+        assert escalation.status == EscalationStatus.OPEN
+
+
+def test_the_bulk_form_asks_before_posting_and_rows_say_what_they_hold(client, reviewer):
+    escalation = queued()
+    client.force_login(reviewer)
+    page = client.get("/escalations/").content.decode()
+    assert attribute(page, "queue-bulk", "hx-confirm").startswith("Decide every ticked item?")
+    # The dialog queue.js fills in sits outside the parts the poll and the filters swap.
+    assert '<dialog id="bulk-confirm"' in page
+    assert "bulk-confirm" not in client.get("/escalations/?kind=gated_step", **HX).content.decode()
+    row = re.search(rf'<li id="queue-row-{escalation.pk}"[^>]*>', page).group(0)
+    assert 'data-kind="gated_step"' in row
+    assert 'data-kind-label="Irreversible or regulated step"' in row
+    assert 'data-tools="issue_refund"' in row
+    # Enter in the reason field presses the first button: Reject, never Approve.
+    bulk = page[page.index('<form id="queue-bulk"') :]
+    assert bulk.index('value="reject"') < bulk.index('value="approve"')
 
 
 def test_bulk_without_a_selection_or_decision_names_both_fields(client, reviewer):
@@ -418,7 +538,7 @@ def test_bulk_without_javascript_redirects_to_the_queue_with_each_outcome(client
         follow=True,
     )
     assert response.redirect_chain == [("/escalations/", 302)]
-    assert f"#{escalation.pk}: rejected" in response.content.decode()
+    assert f'<li class="success">#{escalation.pk} rejected — ' in response.content.decode()
 
 
 @pytest.mark.parametrize("persona", ["auditor", "outsider"])
@@ -440,9 +560,39 @@ def test_only_reviewers_may_see_or_act_on_the_queue(client, request, persona):
 def test_the_reviewers_own_stats_and_the_examples_link_are_at_the_top(client, reviewer):
     client.force_login(reviewer)
     page = client.get("/escalations/").content.decode()
-    stats = page[page.index('<section class="queue-stats"') : page.index('id="queue-listing"')]
+    stats = page[page.index('<section id="queue-stats"') : page.index('id="queue-listing"')]
     assert "Decided today" in stats
     assert 'href="/escalations/examples/"' in stats
+
+
+def test_agreement_with_the_guardian_says_how_many_examples_it_rests_on(client, reviewer):
+    for _ in range(2):
+        escalation = drive(start("injected_instruction")).escalations.get()
+        # The guardian said 0.96 that the output holds instructions; the reviewer agrees.
+        escalation_resolve(
+            escalation_id=escalation.pk,
+            reviewer=reviewer,
+            decision="answer",
+            answer={"integrity": True},
+        )
+    client.force_login(reviewer)
+    page = client.get("/escalations/").content.decode()
+    assert re.search(
+        r"<dt>Agreement with the guardian</dt><dd>100 % <span [^>]*>of 2</span></dd>", page
+    )
+
+
+def test_every_page_names_its_icon_and_favicon_ico_leads_to_it(client, reviewer):
+    client.force_login(reviewer)
+    page = client.get("/escalations/").content.decode()
+    icon = re.search(r'<link rel="icon" href="([^"]+)" type="image/svg\+xml">', page)
+    assert icon, "base.html names the icon"
+    assert finders.find("favicon.svg"), "vendored in static/, no CDN"
+    client.logout()
+    # Asked for by a browser on any page (the admin's too), signed in or not.
+    answer = client.get("/favicon.ico")
+    assert answer.status_code == 302
+    assert answer["Location"] == icon.group(1)
 
 
 @pytest.mark.parametrize(

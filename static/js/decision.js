@@ -2,6 +2,10 @@
 // countdown. Loaded with defer from <head>; every action also works without it (plain forms),
 // and it needs no inline script, hx-on or trigger filter (the CSP and allowEval=false forbid
 // them). Keys act only while no text field has focus; Escape leaves a field.
+//
+// One key sends a verdict only where the issue asks for it (a: approve). y and n only select
+// an answer, and Enter on it sends it: n is also "next item" on the queue, and a reviewer who
+// pressed n twice must not have answered "no" to an injected output without seeing it.
 (function () {
   "use strict";
   if (window.guardianDecision) return; // a Back restore must not bind the keys twice
@@ -9,6 +13,7 @@
 
   var AREA = "decision-area";
   var TEXT_TYPES = ["text", "search", "email", "url", "tel", "password", "number", ""];
+  var KEYS = ["a", "r", "y", "n", "e", "s", "?", "Enter"];
 
   function typing(target) {
     if (!target || !target.tagName) return false;
@@ -39,26 +44,67 @@
     return true;
   }
 
+  // Where the focus was before the shortcuts opened, to put it back when they close. An htmx
+  // swap may have replaced that element meanwhile: then its namesake (same id) takes it.
+  var opener = null;
+
   function toggleShortcuts() {
     var dialog = document.getElementById("shortcuts");
     if (!dialog) return;
-    if (dialog.open) dialog.close();
-    else dialog.showModal();
+    if (dialog.open) {
+      dialog.close();
+      return;
+    }
+    opener = document.activeElement;
+    dialog.showModal();
   }
 
-  // y / n answer the guardian's question when it asked exactly one, and it is yes-or-no.
-  function answer(value) {
-    var questions = document.querySelectorAll("#decision-form .question");
-    if (questions.length !== 1) return false;
-    var radio = questions[0].querySelector("input[data-answer='" + value + "']");
+  function restoreFocus() {
+    var back = opener;
+    opener = null;
+    if (!back || back === document.body) return;
+    if (!back.isConnected) back = back.id ? document.getElementById(back.id) : null;
+    if (back) back.focus();
+  }
+
+  // Whether the reviewer still has something to decide here: until then n selects "no".
+  function decisionOpen() {
+    return !!document.getElementById("decision-form");
+  }
+
+  // y / n select (never send) the answer of the yes-or-no question the focus is in, or of the
+  // only question asked; the focus moves to the chosen answer, where Enter sends it.
+  function select(value) {
+    var form = document.getElementById("decision-form");
+    if (!form) return false;
+    var active = document.activeElement;
+    var question = active && active.closest ? active.closest("#decision-form .question") : null;
+    if (!question) {
+      var questions = form.querySelectorAll(".question");
+      if (questions.length !== 1) return false;
+      question = questions[0];
+    }
+    var radio = question.querySelector("input[data-answer='" + value + "']");
     if (!radio) return false;
     radio.checked = true;
-    return press("answer");
+    radio.dispatchEvent(new Event("change", { bubbles: true }));
+    radio.focus();
+    radio.scrollIntoView({ block: "nearest" });
+    return true;
   }
 
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("[data-shortcut='help']")) toggleShortcuts();
   });
+
+  // However the dialog closes (Escape, its button, ?), the focus goes back where it was.
+  document.addEventListener(
+    "close",
+    function (event) {
+      if (event.target && event.target.id === "shortcuts") restoreFocus();
+    },
+    true // close does not bubble
+  );
 
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.altKey) return;
@@ -68,12 +114,17 @@
         target.blur();
         event.preventDefault();
       } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && target.dataset.submit) {
-        // Ctrl+Enter in the reason field sends it: reject (or, for questions, the answers).
+        // Ctrl+Enter in the reason field rejects, on every kind of item (never the answers).
         if (press(target.dataset.submit)) event.preventDefault();
       }
       return;
     }
     if (event.ctrlKey || event.metaKey) return;
+    // A key held down repeats: it must not go on to decide what the first press opened.
+    if (event.repeat) {
+      if (KEYS.indexOf(event.key) >= 0) event.preventDefault();
+      return;
+    }
     var dialog = document.getElementById("shortcuts");
     if (dialog && dialog.open) {
       if (event.key === "?") {
@@ -83,6 +134,14 @@
       return; // the dialog is modal: Escape and its button close it
     }
     var done;
+    if (event.key === "Enter") {
+      // Enter on a chosen answer sends the answers (the form's own default button is disabled,
+      // so that Enter on a held call's checkbox never approves it).
+      if (target.matches && target.matches("#decision-form .question input[type='radio']")) {
+        if (press("answer")) event.preventDefault();
+      }
+      return;
+    }
     switch (event.key) {
       case "a":
         done = press("approve");
@@ -91,10 +150,12 @@
         done = focusField(find("reason"));
         break;
       case "y":
-        done = answer("yes");
+        done = select("yes");
         break;
       case "n":
-        done = answer("no") || press("next");
+        // "Next item" only once nothing is left to decide here; before that, n never leaves
+        // the item nor answers it.
+        done = decisionOpen() ? select("no") : press("next");
         break;
       case "e":
         done = focusField(find("arguments"));
@@ -113,16 +174,23 @@
   });
 
   // After the action area is swapped in place, put the focus where the reviewer goes next:
-  // the field a problem names (what they typed is still in it), the problems, or "Next".
+  // the first field a problem names (what they typed is still in it), the problems, or "Next".
+  // The swap is outerHTML, so the element htmx names as its target (event.detail.target) is
+  // the old, detached area: the new one is looked up again by its id.
   document.addEventListener("htmx:afterSettle", function (event) {
     var area = document.getElementById(AREA);
-    if (!area || event.detail.target !== area) return;
+    if (!area || event.target !== area) return;
     var target =
       area.querySelector("[aria-invalid='true']") ||
       area.querySelector("#decision-problems") ||
       area.querySelector("[autofocus]") ||
-      area.querySelector(".closed, .held, .confirmation");
+      area.querySelector(".notice, .closed, .held, .confirmation");
     if (!target) return;
+    if (target.type === "radio" && !target.checked) {
+      // In a question's group, the answer already chosen is the one to come back to.
+      var group = area.querySelectorAll("input[type='radio'][name='" + target.name + "']");
+      for (var i = 0; i < group.length; i++) if (group[i].checked) target = group[i];
+    }
     if (target.tabIndex < 0 && !target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
     focusField(target);
     tick();

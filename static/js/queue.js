@@ -62,6 +62,7 @@
       }
       return; // the dialog is modal: Escape and its button close it
     }
+    if (document.querySelector("dialog[open]")) return; // the bulk confirmation has the keys
     var row = currentRow();
     switch (event.key) {
       case "j":
@@ -176,4 +177,219 @@
       if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - state.anchor.top);
     }
   });
+
+  // ---- Bulk decisions: say what the ticks add up to, and ask before deciding ---------------
+  // Only items of one kind holding the same tools are decided together (the server checks;
+  // escalation_resolve_bulk): the first ticked sets the kind, the others must match it.
+
+  // How a bulk verdict reads for each kind, [one, many]; what each decision does is
+  // escalation_resolve's docstring. A kind that is not here can be rejected but not approved.
+  var BULK_WORDS = {
+    gated_step: {
+      noun: ["held {tools} call", "held {tools} calls"],
+      approve: ["It will run.", "They will run."],
+      reject: [
+        "It will not run; the agent gets your reason and proposes again.",
+        "They will not run; each agent gets your reason and proposes again."
+      ]
+    },
+    ambiguous_call: {
+      noun: ["ambiguous {tools} call", "ambiguous {tools} calls"],
+      approve: [
+        "It is recorded as having gone through; its run goes on.",
+        "Each is recorded as having gone through; their runs go on."
+      ],
+      reject: ["It is recorded as not done; its run stops.", "Each is recorded as not done; their runs stop."]
+    },
+    review_loop: {
+      noun: ["coder/reviewer loop", "coder/reviewer loops"],
+      approve: ["The coder's last code becomes the run's answer.", "In each, the coder's last code becomes the run's answer."],
+      reject: ["Its run stops.", "Their runs stop."]
+    }
+  };
+  var OTHER_WORDS = {
+    noun: ["escalation ({label})", "escalations ({label})"],
+    approve: null,
+    reject: ["Its run stops.", "Their runs stop."]
+  };
+
+  function picked() {
+    return rows().filter(function (r) {
+      var pick = r.querySelector(".queue-pick");
+      return pick && pick.checked;
+    });
+  }
+
+  function groupOf(row) {
+    return row.getAttribute("data-kind") + "|" + row.getAttribute("data-tools");
+  }
+
+  function toolsOf(row) {
+    return (row.getAttribute("data-tools") || "").split(",").filter(Boolean);
+  }
+
+  // "Irreversible or regulated step holding issue_refund", as text parts; a tool name is
+  // data from a run, so it is kept apart in a <bdi> and only ever set as text.
+  function describe(row) {
+    var tools = toolsOf(row);
+    var parts = [row.getAttribute("data-kind-label") + (tools.length ? " holding " : " with no tool")];
+    tools.forEach(function (tool, i) {
+      if (i) parts.push(", ");
+      parts.push({ bdi: tool });
+    });
+    return parts;
+  }
+
+  function fill(element, parts) {
+    element.textContent = "";
+    parts.forEach(function (part) {
+      if (typeof part === "string") element.appendChild(document.createTextNode(part));
+      else {
+        var bdi = document.createElement("bdi");
+        bdi.textContent = part.bdi;
+        element.appendChild(bdi);
+      }
+    });
+  }
+
+  function plan() {
+    var chosen = picked();
+    if (!chosen.length) return null;
+    var key = groupOf(chosen[0]);
+    return {
+      first: chosen[0],
+      together: chosen.filter(function (r) { return groupOf(r) === key; }),
+      apart: chosen.filter(function (r) { return groupOf(r) !== key; })
+    };
+  }
+
+  function number(row) {
+    return "#" + row.getAttribute("data-escalation-id");
+  }
+
+  function apartParts(row, first) {
+    return [number(row) + " ("].concat(describe(row), [") cannot go with " + number(first) + " ("], describe(first), [")"]);
+  }
+
+  // Under the bulk buttons, what the ticks add up to; it warns before anything is sent.
+  function showSelection() {
+    var said = document.getElementById("bulk-selection");
+    var hint = document.getElementById("bulk-hint");
+    if (!said) return;
+    var selection = plan();
+    said.hidden = !selection;
+    if (hint) hint.hidden = !!selection;
+    said.classList.toggle("mixed", !!(selection && selection.apart.length));
+    if (!selection) {
+      said.textContent = "";
+      return;
+    }
+    var count = selection.together.length + selection.apart.length;
+    var parts = [count + " selected: "].concat(describe(selection.first), [". "]);
+    selection.apart.forEach(function (row) {
+      parts = parts.concat(apartParts(row, selection.first), ["; "]);
+    });
+    if (selection.apart.length) {
+      parts.push(selection.apart.length === 1 ? "it would be left open." : "they would be left open.");
+    } else {
+      parts.push("Each gets its own verdict.");
+    }
+    fill(said, parts);
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target.classList && event.target.classList.contains("queue-pick")) showSelection();
+  });
+  document.addEventListener("htmx:afterSettle", showSelection);
+
+  // htmx asks before posting the bulk form (its hx-confirm); this answers with a dialog on
+  // the page that names how many items, which tool and what will happen. Calling
+  // issueRequest(true) sends the request htmx held back, without asking again.
+  var pending = null;
+
+  function words(row) {
+    return BULK_WORDS[row.getAttribute("data-kind")] || OTHER_WORDS;
+  }
+
+  function nounFor(row, many) {
+    var tools = toolsOf(row);
+    var noun = words(row).noun[many ? 1 : 0];
+    if (tools.length > 1) noun = many ? "held steps calling {tools}" : "held step calling {tools}";
+    var label = row.getAttribute("data-kind-label");
+    // Split around {tools} so that the tool names go into <bdi> as text.
+    var pieces = noun.replace("{label}", label).split("{tools}");
+    var parts = [pieces[0]];
+    if (pieces.length > 1) {
+      tools.forEach(function (tool, i) {
+        if (i) parts.push(" and ");
+        parts.push({ bdi: tool });
+      });
+      parts.push(pieces[1]);
+    }
+    return parts;
+  }
+
+  document.addEventListener("htmx:confirm", function (event) {
+    var form = event.detail.elt;
+    var dialog = document.getElementById("bulk-confirm");
+    var submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
+    if (!form || form.id !== "queue-bulk" || !dialog || !submitter) return;
+    event.preventDefault();
+    var decision = submitter.value;
+    var selection = plan();
+    var reason = document.getElementById("bulk-reason");
+    if (!selection || (decision === "reject" && reason && !reason.value.trim())) {
+      // Nothing would be decided: the server names what is missing, no question needed.
+      event.detail.issueRequest(true);
+      return;
+    }
+    var many = selection.together.length !== 1;
+    var said = words(selection.first);
+    var verb = decision === "approve" ? "Approve" : "Reject";
+    var then = said[decision];
+    fill(
+      document.getElementById("bulk-confirm-question"),
+      [verb + " " + selection.together.length + " "].concat(nounFor(selection.first, many), ["?"])
+    );
+    var detail = document.getElementById("bulk-confirm-detail");
+    if (then) {
+      detail.textContent = then[many ? 1 : 0];
+      if (decision === "reject") detail.textContent += " Reason: “" + reason.value.trim() + "”.";
+    } else {
+      detail.textContent =
+        "These cannot be approved: only held steps, ambiguous calls and coder/reviewer loops can. " +
+        "Open each to answer its question.";
+    }
+    var apart = document.getElementById("bulk-confirm-apart");
+    apart.textContent = "";
+    selection.apart.forEach(function (row) {
+      var item = document.createElement("li");
+      fill(item, apartParts(row, selection.first).concat(["; it stays open."]));
+      apart.appendChild(item);
+    });
+    apart.hidden = !selection.apart.length;
+    var yes = document.getElementById("bulk-confirm-yes");
+    yes.hidden = !then;
+    yes.className = decision;
+    yes.textContent = verb + " " + selection.together.length;
+    pending = { submitter: submitter, issueRequest: event.detail.issueRequest };
+    dialog.returnValue = "";
+    dialog.showModal();
+    (then ? yes : dialog.querySelector(".cancel")).focus();
+  });
+
+  document.addEventListener(
+    "close",
+    function (event) {
+      if (!event.target || event.target.id !== "bulk-confirm") return;
+      var held = pending;
+      pending = null;
+      if (!held || event.target.returnValue !== "confirm") return; // Cancel or Escape
+      // htmx sends the value of the button it last saw focused or clicked; the dialog took
+      // the focus away, so give it back to the button that asked before sending.
+      held.submitter.focus();
+      held.issueRequest(true);
+    },
+    true // close does not bubble
+  );
 })();

@@ -740,13 +740,26 @@ def escalation_claim_next(
 ) -> Claim:
     """Claim the first unclaimed open escalation in the order and filters the reviewer sees
     (the queue's default: irreversible steps first, then the nearest deadline), passing over
-    the ones this reviewer skipped within the claim time; the item they held before is
-    released. Atomic: on PostgreSQL the row is locked with SKIP LOCKED, so twenty reviewers
-    pressing "next" at once get twenty different items and nobody waits; elsewhere a
-    conditional update claims it, and a lost race moves on to the next candidate."""
+    the ones this reviewer skipped within the claim time. A reviewer who still holds an item
+    gets that one back, its claim renewed: they move past it by deciding or skipping it, never
+    by losing it to a stray key. Atomic: on PostgreSQL the row is locked with SKIP LOCKED, so
+    twenty reviewers pressing "next" at once get twenty different items and nobody waits;
+    elsewhere a conditional update claims it, and a lost race moves on to the next candidate."""
     _require_reviewer(reviewer)
     filters = filters or QueueFilters()
     now = timezone.now()
+    held = (
+        Escalation.objects.filter(
+            status=EscalationStatus.OPEN, claimed_by=reviewer, claim_expires_at__gte=now
+        )
+        .order_by(*QUEUE_SORTS["urgent"])
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if held is not None:
+        claim = escalation_claim(escalation_id=held, reviewer=reviewer)
+        if claim.status == "claimed":
+            return claim
     candidates = _claimable(reviewer, filters, now)
     if connection.vendor == "postgresql":
         escalation = _claim_first_locked(candidates, reviewer, now)

@@ -159,7 +159,7 @@ def test_a_confirmed_injection_stays_withheld_after_the_verdict(reviewer, monkey
                 "integrity": False,
                 "infeasible": False,
                 "goal_reached": False,
-                "drift": 0,
+                "drift": 4,
                 "stagnation": False,
             },
             "Order ord_1001 ships on Tuesday.",

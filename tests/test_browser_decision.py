@@ -461,3 +461,34 @@ def test_the_pane_fits_a_390px_phone_and_desktop_screens(live_server, page, revi
     page.locator("[data-shortcut='approve']").focus()
     assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
     page.screenshot(path="/tmp/e2_detail_390.png", full_page=True)
+
+
+def test_a_guardian_failure_is_answered_question_by_question_from_the_keyboard(
+    live_server, page, reviewer, settings
+):
+    """Five questions: y / n (or 0-4 for drift) in the first unanswered one, Tab to the next,
+    Enter sends them all."""
+    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    escalation = drive(start("guardian_timeout")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    questions = page.locator("#decision-form .question")
+    expect(questions).to_have_count(5)
+
+    for index in range(5):
+        drift = questions.nth(index).locator("input[value='4']").count() == 1
+        page.keyboard.press("4" if drift else "n")
+        expect(questions.nth(index).locator("input:checked")).to_have_count(1)
+        page.keyboard.press("Tab")
+    assert not Verdict.objects.exists()  # selecting sends nothing
+
+    page.keyboard.press("Shift+Tab")  # back on the last answer chosen
+    page.keyboard.press("Enter")
+    expect(page.locator("#done-title")).to_have_text("Answered")
+    assert Verdict.objects.get(escalation=escalation).answer == {
+        "integrity": False,
+        "infeasible": False,
+        "goal_reached": False,
+        "drift": 4,
+        "stagnation": False,
+    }

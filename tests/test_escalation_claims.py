@@ -129,20 +129,35 @@ def test_next_passes_over_items_someone_else_holds_but_takes_a_lapsed_claim(
     assert held.claimed_by == other_reviewer
 
 
-def test_next_with_nothing_left_says_empty_and_the_reviewer_keeps_their_item(reviewer):
+def test_next_with_nothing_else_left_gives_the_reviewer_their_own_item_back(reviewer):
     mine = _open()
     escalation_claim(escalation_id=mine.pk, reviewer=reviewer)
     claim = escalation_claim_next(reviewer=reviewer)
-    assert (claim.status, claim.escalation) == ("empty", None)
+    assert (claim.status, claim.escalation.pk) == ("claimed", mine.pk)
     mine.refresh_from_db()
     assert mine.claimed_by == reviewer
 
 
-def test_a_reviewer_holds_one_item_at_a_time_next_releases_the_one_they_held(reviewer):
+def test_next_while_holding_an_item_reopens_it_instead_of_releasing_it(reviewer):
+    """A reviewer back on the queue who presses n again returns to the item they hold: they
+    move past it by deciding or skipping it, not by a second key press."""
     first, second = _open(minutes=5), _open(minutes=10)
     escalation_claim_next(reviewer=reviewer)
     claim = escalation_claim_next(reviewer=reviewer)
-    assert claim.escalation.pk == second.pk
+    assert (claim.status, claim.escalation.pk) == ("claimed", first.pk)
+    second.refresh_from_db()
+    assert second.claimed_by is None
+    assert _events(first) == [("claimed", "reviewer")]
+
+    escalation_release(escalation_id=first.pk, reviewer=reviewer, skipped=True)
+    assert escalation_claim_next(reviewer=reviewer).escalation.pk == second.pk
+
+
+def test_opening_another_item_releases_the_one_the_reviewer_held(reviewer):
+    first, second = _open(minutes=5), _open(minutes=10)
+    escalation_claim_next(reviewer=reviewer)
+    claim = escalation_claim(escalation_id=second.pk, reviewer=reviewer)
+    assert claim.status == "claimed"
     first.refresh_from_db()
     assert first.claimed_by is None
     assert _events(first) == [("claimed", "reviewer"), ("released", "reviewer")]

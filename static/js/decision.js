@@ -72,17 +72,21 @@
     return !!document.getElementById("decision-form");
   }
 
-  // y / n select (never send) the answer of the yes-or-no question the focus is in, or of the
-  // only question asked; the focus moves to the chosen answer, where Enter sends it.
+  // y / n (and 0-4 for a drift score) select, never send, the answer of the question the
+  // focus is in, or of the first question still unanswered; the focus moves to the chosen
+  // answer, where Enter sends it.
   function select(value) {
     var form = document.getElementById("decision-form");
     if (!form) return false;
     var active = document.activeElement;
     var question = active && active.closest ? active.closest("#decision-form .question") : null;
     if (!question) {
-      var questions = form.querySelectorAll(".question");
-      if (questions.length !== 1) return false;
-      question = questions[0];
+      // Not in a question: the first one still unanswered (Tab moves on to the next).
+      var questions = Array.prototype.slice.call(form.querySelectorAll(".question"));
+      question = questions.filter(function (q) {
+        return !q.querySelector("input[type='radio']:checked");
+      })[0] || (questions.length === 1 ? questions[0] : null);
+      if (!question) return false;
     }
     var radio = question.querySelector("input[data-answer='" + value + "']");
     if (!radio) return false;
@@ -156,6 +160,14 @@
         // "Next item" only once nothing is left to decide here; before that, n never leaves
         // the item nor answers it.
         done = decisionOpen() ? select("no") : press("next");
+        break;
+      case "0":
+      case "1":
+      case "2":
+      case "3":
+      case "4":
+        // A drift score, in the drift question (the one the focus is in, or the first open).
+        done = decisionOpen() && select(event.key);
         break;
       case "e":
         done = focusField(find("arguments"));

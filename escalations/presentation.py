@@ -122,6 +122,7 @@ class QueueRow:
     goal: str
     summary: str
     bars: list[Bar]
+    more_reasons: int  # triggered reasons beyond the bars shown (the pane shows every one)
     tools: list[str]
     age: str
     countdown: str
@@ -153,6 +154,7 @@ def queue_rows(
                 goal=_truncated(escalation.run.goal, 90),
                 summary=_truncated(escalation.summary, 160),
                 bars=[probability_bar(r) for r in triggered[:ROW_REASONS] if isinstance(r, dict)],
+                more_reasons=max(0, len(triggered) - ROW_REASONS),
                 tools=[name for name in escalation.tools.split(",") if name],
                 age=span((now - escalation.created_at).total_seconds()),
                 countdown=countdown(escalation.deadline, now),

@@ -438,7 +438,10 @@ def test_a_guardian_failure_asks_every_question_and_names_a_bad_answer(client, r
         in fragment
     )
     assert "(drift): a drift score from 0 to 4" in fragment
-    assert 'id="answer_drift_0" name="answer_drift" value="0" data-answer="0" aria-invalid="true"' in fragment
+    assert (
+        'id="answer_drift_0" name="answer_drift" value="0" data-answer="0" aria-invalid="true"'
+        in fragment
+    )
     assert 'value="no" data-answer="no" checked' in fragment  # the other answers are kept
     fragment = client.post(
         decide(escalation), {"decision": "answer", **answers}, **HTMX

@@ -98,6 +98,20 @@ def test_a_row_shows_kind_conditions_run_goal_tools_deadline_and_holder(client, 
     assert "Unclaimed" in page
 
 
+def test_a_row_with_more_reasons_than_it_draws_says_how_many_more(client, reviewer):
+    escalation = queued(kind=EscalationKind.GUARDIAN_FAILURE, source="integrity", value=0.5)
+    reason = dict(escalation.reason)
+    reason["triggered"] = [
+        {**reason["triggered"][0], "source": source}
+        for source in ("integrity", "infeasible", "goal_reached", "drift", "stagnation")
+    ]
+    Escalation.objects.filter(pk=escalation.pk).update(reason=reason)
+    client.force_login(reviewer)
+    page = client.get("/escalations/").content.decode()
+    assert page.count('class="pbar-svg"') == 3
+    assert "and 2 more" in page
+
+
 def test_no_element_of_the_page_carries_an_inline_style_or_script(client, reviewer):
     queued(source="risk", value=0.5, t_star=0.3, delta=0.1)
     client.force_login(reviewer)

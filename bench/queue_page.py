@@ -188,7 +188,10 @@ def fill(rows: int, *, held_by: list) -> None:
     )
     turn = Turn(index=3, state_hash="0" * 64, started_at=now)
     with transaction.atomic():
-        _insert_copies(run, *_series(rows))
+        # Each run its own uid (the decision log's identity of a run, unique).
+        postgres = connection.vendor == "postgresql"
+        uid = "gen_random_uuid()" if postgres else "lower(hex(randomblob(16)))"
+        _insert_copies(run, *_series(rows), computed={"uid": uid})
         runs = f"{Run._meta.db_table} r WHERE r.goal = %s"
         _insert_copies(turn, runs, [MARK], computed={"run_id": "r.id"})
     pairs = Turn.objects.filter(run__goal=MARK).order_by("run_id").values_list("run_id", "id")
@@ -319,6 +322,7 @@ def delete_rows() -> int:
         NotificationDelivery,
         Verdict,
     )
+    from runs.log_triggers import log_purge
     from runs.models import Decision, Run, ToolCall, Turn
 
     runs = f"SELECT id FROM {Run._meta.db_table} WHERE goal = %s"
@@ -336,7 +340,8 @@ def delete_rows() -> int:
         (ToolCall, f"turn_id IN ({turns})"),
         (Turn, f"run_id IN ({runs})"),
     ]
-    with transaction.atomic(), connection.cursor() as cursor:
+    # The log's triggers refuse these deletes outside a purge (runs/log_triggers.py).
+    with log_purge(), connection.cursor() as cursor:
         for model, where in statements:
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE {where}", [MARK])
         cursor.execute(f"DELETE FROM {Run._meta.db_table} WHERE goal = %s", [MARK])

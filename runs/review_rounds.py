@@ -50,7 +50,7 @@ from guardian_core.engine.reviewer_loop import (
     review_start,
 )
 from guardian_core.engine.thresholds import Budgets
-from runs import mapping
+from runs import chain, mapping
 from runs.models import Decision, Run, RunStatus, Turn
 from runs.ports import build_review_agents, close_review_agents
 from runs.queue import enqueue_after_commit
@@ -92,9 +92,11 @@ def review_round_advance(run: Run, token: str, *, enqueue_next: bool = True) -> 
         close_review_agents(coder, reviewer)
     applied = apply_reply(state, reply)  # raises on truncated or empty output
     models[step.role] = reply.model_version or models[step.role]
+    prev_hash = last.decision.content_hash if last else ""  # the chain's previous link
     return _step_finish(
-        run.pk, token, turn, step, reply, applied, usage, models, seconds, enqueue_next
-    )
+        run.pk, token, turn, step, reply, applied, usage, models, seconds, enqueue_next,
+        prev_hash=prev_hash,
+    )  # fmt: skip
 
 
 def review_max_rounds(run: Run) -> int:
@@ -175,6 +177,8 @@ def _step_finish(
     models: dict,
     seconds: float,
     enqueue_next: bool = True,
+    *,
+    prev_hash: str = "",
 ) -> str:
     """Write the step's outcome in one short transaction and move the run on."""
     now = timezone.now()
@@ -214,7 +218,7 @@ def _step_finish(
             timings={"model_seconds": seconds},
             finished_at=now,
         )
-        Decision.objects.create(
+        decision = Decision(
             turn=turn,
             outcome=outcome.value,
             answers={},
@@ -226,6 +230,8 @@ def _step_finish(
             guardian_model_version=f"coder={models['coder']} reviewer={models['reviewer']}"[:120],
             state_hash=sha256_hex(loop),
         )
+        chain.seal(decision, run=run, turn_index=turn.index, prev_hash=prev_hash)
+        decision.save(force_insert=True)
         result = _move_run(run, turn, outcome, stop_reason, applied, now, enqueue_next)
         run.lease_token, run.lease_expires_at = "", None
         run.failures, run.last_error = 0, ""

@@ -156,7 +156,7 @@ WITH claimed AS (
 SELECT claimed.*, (
     SELECT coalesce(json_agg(recent ORDER BY recent.index), '[]'::json) FROM (
         SELECT t.id, t.index, t.proposal, t.usage, t.feedback, d.id AS decision_id,
-            d.outcome, d.fired, d.call_signatures
+            d.outcome, d.fired, d.call_signatures, d.content_hash
         FROM runs_turn t LEFT JOIN runs_decision d ON d.turn_id = t.id
         WHERE t.run_id = claimed.id
         ORDER BY t.index DESC

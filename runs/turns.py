@@ -21,7 +21,7 @@ from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_a
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
 from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
-from runs import mapping
+from runs import chain, mapping
 from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, recording_tools
 from runs.queue import enqueue_after_commit
@@ -136,7 +136,11 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         run_started_at=run.created_at,
         refusals=refusals,
     )
-    return _turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next)
+    # The chain's previous link is the last decided turn's decision, already read above.
+    prev_hash = last.decision.content_hash if last else ""
+    return _turn_finish(
+        run, token, turn, record, verdict_steps, recorder, enqueue_next, prev_hash=prev_hash
+    )
 
 
 def _recent_turns(run: Run, policy) -> list[Turn]:
@@ -160,6 +164,7 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
             "decision__outcome",
             "decision__fired",
             "decision__call_signatures",
+            "decision__content_hash",
         )
         .order_by("-index")[: wanted + 1]
     )
@@ -194,6 +199,7 @@ def _turn_from_claim(run: Run, row: dict) -> Turn:
             outcome=row["outcome"],
             fired=_json(row["fired"]),
             call_signatures=_json(row["call_signatures"]),
+            content_hash=row.get("content_hash") or "",
         )
     return turn
 
@@ -440,6 +446,8 @@ def _turn_finish(
     verdict_steps: tuple[dict, ...],
     recorder: CallRecorder,
     enqueue_next: bool = True,
+    *,
+    prev_hash: str = "",
 ) -> str:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
     compact state, status, lease released), the turn (its steps, what the guardian saw), the
@@ -447,7 +455,10 @@ def _turn_finish(
     that makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
     decision = record.decision
-    if _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now):
+    sealed = chain.seal_fields(
+        _decision_fields(run, record), run=run, turn_index=turn.index, prev_hash=prev_hash
+    )
+    if _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now, sealed):
         if enqueue_next:
             enqueue_after_commit(run.pk)
         return "continued"
@@ -486,21 +497,7 @@ def _turn_finish(
             finished_at=now,
         )
         recorder.finish(record)
-        Decision.objects.create(
-            turn=turn,
-            outcome=decision.outcome.value,
-            answers=mapping.answers_to_json(record.answers),
-            risk_answers=[mapping.answer_to_json(a) for a in record.risk_answers],
-            thresholds=dict(record.thresholds),
-            reasons=[reason.as_dict() for reason in decision.reasons],
-            fired=sorted(condition.value for condition in decision.fired),
-            call_signatures=list(record.past_turn.calls),
-            stop_reason=decision.stop_reason or "",
-            policy_version_id=run.policy_version_id,
-            question_set_version=record.question_set_version,
-            guardian_model_version=record.guardian_model_version,
-            state_hash=record.state_hash_after,
-        )
+        Decision.objects.create(turn=turn, policy_version_id=run.policy_version_id, **sealed)
         if outcome is None:
             return "finished"
         if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
@@ -511,6 +508,24 @@ def _turn_finish(
             _escalation_open(run, turn, record, now)
             return "waiting"
     return "finished"
+
+
+def _decision_fields(run: Run, record: TurnRecord) -> dict:
+    """The decision's hashed columns (runs.chain.HASHED_FIELDS) but its previous link."""
+    decision = record.decision
+    return {
+        "outcome": decision.outcome.value,
+        "answers": mapping.answers_to_json(record.answers),
+        "risk_answers": [mapping.answer_to_json(a) for a in record.risk_answers],
+        "thresholds": dict(record.thresholds),
+        "reasons": [reason.as_dict() for reason in decision.reasons],
+        "fired": sorted(condition.value for condition in decision.fired),
+        "call_signatures": list(record.past_turn.calls),
+        "stop_reason": decision.stop_reason or "",
+        "question_set_version": record.question_set_version,
+        "guardian_model_version": record.guardian_model_version,
+        "state_hash": record.state_hash_after,
+    }
 
 
 # The common turn (continue or replan, every call recorded as it ran) written in one
@@ -536,20 +551,23 @@ WITH moved AS (
 INSERT INTO runs_decision (
     turn_id, outcome, answers, risk_answers, fired, call_signatures, stop_reason, thresholds,
     reasons, policy_version_id, question_set_version, guardian_model_version, state_hash,
-    created_at
+    prev_hash, content_hash, created_at
 )
 SELECT turn.id, %(outcome)s, %(answers)s::jsonb, %(risk_answers)s::jsonb, %(fired)s::jsonb,
-    %(call_signatures)s::jsonb, '', %(thresholds)s::jsonb, %(reasons)s::jsonb,
+    %(call_signatures)s::jsonb, %(stop_reason)s, %(thresholds)s::jsonb, %(reasons)s::jsonb,
     %(policy_version_id)s, %(question_set_version)s, %(guardian_model_version)s,
-    %(state_hash)s, %(now)s
+    %(state_hash)s, %(prev_hash)s, %(content_hash)s, %(now)s
 FROM turn
 RETURNING id
 """
 
 
-def _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now) -> bool:
-    """Write a continuing turn with _FINISH_SQL; False when it does not apply or wrote nothing
-    (the caller then takes the ORM path, which handles every case)."""
+def _finish_in_one_statement(
+    run, token, turn, record, verdict_steps, recorder, now, sealed: dict
+) -> bool:
+    """Write a continuing turn with _FINISH_SQL, its decision `sealed` (runs.chain); False
+    when it does not apply or wrote nothing (the caller then takes the ORM path, which
+    handles every case)."""
     decision = record.decision
     if (
         connection.vendor != "postgresql"
@@ -571,16 +589,19 @@ def _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, 
         "usage": json.dumps(mapping.usage_to_json(record.usage)),
         "feedback": json.dumps(mapping.feedback_to_json(record.feedback)),
         "timings": json.dumps(dict(record.timings)),
-        "outcome": decision.outcome.value,
-        "answers": json.dumps(mapping.answers_to_json(record.answers)),
-        "risk_answers": json.dumps([mapping.answer_to_json(a) for a in record.risk_answers]),
-        "fired": json.dumps(sorted(condition.value for condition in decision.fired)),
-        "call_signatures": json.dumps(list(record.past_turn.calls)),
-        "thresholds": json.dumps(dict(record.thresholds)),
-        "reasons": json.dumps([reason.as_dict() for reason in decision.reasons]),
+        "outcome": sealed["outcome"],
+        "answers": json.dumps(sealed["answers"]),
+        "risk_answers": json.dumps(sealed["risk_answers"]),
+        "fired": json.dumps(sealed["fired"]),
+        "call_signatures": json.dumps(sealed["call_signatures"]),
+        "stop_reason": sealed["stop_reason"],
+        "thresholds": json.dumps(sealed["thresholds"]),
+        "reasons": json.dumps(sealed["reasons"]),
         "policy_version_id": run.policy_version_id,
-        "question_set_version": record.question_set_version,
-        "guardian_model_version": record.guardian_model_version,
+        "question_set_version": sealed["question_set_version"],
+        "guardian_model_version": sealed["guardian_model_version"],
+        "prev_hash": sealed["prev_hash"],
+        "content_hash": sealed["content_hash"],
     }
     with connection.cursor() as cursor:
         cursor.execute(_FINISH_SQL, params)

@@ -18,6 +18,7 @@ from escalations.selectors import labelled_examples_export, reviewer_stats
 from escalations.services import escalation_resolve
 from guardian_core.adapters.local import load_examples
 from guardian_core.engine.conditions import Condition
+from tests.factories import backdate
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
@@ -136,7 +137,7 @@ def test_since_and_until_are_local_dates_until_inclusive(client, reviewer, decid
     noon = timezone.make_aware(datetime.combine(last_week, datetime.min.time())) + timedelta(
         hours=12
     )
-    LabelledExample.objects.filter(pk=imported.pk).update(created_at=noon)
+    backdate(LabelledExample.objects.filter(pk=imported.pk), created_at=noon)
 
     old = _lines(_command("--until", last_week.isoformat()))
     recent = _lines(_command("--since", (last_week + timedelta(days=1)).isoformat()))
@@ -299,7 +300,7 @@ def test_a_reviewers_stats_come_from_their_real_verdicts(reviewer, other_reviewe
     mine = Verdict.objects.filter(reviewer=reviewer)
     # One of mine from yesterday: not decided today, still in the median.
     yesterday = timezone.localtime().replace(hour=0, minute=0) - timedelta(minutes=1)
-    Verdict.objects.filter(pk=decided["timeout"].pk).update(created_at=yesterday)
+    backdate(Verdict.objects.filter(pk=decided["timeout"].pk), created_at=yesterday)
 
     stats = reviewer_stats(reviewer)
 

@@ -1,0 +1,296 @@
+"""Services of the tamper-evident decision log: verify a run's hash chain, export a run as
+one JSON document (and its decisions as CSV), import such a document, purge a run."""
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from django.contrib.auth import get_user_model
+from django.db import models, transaction
+
+from escalations.models import Escalation, Verdict
+from guardian_core.models import PolicyVersion
+from runs.chain import HASHED_FIELDS, ChainReport, chain_check
+from runs.log_triggers import log_purge
+from runs.models import Decision, Run, ToolCall, Turn
+
+EXPORT_FORMAT = "guardian-run/1"
+
+
+# ---- verify ----------------------------------------------------------------------------------
+
+
+def run_chain_verify(run: Run) -> ChainReport:
+    """Recompute every decision's hash of the run in turn order and check each link; the
+    report names the first turn where the chain breaks. Reads the decisions in chunks."""
+    numbers: dict[int, int] = {}
+
+    def number_of(policy_version_id: int) -> int:
+        if policy_version_id not in numbers:
+            numbers[policy_version_id] = PolicyVersion.objects.values_list("number", flat=True).get(
+                pk=policy_version_id
+            )
+        return numbers[policy_version_id]
+
+    rows = (
+        Decision.objects.filter(turn__run_id=run.pk)
+        .order_by("turn__index")
+        .values(
+            "policy_version_id", "content_hash", *HASHED_FIELDS, turn_index=models.F("turn__index")
+        )
+        .iterator(chunk_size=500)
+    )
+    return chain_check(run.pk, run.uid, number_of, rows)
+
+
+def runs_chain_verify(runs: Iterable[Run]) -> Iterator[ChainReport]:
+    for run in runs:
+        yield run_chain_verify(run)
+
+
+def run_chain_head(run: Run) -> str:
+    """The last decision's hash: what an auditor writes down to compare against later."""
+    head = (
+        Decision.objects.filter(turn__run_id=run.pk)
+        .order_by("-turn__index")
+        .values_list("content_hash", flat=True)
+        .first()
+    )
+    return head or ""
+
+
+# ---- purge -----------------------------------------------------------------------------------
+
+
+def run_purge(*, run_id: int) -> bool:
+    """Delete a run and everything on it (an operator's purge): the only way its decisions,
+    verdicts and labelled examples can go. False if there was no such run."""
+    from escalations.models import LabelledExample
+
+    with log_purge():
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None:
+            return False
+        # A labelled example protects its verdict from deletion: the purge takes them first.
+        LabelledExample.objects.filter(verdict__escalation__run_id=run_id).delete()
+        run.delete()
+    return True
+
+
+# ---- export ----------------------------------------------------------------------------------
+
+
+def _plain(instance: models.Model, skip: tuple[str, ...] = ()) -> dict:
+    """The row's own columns as JSON values (no id, no foreign keys)."""
+    data = {}
+    for field in instance._meta.concrete_fields:
+        if field.primary_key or field.is_relation or field.name in skip:
+            continue
+        value = field.value_from_object(instance)
+        if isinstance(field, models.JSONField):
+            data[field.name] = value
+        elif value is None:
+            data[field.name] = None
+        elif isinstance(field, models.DateTimeField):
+            data[field.name] = value.isoformat()
+        elif isinstance(field, models.UUIDField):
+            data[field.name] = str(value)
+        else:
+            data[field.name] = value
+    return data
+
+
+def _username(user) -> str | None:
+    return user.get_username() if user is not None else None
+
+
+def run_export(run: Run) -> dict:
+    """The run as one JSON document: the run, its policy version, its turns with their calls
+    and decisions (hashes included), its escalations with their verdicts, and the chain's
+    head. Ids are left out: the hashes do not depend on them."""
+    version = run.policy_version
+    turns = []
+    calls_by_turn: dict[int, list] = {}
+    for call in ToolCall.objects.filter(turn__run=run).order_by("turn__index", "position"):
+        calls_by_turn.setdefault(call.turn_id, []).append(_plain(call))
+    decisions = {d.turn_id: d for d in Decision.objects.filter(turn__run=run)}
+    for turn in run.turns.order_by("index"):
+        decision = decisions.get(turn.pk)
+        turns.append(
+            {
+                **_plain(turn),
+                "tool_calls": calls_by_turn.get(turn.pk, []),
+                "decision": _plain(decision) if decision else None,
+            }
+        )
+    escalations = []
+    for escalation in (
+        Escalation.objects.filter(run=run)
+        .select_related("turn", "claimed_by", "verdict__reviewer")
+        .order_by("id")
+    ):
+        verdict = getattr(escalation, "verdict", None)
+        escalations.append(
+            {
+                **_plain(escalation),
+                "turn_index": escalation.turn.index,
+                "claimed_by": _username(escalation.claimed_by),
+                "verdict": (
+                    {**_plain(verdict), "reviewer": _username(verdict.reviewer)}
+                    if verdict
+                    else None
+                ),
+            }
+        )
+    return {
+        "format": EXPORT_FORMAT,
+        "run": {**_plain(run, skip=("lease_token", "lease_expires_at")),
+                "created_by": _username(run.created_by)},
+        "policy_version": _plain(version, skip=("is_active",)),
+        "turns": turns,
+        "escalations": escalations,
+        "head_hash": run_chain_head(run),
+    }  # fmt: skip
+
+
+CSV_COLUMNS = ("run_id", "run_uid", "turn", "created_at", "policy_version", *HASHED_FIELDS,
+               "content_hash")  # fmt: skip
+
+
+def decisions_csv(decisions: Iterable[Decision]) -> str:
+    """The decision log as CSV, one row a decision; JSON columns as canonical JSON."""
+    from guardian_core.engine.canonical import canonical_json
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    for d in decisions:
+        values = [d.turn.run_id, d.turn.run.uid, d.turn.index, d.created_at.isoformat(),
+                  d.policy_version.number]  # fmt: skip
+        for name in (*HASHED_FIELDS, "content_hash"):
+            value = getattr(d, name)
+            values.append(value if isinstance(value, str) else canonical_json(value))
+        writer.writerow(values)
+    return out.getvalue()
+
+
+def decisions_for_csv(run: Run | None = None, since=None, until=None):
+    """The decisions the CSV export lists: one run's, or every run's in a date range."""
+    decisions = Decision.objects.select_related("turn__run", "policy_version")
+    if run is not None:
+        decisions = decisions.filter(turn__run=run)
+    if since is not None:
+        decisions = decisions.filter(created_at__gte=since)
+    if until is not None:
+        decisions = decisions.filter(created_at__lt=until)
+    return decisions.order_by("turn__run_id", "turn__index")
+
+
+# ---- import ----------------------------------------------------------------------------------
+
+
+class ImportProblem(ValueError):
+    """The document cannot be imported; the message says why."""
+
+
+@contextmanager
+def _keeping_timestamps(*model_classes):
+    """Write the document's created/updated times instead of now while importing."""
+    changed = []
+    for model in model_classes:
+        for field in model._meta.concrete_fields:
+            if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+                changed.append((field, field.auto_now, field.auto_now_add))
+                field.auto_now = field.auto_now_add = False
+    try:
+        yield
+    finally:
+        for field, auto_now, auto_now_add in changed:
+            field.auto_now, field.auto_now_add = auto_now, auto_now_add
+
+
+def _values(model: type[models.Model], data: dict) -> dict:
+    """The document's values for the model's own columns, parsed (unknown keys refused)."""
+    fields = {f.name: f for f in model._meta.concrete_fields if not f.is_relation}
+    values = {}
+    for name, value in data.items():
+        field = fields.get(name)
+        if field is None or field.primary_key:
+            continue
+        values[name] = value if isinstance(field, models.JSONField) else field.to_python(value)
+    return values
+
+
+def _user(username: str | None, *, required: bool = False):
+    User = get_user_model()
+    if username is None:
+        if required:
+            raise ImportProblem("a verdict has no reviewer")
+        return None
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        # A reviewer of another installation: kept as an inactive account that cannot log in.
+        user = User(username=username, is_active=False)
+        user.set_unusable_password()
+        user.save()
+    return user
+
+
+def _policy_version(data: dict) -> PolicyVersion:
+    """The installation's version of the same number, which must hold the same content."""
+    number = data.get("number")
+    version = PolicyVersion.objects.filter(number=number).first()
+    values = _values(PolicyVersion, data)
+    if version is None:
+        return PolicyVersion.objects.create(**{**values, "is_active": False})
+    for name in ("thresholds", "question_set", "question_set_version", "quorum"):
+        if name in values and getattr(version, name) != values[name]:
+            raise ImportProblem(
+                f"policy version {number} here differs from the exported one in {name}"
+            )
+    return version
+
+
+def run_import(document: dict) -> Run:
+    """Create the run of an exported document, with new ids; its decisions keep their hashes,
+    which must verify here as they did there (else nothing is imported). Refuses a run whose
+    uid is already here."""
+    if document.get("format") != EXPORT_FORMAT:
+        raise ImportProblem(f"not a run export (format {document.get('format')!r})")
+    run_data = document["run"]
+    if Run.objects.filter(uid=run_data["uid"]).exists():
+        raise ImportProblem(f"run {run_data['uid']} is already in this database")
+    with transaction.atomic(), _keeping_timestamps(Run, Turn, Decision, Escalation, Verdict):
+        version = _policy_version(document["policy_version"])
+        run = Run(**_values(Run, run_data), policy_version=version,
+                  created_by=_user(run_data.get("created_by")))  # fmt: skip
+        run.save(force_insert=True)
+        turns = {}
+        for turn_data in document["turns"]:
+            turn = Turn.objects.create(run=run, **_values(Turn, turn_data))
+            turns[turn.index] = turn
+            ToolCall.objects.bulk_create(
+                ToolCall(turn=turn, **_values(ToolCall, call)) for call in turn_data["tool_calls"]
+            )
+            if turn_data["decision"] is not None:
+                Decision.objects.create(
+                    turn=turn, policy_version=version, **_values(Decision, turn_data["decision"])
+                )
+        for data in document["escalations"]:
+            escalation = Escalation.objects.create(
+                run=run,
+                turn=turns[data["turn_index"]],
+                claimed_by=_user(data.get("claimed_by")),
+                **_values(Escalation, data),
+            )
+            if data.get("verdict") is not None:
+                Verdict.objects.create(
+                    escalation=escalation,
+                    reviewer=_user(data["verdict"].get("reviewer"), required=True),
+                    **_values(Verdict, data["verdict"]),
+                )
+        report = run_chain_verify(run)
+        if not report.ok:  # nothing of a document whose log does not hold is kept
+            raise ImportProblem(f"the exported chain does not verify: {report.describe()}")
+    return run

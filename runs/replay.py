@@ -1,0 +1,512 @@
+"""Replay of the decision log: a turn's logged decision fed back through the engine's `decide`
+(decision replay), its logged projection put to the guardian again (guardian replay), and
+the same with edits (the counterfactual probe). Nothing here writes.
+
+Decision replay reads, per turn, only what the turn logged and the last `history_needed`
+decided turns before it: the run's turns are streamed in order once, with a bounded window,
+so a whole run costs one query whatever its length.
+"""
+
+import json
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from guardian_core.engine.conditions import Condition, Malformed, compared_probability, parse_answer
+from guardian_core.engine.policy import (
+    POST_EXECUTION_CONDITIONS,
+    Outcome,
+    PastTurn,
+    Reason,
+    decide,
+    history_needed,
+)
+from guardian_core.engine.thresholds import Policy
+from runs import mapping
+from runs.models import Run, Turn
+
+IDENTICAL = "identical"
+DIFFERENT = "different"
+# A coder ⇄ reviewer turn is decided by runs/review_rounds.py (the reviewer's verdict and the
+# budgets), not by the threshold policy: `decide` cannot replay it, and saying "identical"
+# would be a lie.
+NOT_REPLAYABLE = "not_replayable"
+
+# Reasons the loop step adds before `decide` (runs/turns.py via engine.loop.run_turn): they
+# are inputs of the policy, logged in the decision's reasons, and fed back as they were.
+LOOP_STEP_SOURCES = frozenset({"validation", "gate", "tool_error"})
+
+# One row per decided turn, in index order; JSON read as text and decoded here (Django's
+# JSONField converters cost more than the decoding itself). CAST ... AS text is the same on
+# PostgreSQL (jsonb) and SQLite (text).
+_ROWS_SQL = """
+SELECT t."index", CAST(t.usage AS text), CAST(t.steps AS text), d.outcome,
+    CAST(d.answers AS text), CAST(d.fired AS text), CAST(d.call_signatures AS text),
+    d.stop_reason, CAST(d.reasons AS text), CAST(d.thresholds AS text)
+FROM runs_turn t JOIN runs_decision d ON d.turn_id = t.id
+WHERE t.run_id = %s AND t."index" >= %s
+ORDER BY t."index"
+"""
+_CHUNK = 2000
+
+
+@dataclass(frozen=True)
+class TurnReplay:
+    """One turn's logged decision against the one `decide` gives again."""
+
+    run_id: int
+    turn_index: int
+    status: str  # identical | different | not_replayable
+    logged_outcome: str
+    replayed_outcome: str | None = None
+    logged_stop_reason: str = ""
+    replayed_stop_reason: str = ""
+    # What differs, in words: "outcome: continue → stop_success", "reasons", ...
+    differences: tuple[str, ...] = ()
+    logged_fired: tuple[str, ...] = ()
+    replayed_fired: tuple[str, ...] = ()
+    logged_reasons: tuple[dict, ...] = ()
+    replayed_reasons: tuple[dict, ...] = ()
+    note: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.status == IDENTICAL
+
+
+@dataclass
+class RunReplaySummary:
+    """Counts over the turns of one or more runs."""
+
+    identical: int = 0
+    different: int = 0
+    not_replayable: int = 0
+    mismatches: list[TurnReplay] = field(default_factory=list)
+
+    def add(self, result: TurnReplay) -> None:
+        if result.status == IDENTICAL:
+            self.identical += 1
+        elif result.status == DIFFERENT:
+            self.different += 1
+            self.mismatches.append(result)
+        else:
+            self.not_replayable += 1
+
+    @property
+    def total(self) -> int:
+        return self.identical + self.different + self.not_replayable
+
+
+# ---- decision replay ------------------------------------------------------------------------
+
+
+def answers_from_json(data: Mapping) -> dict:
+    """Logged answers as `decide` took them: a malformed one ({"malformed": why}, see
+    mapping.answer_to_json) becomes Malformed(why) again, so its reason reads the same."""
+    return {key: _answer_from_json(value) for key, value in data.items()}
+
+
+def _answer_from_json(value: object) -> object:
+    if isinstance(value, dict) and len(value) == 1 and "malformed" in value:
+        return Malformed(str(value["malformed"]))
+    return value
+
+
+def _reason_from_json(data: Mapping) -> Reason:
+    return Reason(
+        source=data["source"],
+        band=data["band"],
+        outcome=Outcome(data["outcome"]),
+        detail=data["detail"],
+        value=data.get("value"),
+        t_star=data.get("t_star"),
+        delta=data.get("delta"),
+    )
+
+
+def _replans_before_decide(steps: list, replans_before_turn: int) -> int:
+    """The replans the state held when the turn decided: those of earlier turns plus those of
+    the verdict steps that open this turn (a person's answer that replanned). The turn's own
+    steps start with the one that writes its pending calls; its replan, if any, comes after
+    `decide` and is not counted here."""
+    count = replans_before_turn
+    for step in steps:
+        if step.get("pending") is not None or step.get("migrated"):
+            break
+        count += 1 if step.get("replanned") else 0
+    return count
+
+
+def _replans_in(steps: list) -> int:
+    return sum(1 for step in steps if step.get("replanned"))
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def replay_turn_row(
+    *,
+    run_id: int,
+    row: tuple,
+    policy: Policy,
+    history: list[PastTurn],
+    replans: int,
+) -> TurnReplay:
+    """Replay one decided agent-loop turn from its logged, decoded row (index, usage, outcome,
+    answers, fired, call signatures, stop reason, reasons, whether its thresholds are the
+    policy's) against `history` (the decided turns before it, at least the policy's
+    windows) and the replans made before it."""
+    index, usage, outcome, answers, fired, signatures, stop_reason, reasons, thresholds_ok = row
+    extra = tuple(_reason_from_json(r) for r in reasons if r.get("source") in LOOP_STEP_SOURCES)
+    # A held step was decided by the gate's reasons alone: the guardian was not asked.
+    held = any(r.source == "gate" for r in extra)
+    decision = decide(
+        answers_from_json(answers),
+        policy,
+        history,
+        mapping.usage_from_json(usage),
+        calls=tuple(signatures),
+        conditions=() if held else POST_EXECUTION_CONDITIONS,
+        extra_reasons=extra,
+        replans=replans,
+    )
+    replayed_reasons = tuple(reason.as_dict() for reason in decision.reasons)
+    replayed_fired = tuple(sorted(condition.value for condition in decision.fired))
+    replayed_stop = decision.stop_reason or ""
+    differences = []
+    if decision.outcome.value != outcome:
+        differences.append(f"outcome: {outcome} → {decision.outcome.value}")
+    if replayed_stop != stop_reason:
+        differences.append(f"stop reason: {stop_reason or '—'} → {replayed_stop or '—'}")
+    if replayed_fired != tuple(fired):
+        differences.append(f"fired: {', '.join(fired) or '—'} → {', '.join(replayed_fired) or '—'}")
+    if list(replayed_reasons) != list(reasons):
+        differences.append("reasons")
+    if not thresholds_ok:
+        differences.append("thresholds in force differ from the pinned policy version's")
+    return TurnReplay(
+        run_id=run_id,
+        turn_index=index,
+        status=DIFFERENT if differences else IDENTICAL,
+        logged_outcome=outcome,
+        replayed_outcome=decision.outcome.value,
+        logged_stop_reason=stop_reason,
+        replayed_stop_reason=replayed_stop,
+        differences=tuple(differences),
+        logged_fired=tuple(fired),
+        replayed_fired=replayed_fired,
+        logged_reasons=tuple(reasons),
+        replayed_reasons=replayed_reasons,
+    )
+
+
+def _thresholds_of(policy: Policy) -> dict:
+    return {condition.value: t.as_dict() for condition, t in policy.thresholds.items()}
+
+
+def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> Iterator[TurnReplay]:
+    """Replay every decided turn of `run` in order (from `start_index`, at most `limit`).
+
+    One streamed query: the turns are read in index order with .iterator() and only the last
+    `history_needed(policy)` of them are kept for the policy's windows; the replan count is
+    carried along from the turns' steps. Turns before `start_index` are read (the windows and
+    the count need them) but not replayed."""
+    if run.actor == "coder_reviewer":
+        rows = (
+            Turn.objects.filter(run_id=run.pk, decision__isnull=False, index__gte=start_index)
+            .order_by("index")
+            .values_list("index", "decision__outcome", "decision__stop_reason")
+        )
+        if limit is not None:
+            rows = rows[:limit]
+        for index, outcome, stop_reason in rows.iterator(chunk_size=2000):
+            yield TurnReplay(
+                run_id=run.pk,
+                turn_index=index,
+                status=NOT_REPLAYABLE,
+                logged_outcome=outcome,
+                logged_stop_reason=stop_reason,
+                note="a coder ⇄ reviewer round: decided by the review loop, not by decide",
+            )
+        return
+    policy = mapping.policy_for_run(run)
+    keep = history_needed(policy)
+    window: deque[PastTurn] = deque(maxlen=max(keep, 1))
+    # Texts repeated from turn to turn (the thresholds in force, a turn's steps, the fired
+    # set) are decoded once: a small cache, cleared when it grows.
+    thresholds_ok = _TextCache(lambda text: json.loads(text) == _thresholds_of(policy))
+    replans_of = _TextCache(lambda text: _replans_split(json.loads(text)))
+    decoded = _TextCache(json.loads)
+    replans = 0
+    done = 0
+    # The windows and the replan count need the turns before `start_index`: all are read.
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(_ROWS_SQL, [run.pk, 0])
+        while rows := cursor.fetchmany(_CHUNK):
+            for index, usage, steps, outcome, answers, fired, calls, stop, reasons, th in rows:
+                before, total = replans_of(steps)
+                fired_list, call_list = decoded(fired), json.loads(calls)
+                if index >= start_index:
+                    if limit is not None and done >= limit:
+                        return
+                    yield replay_turn_row(
+                        run_id=run.pk,
+                        row=(
+                            index,
+                            json.loads(usage),
+                            outcome,
+                            json.loads(answers),
+                            fired_list,
+                            call_list,
+                            stop,
+                            json.loads(reasons),
+                            thresholds_ok(th),
+                        ),
+                        policy=policy,
+                        history=list(window)[-keep:] if keep else [],
+                        replans=replans + before,
+                    )
+                    done += 1
+                replans += total
+                window.append(
+                    PastTurn(
+                        outcome=Outcome(outcome),
+                        fired=frozenset(Condition(name) for name in fired_list),
+                        calls=tuple(call_list),
+                    )
+                )
+
+
+class _TextCache:
+    """`func(text)` remembered for the last few hundred distinct texts."""
+
+    def __init__(self, func, size: int = 256) -> None:
+        self.func, self.size, self.seen = func, size, {}
+
+    def __call__(self, text: str):
+        try:
+            return self.seen[text]
+        except KeyError:
+            if len(self.seen) >= self.size:
+                self.seen.clear()
+            value = self.seen[text] = self.func(text)
+            return value
+
+
+def _replans_split(steps: list) -> tuple[int, int]:
+    """(replans of the verdict steps before the turn decided, replans of all its steps)."""
+    return _replans_before_decide(steps, 0), _replans_in(steps)
+
+
+def turn_decision_replay(*, run: Run, index: int) -> TurnReplay | None:
+    """The decision replay of one turn (None when it has no decision)."""
+    return next(run_replay(run=run, start_index=index, limit=1), None)
+
+
+# ---- guardian replay and the counterfactual probe -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConditionProbe:
+    """One condition's logged (or original) and new answer, as the compared probability."""
+
+    condition: str
+    old: float | None
+    new: float | None
+    old_malformed: str = ""
+    new_malformed: str = ""
+
+    @property
+    def same(self) -> bool:
+        return self.old == self.new and self.old_malformed == self.new_malformed
+
+    @property
+    def moved(self) -> float | None:
+        if self.old is None or self.new is None:
+            return None
+        return self.new - self.old
+
+
+@dataclass(frozen=True)
+class GuardianReplay:
+    """The guardian asked again with a turn's logged (or edited) projection."""
+
+    available: bool
+    why_not: str = ""
+    logged_model_version: str = ""
+    model_version: str = ""
+    conditions: tuple[ConditionProbe, ...] = ()
+    old_outcome: str = ""
+    new_outcome: str = ""
+    new_stop_reason: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.available and all(probe.same for probe in self.conditions)
+
+
+def _probability(condition: Condition, raw: object) -> tuple[float | None, str]:
+    answer = parse_answer(condition, _answer_from_json(raw))
+    if isinstance(answer, Malformed):
+        return None, answer.reason
+    return compared_probability(condition, answer), ""
+
+
+def _probes(logged: Mapping, new: Mapping) -> tuple[ConditionProbe, ...]:
+    probes = []
+    for condition in POST_EXECUTION_CONDITIONS:
+        old_p, old_bad = _probability(condition, logged.get(condition.value))
+        new_p, new_bad = _probability(condition, new.get(condition.value))
+        probes.append(ConditionProbe(condition.value, old_p, new_p, old_bad, new_bad))
+    return tuple(probes)
+
+
+class ProbeInputError(ValueError):
+    """An edit the probe cannot apply; the message names every bad field."""
+
+
+@dataclass(frozen=True)
+class ProbeEdits:
+    drop_results: tuple[int, ...] = ()  # positions in last_results
+    goal: str | None = None
+    arguments: object = None  # the pending call's new arguments (a JSON object)
+    has_arguments: bool = False
+
+    @property
+    def any(self) -> bool:
+        return bool(self.drop_results) or self.goal is not None or self.has_arguments
+
+
+def projection_edit(projection: Mapping, edits: ProbeEdits) -> dict:
+    """A copy of `projection` with the edits applied; raises ProbeInputError naming every
+    edit that does not fit it."""
+    edited = json.loads(json.dumps(projection))
+    problems = []
+    results = list(edited.get("last_results") or [])
+    bad = [n for n in edits.drop_results if not 0 <= n < len(results)]
+    if bad:
+        problems.append(
+            f"drop_result: no tool result {', '.join(map(str, bad))} "
+            f"(the turn has {len(results)}, numbered from 0)"
+        )
+    if edits.goal is not None and not edits.goal.strip():
+        problems.append("goal: must not be empty")
+    if edits.has_arguments:
+        if not isinstance(edits.arguments, dict):
+            problems.append("arguments: must be a JSON object")
+        if not isinstance(edited.get("pending_proposal"), dict):
+            problems.append("arguments: the projection has no pending call to change")
+    if problems:
+        raise ProbeInputError("; ".join(problems))
+    if edits.drop_results:
+        dropped = set(edits.drop_results)
+        edited["last_results"] = [r for n, r in enumerate(results) if n not in dropped]
+    if edits.goal is not None:
+        edited["goal"] = edits.goal
+    if edits.has_arguments:
+        edited["pending_proposal"] = {**edited["pending_proposal"], "arguments": edits.arguments}
+    return edited
+
+
+def _guardian_for(run: Run):
+    """The run's guardian adapter, or (None, why not)."""
+    from runs.ports import build_guardian
+
+    try:
+        guardian = build_guardian(run)
+    except (KeyError, ValueError, ImportError) as exc:
+        return None, f"the guardian {run.guardian!r} cannot be built here: {exc}"
+    warm = getattr(guardian, "warm", None)
+    if callable(warm):
+        warm()  # train before asking: a first use must be slow, not late
+    return guardian, ""
+
+
+def guardian_replay(
+    *, run: Run, index: int, edits: ProbeEdits | None = None, guardian=None
+) -> GuardianReplay:
+    """Ask the run's guardian again with turn `index`'s logged projection (edited by `edits`
+    for a probe) and decide with the run's policy: per condition the logged and the new
+    probability, and the logged and the new outcome. Nothing is written.
+
+    A replay (no edits) is only made against the same model version the turn logged: a
+    guardian that now reports another version is "not available", not compared."""
+    turn = Turn.objects.select_related("decision").get(run_id=run.pk, index=index)
+    decision = getattr(turn, "decision", None)
+    if decision is None:
+        return GuardianReplay(False, "the turn has no decision yet")
+    if run.actor == "coder_reviewer":
+        return GuardianReplay(False, "a coder ⇄ reviewer round: no guardian projection")
+    if not turn.projection:
+        return GuardianReplay(
+            False,
+            "the guardian was not asked on this turn (a held step is decided by the gate)",
+            logged_model_version=decision.guardian_model_version,
+        )
+    projection = projection_edit(turn.projection, edits) if edits else turn.projection
+    if guardian is None:
+        guardian, why = _guardian_for(run)
+        if guardian is None:
+            return GuardianReplay(False, why, logged_model_version=decision.guardian_model_version)
+    version = str(getattr(guardian, "model_version", "unknown"))
+    if edits is None and version != decision.guardian_model_version:
+        return GuardianReplay(
+            False,
+            f"the pinned model version {decision.guardian_model_version} is no longer "
+            f"available (the guardian now is {version})",
+            logged_model_version=decision.guardian_model_version,
+            model_version=version,
+        )
+    try:
+        new = dict(guardian.answer(projection, POST_EXECUTION_CONDITIONS))
+    except Exception as exc:  # the live guardian failed: the answers are malformed, as in a turn
+        failure = Malformed(f"guardian failed: {type(exc).__name__}: {exc}"[:300])
+        new = {c.value: failure for c in POST_EXECUTION_CONDITIONS}
+    new = {str(key): value for key, value in new.items()}
+    replayed = _decide_again(run, turn, decision, new)
+    return GuardianReplay(
+        True,
+        logged_model_version=decision.guardian_model_version,
+        model_version=version,
+        conditions=_probes(decision.answers, new),
+        old_outcome=decision.outcome,
+        new_outcome=replayed.outcome.value,
+        new_stop_reason=replayed.stop_reason or "",
+    )
+
+
+def _decide_again(run: Run, turn: Turn, decision, answers: Mapping):
+    """`decide` over new answers with everything else as the turn logged it."""
+    policy = mapping.policy_for_run(run)
+    earlier = list(
+        Turn.objects.filter(run_id=run.pk, index__lt=turn.index, decision__isnull=False)
+        .select_related("decision")
+        .order_by("-index")[: history_needed(policy)]
+    )
+    replans = sum(
+        _replans_in(steps)
+        for steps in Turn.objects.filter(run_id=run.pk, index__lt=turn.index).values_list(
+            "steps", flat=True
+        )
+    )
+    reasons = decision.reasons or []
+    extra = tuple(_reason_from_json(r) for r in reasons if r.get("source") in LOOP_STEP_SOURCES)
+    return decide(
+        answers,
+        policy,
+        [mapping.past_turn(t) for t in reversed(earlier)],
+        mapping.usage_from_json(turn.usage),
+        calls=tuple(decision.call_signatures),
+        extra_reasons=extra,
+        replans=_replans_before_decide(turn.steps or [], replans),
+    )
+
+
+def turn_probe(*, run: Run, index: int, edits: ProbeEdits, guardian=None) -> GuardianReplay:
+    """The counterfactual probe: the guardian asked with the turn's projection edited, and the
+    policy's outcome on its answers, against the turn's logged answers and outcome. Raises
+    ProbeInputError naming every edit that does not fit the turn. Nothing is written."""
+    return guardian_replay(run=run, index=index, edits=edits, guardian=guardian)

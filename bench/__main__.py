@@ -11,16 +11,21 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     throughput       decided turns/s through 1 and 2 real Celery workers, and the fan-out ratio
     local guardian   the built-in guardian's answer() over all six conditions, ms
     task round trip  a task through a real worker, connection kept or closed per task, ms
-    replay           not built yet (a later issue): said so, and recorded as skipped
+    replay           decisions replayed per second over one generated run of BENCH_REPLAY_TURNS
+                     turns (20 000), the median of BENCH_REPLAY_PASSES passes (bench/replay.py)
     pages            the reviewers' queue at BENCH_QUEUE_ROWS open escalations (100 000): the
                      page, a filtered page, the next page, the live poll, "next", ms and SQL
-                     statements (bench/queue_page.py); the auditors' run list is not built yet
+                     statements (bench/queue_page.py); then the auditors' runs list at
+                     BENCH_RUN_ROWS runs (100 000): the first page, filtered pages, pages by
+                     cursor, searches of the goal, ms and SQL statements (bench/run_list_page.py)
 
 Runs on the configured database and broker: the embedded default (SQLite and the filesystem
 broker under GUARDIAN_VAR_DIR, migrated first) unless DATABASE_URL / CELERY_BROKER_URL say
 otherwise. A section that fails prints its traceback and the others still run; the exit code
 is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_THROUGHPUT_PASSES,
-BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_PAGE_REQUESTS,
+BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
+BENCH_PAGE_REQUESTS,
+BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES,
 BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
@@ -55,9 +60,7 @@ SECTIONS = (
     "replay",
     "pages",
 )
-NOT_BUILT = {
-    "replay": "not built yet: the replay rate comes with a later issue",
-}
+NOT_BUILT: dict[str, str] = {}
 
 
 def skipped_by_env() -> set[str]:
@@ -168,7 +171,7 @@ def main() -> int:
     # The bench workers' logs, kept for a look after a failed pass; one run's worth at a time.
     shutil.rmtree(Path(settings.VAR_DIR) / "bench", ignore_errors=True)
 
-    from bench import local_guardian, queue_page, task_roundtrip, throughput
+    from bench import local_guardian, queue_page, replay, run_list_page, task_roundtrip, throughput
 
     runner = Runner()
     runner.section("engine", engine)
@@ -179,9 +182,10 @@ def main() -> int:
     runner.section("throughput", throughput.measure)
     runner.section("local guardian", local_guardian.measure)
     runner.section("task round trip", task_roundtrip.measure)
+    runner.section("replay", replay.measure)
     for name, why in NOT_BUILT.items():
         runner.section(name, lambda r, why=why: r.skip(why))
-    runner.section("pages", queue_page.measure)
+    runner.section("pages", lambda r: (queue_page.measure(r), run_list_page.measure(r)))
     if runner.failed:
         print(f"FAILED sections: {', '.join(runner.failed)}", file=sys.stderr)
         return 1

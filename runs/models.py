@@ -1,5 +1,7 @@
 """Runs, their turns, the decision taken on each turn, and the tool calls each turn proposed."""
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -19,6 +21,9 @@ class Run(models.Model):
 
     Status = RunStatus
 
+    # The run's identity in the decision log's hash chain: unlike the id it survives an
+    # export and an import into another database.
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     goal = models.TextField()
     acceptance_criteria = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
@@ -70,7 +75,13 @@ class Run(models.Model):
         # The sweeper finds running runs by status. No column a turn rewrites (updated_at,
         # lease, state) is indexed, so PostgreSQL updates the run row in place (HOT) on every
         # turn instead of adding index entries that a long run would pile up.
-        indexes = [models.Index(fields=["status"], name="run_status")]
+        indexes = [
+            models.Index(fields=["status"], name="run_status"),
+            # The runs list reads newest first by keyset, (created_at, id) < cursor, from this
+            # index (runs.selectors.run_list_filtered); created_at is written once. The goal
+            # search's trigram index is PostgreSQL's own: migration 0010 makes it there.
+            models.Index(fields=["created_at", "id"], name="run_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"Run {self.pk}: {self.goal[:60]}"
@@ -146,6 +157,11 @@ class Decision(models.Model):
     question_set_version = models.CharField(max_length=40)
     guardian_model_version = models.CharField(max_length=120)
     state_hash = models.CharField(max_length=64)
+    # The tamper-evident log (runs/chain.py): SHA-256 of this decision's content, which
+    # includes the previous decision's hash in the same run ("" for the first). A database
+    # trigger refuses any UPDATE or DELETE of a decision outside an operator's purge.
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    content_hash = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

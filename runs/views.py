@@ -1,12 +1,166 @@
 """The auditors' pages of runs."""
 
 from django.contrib.auth.decorators import permission_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET
+from django_htmx.http import HttpResponseStopPolling, push_url
 
-from runs.selectors import run_list
+from runs.models import DecisionOutcome, Run, RunStatus
+from runs.presentation import run_rows
+from runs.selectors import (
+    run_filters_from,
+    run_last_turn,
+    run_last_usage,
+    run_list_filtered,
+    run_page_run,
+    run_page_stamp,
+    run_policy_numbers,
+    run_recent_model_versions,
+    run_timeline,
+)
+from runs.stop_reasons import STOP_REASONS
+from runs.timeline import (
+    LIVE_STATUSES,
+    budget_rows,
+    probability_chart,
+    status_sentence,
+    turn_views,
+)
+from runs.tools import tool_registry
+
+# ---- the runs list --------------------------------------------------------------------------
+
+LIST_TEMPLATE = "runs/run_list.html"
+LIST_PAGE_SIZE = 50
+ESCALATED_CHOICES = (("", "Any run"), ("yes", "Escalated"), ("no", "Never escalated"))
+# The text fields the form shows back as typed, a bad value included (it is named above).
+LIST_TEXT_FIELDS = ("q", "since", "until", "model", "tool")
 
 
 @permission_required("runs.audit_run", raise_exception=True)
+@require_GET
 def run_list_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/run_list.html", {"runs": run_list()[:200]})
+    """Every run, newest first, 50 a page by keyset, under the filters of the form: the whole
+    page, or the results alone (problems, rows, pages) for an htmx filter change or page."""
+    restoring = bool(request.htmx) and request.htmx.history_restore_request
+    filters, problems = run_filters_from(request.GET)
+    after = request.GET.get("after") or None
+    try:
+        page = run_list_filtered(filters=filters, after=after, limit=LIST_PAGE_SIZE)
+    except ValueError:  # a cursor run_filters_from already named: show the first page
+        after = None
+        page = run_list_filtered(filters=filters, limit=LIST_PAGE_SIZE)
+    params = filters.as_params()
+    context = {
+        "filters": filters,
+        "problems": problems,
+        "rows": run_rows(page.items),
+        "after": after,
+        "narrowed": bool(params),
+        "list_url": _list_url({}),
+        "first_page_url": _list_url(params),
+        "next_page_url": _list_url(params, after=page.next_cursor) if page.next_cursor else "",
+        "looked_back_to": timezone.localtime(page.looked_back_to) if page.looked_back_to else None,
+        "time_zone": timezone.get_current_timezone_name(),
+    }
+    if request.htmx and not restoring:
+        template = f"{LIST_TEMPLATE}#results"
+    else:
+        template = LIST_TEMPLATE
+        context.update(
+            raw={name: request.GET.get(name, "") for name in LIST_TEXT_FIELDS},
+            status_choices=RunStatus.choices,
+            outcome_choices=DecisionOutcome.choices,
+            stop_reason_choices=list(STOP_REASONS.items()),
+            escalated_choices=ESCALATED_CHOICES,
+            policy_choices=run_policy_numbers(),
+            model_suggestions=run_recent_model_versions(),
+            tool_suggestions=sorted(tool_registry()),
+        )
+    response = render(request, template, context)
+    if request.htmx and not restoring and not problems:
+        # The form sends every field, empty ones too; the address bar gets the short form.
+        push_url(response, _list_url(params, after=after))
+    # The same URL answers a page or its results: a cache must not mix them up.
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+def _list_url(params: dict[str, str], **extra: str | None) -> str:
+    query = urlencode({**params, **{name: value for name, value in extra.items() if value}})
+    base = reverse("runs:list")
+    return f"{base}?{query}" if query else base
+
+
+# ---- the run page ---------------------------------------------------------------------------
+
+RUN_TEMPLATE = "runs/run_detail.html"
+
+
+@permission_required("runs.audit_run", raise_exception=True)
+@require_GET
+def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
+    """One run's decision log: the whole page, or its live head (summary, chart, turns) for
+    htmx; for the poll of a live run, 204 when nothing changed since its stamp (286, which
+    stops the poll, once the run has ended); `?before=<turn>` pages to older turns by keyset."""
+    try:
+        run = run_page_run(run_id=run_id)
+    except Run.DoesNotExist:
+        raise Http404("No such run") from None
+    last_turn = run_last_turn(run_id=run.pk)
+    stamp = run_page_stamp(run, last_turn)
+    live = run.status in LIVE_STATUSES
+    polled = bool(request.htmx) and "stamp" in request.GET
+    if polled and request.GET["stamp"] == stamp:
+        return HttpResponse(status=204) if live else HttpResponseStopPolling()
+    raw_before = request.GET.get("before", "")
+    before, problem = _turn_number(raw_before)
+    timeline = run_timeline(run_id=run.pk, before=before)
+    turns = turn_views(timeline.turns)
+    versions = sorted({t.guardian_model_version for t in turns if t.guardian_model_version})
+    context = {
+        "run": run,
+        "status_sentence": status_sentence(run),
+        "live": live,
+        "problem": problem,
+        "before": before,
+        "turns": turns,
+        "older_url": (
+            _run_url(run.pk, before=timeline.older_than) if timeline.older_than is not None else ""
+        ),
+        "latest_url": _run_url(run.pk),
+        "chart": probability_chart(turns),
+        "budgets": budget_rows(run, run_last_usage(run_id=run.pk)),
+        "guardian_versions": versions,
+        "last_turn": last_turn,
+        "is_review_loop": run.actor == "coder_reviewer",
+        "can_review": request.user.has_perm("escalations.review_escalation"),
+        # Only the head of a live run polls; an older page stays as it is.
+        "poll_url": _run_url(run.pk, stamp=stamp) if live and before is None else "",
+    }
+    # A poll or an htmx page of turns swaps the live head; a Back restore needs the whole page.
+    partial = bool(request.htmx) and not request.htmx.history_restore_request
+    template = f"{RUN_TEMPLATE}#live" if partial else RUN_TEMPLATE
+    response = render(request, template, context)
+    # The same URL answers a page or its live head: a cache must not mix them up.
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+def _turn_number(raw: str) -> tuple[int | None, str]:
+    if not raw:
+        return None, ""
+    if raw.isascii() and raw.isdigit() and int(raw) < 2**31:
+        return int(raw), ""
+    return None, "before: must be a turn number; showing the latest turns"
+
+
+def _run_url(run_id: int, **params: object) -> str:
+    url = reverse("runs:detail", args=[run_id])
+    query = urlencode({key: value for key, value in params.items() if value is not None})
+    return f"{url}?{query}" if query else url

@@ -21,9 +21,20 @@ TINY = {
     "BENCH_THROUGHPUT_TIMEOUT": "60",
     "BENCH_THROUGHPUT_PASSES": "1",
     "BENCH_QUEUE_ROWS": "300",
+    "BENCH_RUN_ROWS": "300",
     "BENCH_PAGE_REQUESTS": "3",
+    "BENCH_REPLAY_TURNS": "200",
+    "BENCH_REPLAY_PASSES": "1",
 }
-MEASURED = ("engine", "durable turn", "throughput", "local guardian", "task round trip", "pages")
+MEASURED = (
+    "engine",
+    "durable turn",
+    "throughput",
+    "local guardian",
+    "task round trip",
+    "replay",
+    "pages",
+)
 
 
 @pytest.mark.worker
@@ -62,13 +73,16 @@ def test_make_bench_runs_every_section_on_a_fresh_embedded_default(tmp_path):
         "turns/s, 2 workers",
         "fan-out, 2 workers / 1 worker",
     }
-    # LangGraph runs on PostgreSQL only, and says so; a later issue's section says so too.
+    # LangGraph runs on PostgreSQL only, and says so.
     assert "needs PostgreSQL" in figures["langgraph"]["skipped"]
-    assert figures["replay"]["skipped"].startswith("not built yet")
+    assert figures["replay"]["decisions replayed per second"]["value"] > 0
     # The queue page answered, and every row the section made is gone again.
     assert figures["pages"]["queue page, first page"]["note"].endswith("HTTP 200")
     assert figures["pages"]["live poll, nothing changed"]["note"].endswith("HTTP 204")
+    assert figures["pages"]["runs list, first page"]["note"].endswith("HTTP 200")
     with sqlite3.connect(tmp_path / "var" / "guardian.sqlite3") as db:
         left = db.execute("SELECT count(*) FROM runs_run WHERE goal = 'bench: queue page'")
+        assert left.fetchone() == (0,)
+        left = db.execute("SELECT count(*) FROM runs_run WHERE actor = 'bench-run-list'")
         assert left.fetchone() == (0,)
     assert "skipped: needs PostgreSQL" in result.stdout

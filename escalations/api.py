@@ -1,11 +1,57 @@
-"""API endpoints for escalations."""
+"""API endpoints for escalations (list, read, claim, release, resolve, extend) and the labelled
+examples they become. Every write goes through escalations/services.py, with the reviewers'
+page's rules: the page and the API cannot disagree on what a verdict may do."""
 
-from rest_framework import serializers
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import ListAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from escalations.models import Escalation
-from escalations.selectors import escalation_list_open
-from guardian_core.api import HasRequiredPermission
+from escalations.models import (
+    Escalation,
+    EscalationKind,
+    Verdict,
+    VerdictDecision,
+)
+from escalations.selectors import (
+    EXAMPLE_FILTER_FIELDS,
+    escalation_claim_holder,
+    escalation_get,
+    escalation_held_calls,
+    escalation_list_open,
+    example_filters_from,
+    labelled_example_ids,
+    labelled_examples_export,
+    labelled_examples_jsonl,
+)
+from escalations.services import (
+    AlreadyDecided,
+    EscalationError,
+    escalation_claim,
+    escalation_extend_deadline,
+    escalation_release,
+    escalation_resolve,
+    uncertain_conditions,
+)
+from guardian_core.api import HasRequiredPermission, error_body, storable_json
+from guardian_core.api_schema import ErrorResponse
+from guardian_core.pagination import BoundedLimitOffsetPagination
+from runs.models import RiskClass
+
+REVIEW = "escalations.review_escalation"
+# Upper bounds on what a verdict may name: far above any step, far below a database overflow.
+MAX_POSITION = 10_000
+MAX_REASON_CHARS = 5_000
 
 
 class EscalationOutputSerializer(serializers.ModelSerializer):
@@ -30,8 +76,419 @@ class EscalationOpenListApi(ListAPIView):
     """Open escalations, the nearest deadline first."""
 
     permission_classes = [HasRequiredPermission]
-    required_permission = "escalations.review_escalation"
+    required_permission = REVIEW
     serializer_class = EscalationOutputSerializer
 
     def get_queryset(self):
         return escalation_list_open()
+
+
+# ---- one escalation ------------------------------------------------------------------------
+
+
+class HeldCallOutputSerializer(serializers.Serializer):
+    position = serializers.IntegerField()
+    tool = serializers.CharField()
+    description = serializers.CharField()
+    arguments = serializers.JSONField()
+    risk_class = serializers.CharField(help_text="The class the gate held it at.")
+    declared_risk = serializers.CharField()
+    guardian_risk = serializers.CharField()
+    idempotency_key = serializers.CharField()
+    action_hash = serializers.CharField(
+        help_text="Send it back in resolve's seen_hashes: a call that changed since is refused."
+    )
+    needs_quorum = serializers.BooleanField()
+    approvals = serializers.SerializerMethodField(help_text="Approvals given so far.")
+
+    def get_approvals(self, call) -> int:
+        return len(call.approvals)
+
+
+class VerdictOutputSerializer(serializers.ModelSerializer):
+    reviewer = serializers.CharField(source="reviewer.username", read_only=True)
+
+    class Meta:
+        model = Verdict
+        fields = [
+            "id",
+            "decision",
+            "reason",
+            "answer",
+            "approved_calls",
+            "rerun",
+            "risk_labels",
+            "resulting_outcome",
+            "reviewer",
+            "created_at",
+        ]
+
+
+class EscalationDetailOutputSerializer(EscalationOutputSerializer):
+    held_calls = serializers.SerializerMethodField()
+    questions = serializers.SerializerMethodField(
+        help_text="The conditions a person may answer (decision answer)."
+    )
+    claimed_by = serializers.SerializerMethodField(help_text="Who holds it now, if anyone.")
+    verdict = serializers.SerializerMethodField()
+
+    class Meta(EscalationOutputSerializer.Meta):
+        fields = [
+            *EscalationOutputSerializer.Meta.fields,
+            "deadline_extended",
+            "claimed_by",
+            "claim_expires_at",
+            "resolved_at",
+            "held_calls",
+            "questions",
+            "verdict",
+        ]
+
+    @extend_schema_field(HeldCallOutputSerializer(many=True))
+    def get_held_calls(self, escalation: Escalation) -> list:
+        return HeldCallOutputSerializer(escalation_held_calls(escalation), many=True).data
+
+    def get_questions(self, escalation: Escalation) -> list[str]:
+        return uncertain_conditions(escalation)
+
+    def get_claimed_by(self, escalation: Escalation) -> str | None:
+        holder = escalation_claim_holder(escalation)
+        return None if holder is None else holder.get_username()
+
+    @extend_schema_field(VerdictOutputSerializer(allow_null=True))
+    def get_verdict(self, escalation: Escalation) -> dict | None:
+        verdict = getattr(escalation, "verdict", None)  # a missing reverse one-to-one
+        return None if verdict is None else VerdictOutputSerializer(verdict).data
+
+
+def _escalation_or_404(escalation_id: int) -> Escalation:
+    try:
+        return escalation_get(escalation_id=escalation_id)
+    except Escalation.DoesNotExist:
+        raise NotFound("No such escalation.") from None
+
+
+def _detail(escalation_id: int) -> dict:
+    return EscalationDetailOutputSerializer(_escalation_or_404(escalation_id)).data
+
+
+class EscalationDetailApi(APIView):
+    """One escalation: why it was raised, its held calls with the hash to approve each by, the
+    questions a person may answer, who holds it, and its verdict once decided. Reading it
+    claims nothing (POST claim/ does)."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+
+    @extend_schema(responses={200: EscalationDetailOutputSerializer, 404: ErrorResponse})
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(_detail(pk))
+
+
+class EscalationClaimApi(APIView):
+    """Claim an escalation for GUARDIAN_CLAIM_MINUTES (renewing your own claim); only its holder
+    may decide it. 409 when someone else holds it or it is closed."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+
+    @extend_schema(
+        request=None,
+        responses={200: EscalationDetailOutputSerializer, 404: ErrorResponse, 409: ErrorResponse},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        _escalation_or_404(pk)
+        claim = escalation_claim(escalation_id=pk, reviewer=request.user)
+        if claim.status == "held":
+            return _conflict(
+                f"claim: {claim.holder} holds this escalation; only they may decide it"
+            )
+        if claim.status == "closed":
+            return _conflict(f"escalation {pk} is already {claim.escalation.status}")
+        return Response(_detail(pk))
+
+
+class ReleaseInputSerializer(serializers.Serializer):
+    skip = serializers.BooleanField(
+        default=False, help_text="A skip is recorded in the history even when you did not hold it."
+    )
+    reason = serializers.CharField(allow_blank=True, default="", max_length=2000)
+
+
+class EscalationReleaseApi(APIView):
+    """Let go of an escalation you hold (or skip it, with an optional reason): it goes back to
+    the queue for someone else."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+
+    @extend_schema(
+        request=ReleaseInputSerializer,
+        responses={200: EscalationDetailOutputSerializer, 400: ErrorResponse, 404: ErrorResponse},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        serializer = ReleaseInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        _escalation_or_404(pk)
+        escalation_release(
+            escalation_id=pk,
+            reviewer=request.user,
+            note=serializer.validated_data["reason"],
+            skipped=serializer.validated_data["skip"],
+        )
+        return Response(_detail(pk))
+
+
+class EscalationExtendApi(APIView):
+    """Push the deadline back once (GUARDIAN_DEADLINE_EXTENSION_MINUTES): only its holder,
+    only before the deadline. 400 naming why not."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+
+    @extend_schema(
+        request=None,
+        responses={200: EscalationDetailOutputSerializer, 400: ErrorResponse, 404: ErrorResponse},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        _escalation_or_404(pk)
+        try:
+            escalation_extend_deadline(escalation_id=pk, reviewer=request.user)
+        except EscalationError as error:
+            raise ValidationError(problems_by_input_field(error.problems)) from None
+        return Response(_detail(pk))
+
+
+# ---- the verdict -----------------------------------------------------------------------------
+
+
+class ResolveInputSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=VerdictDecision.choices)
+    reason = serializers.CharField(
+        allow_blank=True,
+        default="",
+        max_length=MAX_REASON_CHARS,
+        help_text="Required to reject: the actor is told it.",
+    )
+    answer = serializers.DictField(
+        required=False,
+        validators=[storable_json("answer")],
+        help_text="{condition: label} for each question: true/false, a risk class, or 0-4.",
+    )
+    approved_calls = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_POSITION),
+        required=False,
+        max_length=1000,
+        help_text="Positions of the held calls to approve (every held call when left out).",
+    )
+    edited_arguments = serializers.DictField(
+        child=serializers.DictField(),
+        required=False,
+        validators=[storable_json("edited_arguments")],
+        help_text="{position: arguments} replacing an approved call's arguments.",
+    )
+    risk_labels = serializers.DictField(
+        child=serializers.ChoiceField(choices=RiskClass.choices),
+        required=False,
+        help_text="{position: risk class}: your own class per held call.",
+    )
+    seen_hashes = serializers.DictField(
+        child=serializers.CharField(max_length=128),
+        required=False,
+        help_text="{position: action_hash} as the detail showed it; required to approve a "
+        "held call, so nothing is approved blind.",
+    )
+    rerun = serializers.BooleanField(
+        default=False, help_text="Reject an ambiguous call and run it again."
+    )
+
+
+class EscalationResolveApi(APIView):
+    """Approve, reject or answer an escalation through escalation_resolve, the reviewers' page's
+    service: the same rules, the same labelled examples, the same move of the run.
+
+    200 with the escalation and its verdict; 202 when a first approval waits for a second,
+    different approver (quorum); 400 naming every problem; 409 when it was decided already (the
+    first verdict stands)."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+
+    @extend_schema(
+        request=ResolveInputSerializer,
+        responses={
+            200: EscalationDetailOutputSerializer,
+            202: EscalationDetailOutputSerializer,
+            400: ErrorResponse,
+            404: ErrorResponse,
+            409: ErrorResponse,
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        serializer = ResolveInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        escalation = _escalation_or_404(pk)
+        problems = _page_rules(escalation, data)
+        if problems:
+            raise ValidationError(problems_by_input_field(problems))
+        try:
+            verdict = escalation_resolve(
+                escalation_id=pk,
+                reviewer=request.user,
+                decision=data["decision"],
+                reason=data["reason"],
+                answer=data.get("answer"),
+                approved_calls=data.get("approved_calls"),
+                rerun=data["rerun"],
+                edited_arguments=data.get("edited_arguments"),
+                risk_labels=data.get("risk_labels"),
+                seen_hashes=data.get("seen_hashes"),
+            )
+        except AlreadyDecided as decided:
+            return _conflict(str(decided))
+        except EscalationError as error:
+            raise ValidationError(problems_by_input_field(error.problems)) from None
+        code = status.HTTP_202_ACCEPTED if verdict is None else status.HTTP_200_OK
+        return Response(_detail(pk), status=code)
+
+
+def _page_rules(escalation: Escalation, data: dict) -> list[str]:
+    """What the reviewers' form refuses before the service sees it: approving a held step with
+    no call ticked, and approving a call without the hash of what was shown."""
+    if escalation.kind != EscalationKind.GATED_STEP or data["decision"] != VerdictDecision.APPROVE:
+        return []
+    approved = data.get("approved_calls")
+    if approved is not None and not approved:
+        return ["approved_calls: name the calls to approve, or reject the step"]
+    held = escalation.reason.get("held_calls", [])
+    seen = {str(key) for key in (data.get("seen_hashes") or {})}
+    missing = [p for p in (held if approved is None else approved) if str(p) not in seen]
+    if missing:
+        return [
+            f"seen_hashes: no hash for call {', '.join(map(str, missing))}; send each call's "
+            "action_hash from the escalation's detail"
+        ]
+    return []
+
+
+_INPUT_FIELDS = (
+    "decision",
+    "reason",
+    "answer",
+    "approved_calls",
+    "edited_arguments",
+    "risk_labels",
+    "seen_hashes",
+    "rerun",
+)
+
+
+def problems_by_input_field(problems: list[str]) -> dict[str, list[str]]:
+    """escalation_resolve's problems under the request field each is about ("detail" for the
+    item as a whole: its claim, its deadline, the reviewer)."""
+    grouped: dict[str, list[str]] = {}
+    for problem in problems:
+        head = problem.split(":", 1)[0].split(".", 1)[0]
+        if head in _INPUT_FIELDS:
+            field = head
+        elif problem.startswith("arguments of call"):
+            field = "edited_arguments"
+        elif problem.startswith("call ") and "changed since" in problem:
+            field = "seen_hashes"
+        elif problem.startswith("call "):
+            field = "approved_calls"
+        else:
+            field = "detail"
+        grouped.setdefault(field, []).append(problem)
+    return grouped
+
+
+def _conflict(message: str) -> Response:
+    return Response(error_body(message), status=status.HTTP_409_CONFLICT)
+
+
+# ---- labelled examples -----------------------------------------------------------------------
+
+
+class LabelledExampleOutputSerializer(serializers.Serializer):
+    example_id = serializers.IntegerField()
+    condition = serializers.CharField()
+    projection = serializers.JSONField()
+    probability = serializers.FloatField(required=False)
+    label = serializers.JSONField()
+    source = serializers.CharField()
+    question_set = serializers.CharField()
+    model = serializers.CharField()
+    reviewer = serializers.CharField(allow_null=True)
+    seconds_to_decide = serializers.FloatField(allow_null=True)
+    policy_version = serializers.IntegerField(allow_null=True)
+    created_at = serializers.CharField()
+    escalation_id = serializers.IntegerField(allow_null=True)
+    run_id = serializers.IntegerField(allow_null=True)
+    turn_id = serializers.IntegerField(allow_null=True)
+    verdict = serializers.JSONField(allow_null=True)
+
+
+EXAMPLE_PARAMETERS = [
+    OpenApiParameter("condition", OpenApiTypes.STR, description="A condition's name."),
+    OpenApiParameter("source", OpenApiTypes.STR, description="human, judge or import."),
+    OpenApiParameter("since", OpenApiTypes.DATE, description="From this local date on."),
+    OpenApiParameter("until", OpenApiTypes.DATE, description="Up to this local date, inclusive."),
+]
+
+
+def _example_filters(request: Request):
+    filters, problems = example_filters_from(
+        {name: request.query_params.get(name, "") for name in EXAMPLE_FILTER_FIELDS}
+    )
+    if problems:
+        raise ValidationError({field: [message] for field, message in problems.items()})
+    return filters
+
+
+class LabelledExampleListApi(APIView):
+    """Labelled examples in the trace format, newest first, a page at a time, filtered like
+    the reviewers' examples page."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+    pagination_class = BoundedLimitOffsetPagination
+
+    @extend_schema(
+        parameters=EXAMPLE_PARAMETERS,
+        responses={200: LabelledExampleOutputSerializer(many=True), 400: ErrorResponse},
+    )
+    def get(self, request: Request) -> Response:
+        filters = _example_filters(request)
+        paginator = self.pagination_class()
+        page_ids = paginator.paginate_queryset(labelled_example_ids(filters), request, view=self)
+        examples = sorted(
+            labelled_examples_export(example_ids=page_ids),
+            key=lambda example: -example["example_id"],
+        )
+        return paginator.get_paginated_response(examples)
+
+
+class LabelledExampleExportApi(APIView):
+    """Every labelled example matching the filters as JSON Lines (the trace format), streamed:
+    the same bytes as the reviewers' download and `manage.py export_examples`."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = REVIEW
+
+    @extend_schema(
+        parameters=EXAMPLE_PARAMETERS,
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(OpenApiTypes.STR),
+            400: ErrorResponse,
+        },
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        filters = _example_filters(request)
+        response = StreamingHttpResponse(
+            labelled_examples_jsonl(filters), content_type="application/x-ndjson"
+        )
+        name = "-".join(["labelled-examples", *filters.as_params().values()])
+        response["Content-Disposition"] = f'attachment; filename="{name}.jsonl"'
+        return response

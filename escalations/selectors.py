@@ -410,6 +410,15 @@ def _examples(
     return examples
 
 
+def labelled_example_ids(filters: ExampleFilters) -> QuerySet:
+    """The ids of the examples matching the filters, newest first (the API pages through them)."""
+    return (
+        _examples(filters.condition, filters.since, filters.until, filters.source)
+        .order_by("-id")
+        .values_list("id", flat=True)
+    )
+
+
 def labelled_examples_count(filters: ExampleFilters) -> int:
     return _examples(filters.condition, filters.since, filters.until, filters.source).count()
 
@@ -420,8 +429,10 @@ def labelled_examples_export(
     since: date | datetime | None = None,
     until: date | datetime | None = None,
     source: str = "",
+    example_ids: list[int] | None = None,
 ) -> Iterator[dict]:
-    """Labelled examples, oldest first, one dict each in the trace format of DESIGN.md
+    """Labelled examples (only `example_ids` when given: a page of the API's list), oldest
+    first, one dict each in the trace format of DESIGN.md
     (condition, projection, probability when scored, label, source, question_set, model) and
     what a trace needs to be traced back: the reviewer's username, seconds_to_decide of their
     verdict, the policy version number, created_at (ISO 8601, UTC), the example's,
@@ -431,30 +442,29 @@ def labelled_examples_export(
     `since` and `until` are local dates (both inclusive) or aware datetimes (until exclusive).
     Rows are streamed from a server-side cursor: memory stays flat however many there are.
     """
-    rows = (
-        _examples(condition, since, until, source)
-        .order_by("id")
-        .values_list(
-            "id",
-            "condition",
-            "projection",
-            "probability",
-            "label",
-            "source",
-            "question_set_version",
-            "model_version",
-            "labelled_by__username",
-            "verdict__seconds_to_decide",
-            "policy_version__number",
-            "created_at",
-            "verdict__escalation_id",
-            "verdict__escalation__run_id",
-            "verdict__escalation__turn_id",
-            "verdict_id",
-            "verdict__decision",
-            "verdict__reason",
-            "verdict__escalation__kind",
-        )
+    examples = _examples(condition, since, until, source)
+    if example_ids is not None:
+        examples = examples.filter(pk__in=example_ids)
+    rows = examples.order_by("id").values_list(
+        "id",
+        "condition",
+        "projection",
+        "probability",
+        "label",
+        "source",
+        "question_set_version",
+        "model_version",
+        "labelled_by__username",
+        "verdict__seconds_to_decide",
+        "policy_version__number",
+        "created_at",
+        "verdict__escalation_id",
+        "verdict__escalation__run_id",
+        "verdict__escalation__turn_id",
+        "verdict_id",
+        "verdict__decision",
+        "verdict__reason",
+        "verdict__escalation__kind",
     )
     for (
         pk,
@@ -948,3 +958,11 @@ def _pane_turn(turn: Turn, *, escalated_here: bool) -> PaneTurn:
         reasons=reasons[:4],
         escalated_here=escalated_here,
     )
+
+
+def escalation_get(*, escalation_id: int) -> Escalation:
+    """One escalation with what its API detail shows (run, turn, holder, verdict); raises
+    Escalation.DoesNotExist."""
+    return Escalation.objects.select_related(
+        "run__policy_version", "turn__decision", "claimed_by", "verdict__reviewer"
+    ).get(pk=escalation_id)

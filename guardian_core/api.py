@@ -1,27 +1,65 @@
-"""The API's shared permission check, and the policy version endpoints."""
+"""The API's shared parts (permission check, error body, exception handler), its index, and
+the policy version endpoints."""
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import OperationalError
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import ListAPIView
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from guardian_core.db import conflict_code
 from guardian_core.models import PolicyVersion
 from guardian_core.selectors import policy_version_list
+from guardian_core.services import policy_version_activate, policy_version_create
+from runs.validation import _json_problems
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
-    """DRF's handler, plus: a transaction that lost a race even after its retries (see
-    guardian_core.db.retry_on_conflict) is a 409 the caller may retry, never a 500."""
+    """DRF's handler, with every error body in the API's one shape (error_body), plus: a
+    transaction that lost a race even after its retries (see guardian_core.db.retry_on_conflict)
+    is a 409 the caller may retry, never a 500."""
     if isinstance(exc, OperationalError) and conflict_code(exc):
         return Response(
-            {"detail": "Another change to this run happened at the same time; try again."},
+            error_body("Another change to this run happened at the same time; try again."),
             status=status.HTTP_409_CONFLICT,
         )
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    if response is not None:
+        response.data = error_body(response.data)
+    return response
+
+
+def error_body(data: object) -> dict[str, list[str]]:
+    """The API's one error shape: a JSON object mapping each bad input field to a list of
+    messages, and "detail" to the messages about the request as a whole (not found, not
+    allowed, already decided…). A nested field's messages keep their path ("budgets.max_turns:
+    …", "tools.0: …") under the top-level field, so a client reads every error the same way."""
+    if isinstance(data, dict):
+        body: dict[str, list[str]] = {}
+        for key, value in data.items():
+            name = "detail" if key in ("non_field_errors", "detail") else str(key)
+            nested = isinstance(value, dict)
+            body.setdefault(name, []).extend(_messages(value, name if nested else ""))
+        return body
+    return {"detail": _messages(data, "")}
+
+
+def _messages(value: object, path: str) -> list[str]:
+    if isinstance(value, dict):
+        return [
+            message
+            for key, inner in value.items()
+            for message in _messages(inner, f"{path}.{key}" if path else str(key))
+        ]
+    if isinstance(value, list | tuple):
+        return [message for item in value for message in _messages(item, path)]
+    return [f"{path}: {value}" if path else str(value)]
 
 
 class HasRequiredPermission(BasePermission):
@@ -63,3 +101,173 @@ class PolicyVersionListApi(ListAPIView):
 
     def get_queryset(self):
         return policy_version_list()
+
+
+def storable_json(field: str):
+    """A validator: `field`'s JSON within the depth and size bounds, with no text PostgreSQL
+    cannot store (NUL, lone surrogates): either would be a 500 at the insert."""
+
+    def check(value: object) -> None:
+        problems = _json_problems(field, value, default={})
+        if problems:
+            raise serializers.ValidationError(problems)
+
+    return check
+
+
+class PolicyVersionCreateInputSerializer(serializers.Serializer):
+    label = serializers.CharField(allow_blank=True, default="", max_length=120)
+    question_set_version = serializers.CharField(max_length=40)
+    thresholds = serializers.DictField(
+        validators=[storable_json("thresholds")],
+        help_text="Per condition: c_stop, c_cont, delta (t* is computed from the costs), ...",
+    )
+    question_set = serializers.DictField(
+        validators=[storable_json("question_set")],
+        help_text="Per condition: the typed question asked.",
+    )
+    quorum = serializers.DictField(
+        required=False,
+        validators=[storable_json("quorum")],
+        help_text='Two distinct approvers for some held calls: {"regulated": true, "tools": [..]}.',
+    )
+    activate = serializers.BooleanField(default=False)
+
+
+def _policy_problems(error: DjangoValidationError) -> ValidationError:
+    if hasattr(error, "error_dict"):
+        return ValidationError(
+            {
+                ("detail" if field == "__all__" else field): messages
+                for field, messages in error.message_dict.items()
+            }
+        )
+    return ValidationError({"detail": error.messages})
+
+
+class PolicyVersionCreateApi(APIView):
+    """A new policy version, validated in full (every problem named at once); optionally made
+    the active one at once."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "guardian_core.add_policyversion"
+
+    @extend_schema(
+        request=PolicyVersionCreateInputSerializer,
+        responses={201: PolicyVersionOutputSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = PolicyVersionCreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        try:
+            version = policy_version_create(**data, created_by=request.user)
+        except DjangoValidationError as error:
+            raise _policy_problems(error) from None
+        return Response(
+            PolicyVersionOutputSerializer(policy_version_list().get(pk=version.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class PolicyVersionActivateApi(APIView):
+    """Make a version the one new runs pin (the active one before is retired). 400 when the
+    version is invalid."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "guardian_core.manage_policy"
+
+    @extend_schema(request=None, responses={200: PolicyVersionOutputSerializer})
+    def post(self, request: Request, pk: int) -> Response:
+        if not PolicyVersion.objects.filter(pk=pk).exists():
+            raise NotFound("No such policy version.")
+        try:
+            policy_version_activate(version_id=pk)
+        except DjangoValidationError as error:
+            raise _policy_problems(error) from None
+        return Response(PolicyVersionOutputSerializer(policy_version_list().get(pk=pk)).data)
+
+
+# ---- /api/: what there is -------------------------------------------------------------------
+
+# (url name, method, path, what it does): the index. A test resolves each path to its name.
+API_ENDPOINTS = (
+    ("schema", "GET", "/api/schema/", "The OpenAPI 3 schema of this API."),
+    ("docs", "GET", "/api/docs/", "The schema as a browsable page (Swagger UI)."),
+    ("run-list", "GET", "/api/runs/",
+     "Runs, newest first; filters: status, stop_reason, created_after, created_before, "
+     "policy_version."),
+    ("run-start", "POST", "/api/runs/start/", "Start a run."),
+    ("run-detail", "GET", "/api/runs/{id}/", "One run with its latest turns."),
+    ("run-cancel", "POST", "/api/runs/{id}/cancel/", "Cancel a run."),
+    ("run-turn-list", "GET", "/api/runs/{id}/turns/", "A run's turns, a page at a time."),
+    ("run-turn-detail", "GET", "/api/runs/{id}/turns/{index}/",
+     "One turn: its calls, decision and escalations."),
+    ("escalation-list", "GET", "/api/escalations/",
+     "Open escalations, the nearest deadline first."),
+    ("escalation-detail", "GET", "/api/escalations/{id}/",
+     "One escalation, its held calls and the hash to approve each by."),
+    ("escalation-claim", "POST", "/api/escalations/{id}/claim/", "Claim an escalation."),
+    ("escalation-release", "POST", "/api/escalations/{id}/release/",
+     "Release or skip an escalation."),
+    ("escalation-resolve", "POST", "/api/escalations/{id}/resolve/",
+     "Approve, reject or answer an escalation."),
+    ("escalation-extend", "POST", "/api/escalations/{id}/extend/",
+     "Extend an escalation's deadline, once."),
+    ("example-list", "GET", "/api/examples/",
+     "Labelled examples, newest first; filters: condition, source, since, until."),
+    ("example-export", "GET", "/api/examples/export/",
+     "Labelled examples as JSON Lines (the trace format), streamed."),
+    ("policy-version-list", "GET", "/api/policy-versions/", "Policy versions, newest first."),
+    ("policy-version-create", "POST", "/api/policy-versions/create/",
+     "Create a policy version."),
+    ("policy-version-activate", "POST", "/api/policy-versions/{id}/activate/",
+     "Activate a policy version."),
+)  # fmt: skip
+
+
+class ApiIndexOutputSerializer(serializers.Serializer):
+    class EndpointSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        method = serializers.CharField()
+        path = serializers.CharField()
+        description = serializers.CharField()
+
+    endpoints = EndpointSerializer(many=True)
+    authentication = serializers.CharField()
+    errors = serializers.CharField()
+
+
+class ApiIndexApi(APIView):
+    """What this API offers, how to authenticate, and the shape of its errors."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: ApiIndexOutputSerializer})
+    def get(self, request: Request) -> Response:
+        endpoints = [
+            {"name": name, "method": method, "path": path, "description": description}
+            for name, method, path, description in API_ENDPOINTS
+        ]
+        return Response(
+            {
+                "endpoints": endpoints,
+                "authentication": "`Authorization: Bearer <token>` (an admin creates tokens in "
+                "the Django admin; each is shown once), or the browser's session.",
+                "errors": 'Every error is a JSON object mapping each bad field, or "detail" for '
+                "the request as a whole, to a list of messages.",
+            }
+        )
+
+
+class ApiNotFoundApi(APIView):
+    """Any other path under /api/: a 404 in the API's error shape (not the HTML page), naming
+    where the endpoints are listed."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, rest: str) -> Response:
+        raise NotFound(f"No API endpoint at /api/{rest}; GET /api/ lists them.")
+
+    post = put = patch = delete = get

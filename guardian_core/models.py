@@ -70,3 +70,30 @@ def problems_by_field(problems: list[str]) -> dict[str, list[str]]:
         field_name = problem.split(":", 1)[0].split(".", 1)[0]
         grouped.setdefault(field_name, []).append(problem)
     return grouped
+
+
+class ApiToken(models.Model):
+    """A machine's credential for the API: `Authorization: Bearer <token>` acts as `user`.
+
+    Only the SHA-256 of the token is stored: it is shown once, when an admin creates it, and
+    cannot be read back. `prefix` (the token's first characters) names it in lists and logs.
+    A revoked token stays, so the log of who used what keeps its meaning.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=120, help_text="What uses it, e.g. “billing webhook”.")
+    prefix = models.CharField(max_length=16, editable=False)
+    # The authentication class finds a token by this digest: unique, hence indexed.
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -69,6 +69,10 @@ ROLES: tuple[Role, ...] = (
             # Until operators get a role of their own, admins start and cancel runs.
             "runs.add_run",
             "runs.change_run",
+            # Machines' API tokens, created (shown once) and revoked in the Django admin.
+            "guardian_core.view_apitoken",
+            "guardian_core.add_apitoken",
+            "guardian_core.change_apitoken",
         ),
     ),
 )

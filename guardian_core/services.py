@@ -1,4 +1,4 @@
-"""Writes on policy versions: create a valid one, activate or retire one.
+"""Writes on policy versions (create a valid one, activate or retire one) and on API tokens.
 
 A version's content is validated in full (guardian_core/policy_validation.py) before it is
 stored and again before it becomes active, so new runs are never pinned to a version the engine
@@ -6,11 +6,15 @@ cannot use. Once a run pins a version its content is frozen (a trigger, runs/db_
 changing it means making a new version.
 """
 
+import hashlib
+import secrets
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
-from guardian_core.models import PolicyVersion, problems_by_field
+from guardian_core.models import ApiToken, PolicyVersion, problems_by_field
 from guardian_core.policy_validation import policy_version_problems, thresholds_with_t_star
 
 
@@ -110,3 +114,36 @@ def policy_version_run_count(version: PolicyVersion) -> int:
     if version.pk is None:
         return 0
     return version.runs.count()
+
+
+# ---- API tokens -------------------------------------------------------------------
+
+TOKEN_PREFIX = "gdn_"  # recognisable in a leaked config file or a secret scanner's rules
+_PREFIX_CHARS = 12
+
+
+def token_digest(token: str) -> str:
+    """What is stored of a token, and what a presented one is looked up by."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def api_token_create(*, user, name: str) -> tuple[ApiToken, str]:
+    """A new token for `user`; returns it and its secret, which is not stored anywhere (only
+    its SHA-256 is) and so can be shown once, now."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user,
+        name=name.strip()[:120],
+        prefix=secret[:_PREFIX_CHARS],
+        digest=token_digest(secret),
+    )
+    return token, secret
+
+
+def api_token_revoke(*, token_id: int) -> bool:
+    """Revoke a token from now on; True if it was live."""
+    return bool(
+        ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+    )

@@ -50,6 +50,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_filters",
     "django_htmx",
     "axes",
     "guardian_core",
@@ -287,14 +289,22 @@ GUARDIAN_TURN_SLICE_SECONDS = env_float("GUARDIAN_TURN_SLICE_SECONDS", 0.5, mini
 GUARDIAN_ALLOW_SCRIPTED_ADAPTERS = env_bool("GUARDIAN_ALLOW_SCRIPTED_ADAPTERS", DEBUG)
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # Machines send `Authorization: Bearer <token>` (guardian_core.ApiToken): a request that
+    # names a token is that token's, whatever cookie comes with it; the browser's session
+    # otherwise. No credentials, or bad ones, is a 403 (the token class names no
+    # WWW-Authenticate challenge, so DRF does not turn it into a 401).
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "guardian_core.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # \u-escaped output: an error that echoes a lone surrogate back stays valid to encode.
     "UNICODE_JSON": False,
     # JSON only, and a document nested too deeply is a 400 naming its field, not a 500.
     "DEFAULT_PARSER_CLASSES": ["guardian_core.parsers.BoundedJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "guardian_core.api_schema.GuardianAutoSchema",
     "EXCEPTION_HANDLER": "guardian_core.api.exception_handler",
     # A bounded page size: no caller can dump every row in one request.
     "DEFAULT_PAGINATION_CLASS": "guardian_core.pagination.BoundedLimitOffsetPagination",
@@ -306,6 +316,16 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # /api/docs/ serves Swagger UI from the sidecar package's static files: no CDN, and its
+    # init script as a file of its own (SpectacularSwaggerSplitView), under script-src 'self'.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.models.RunStatus",
+        "EscalationStatusEnum": "escalations.models.EscalationStatus",
+        "ToolCallStatusEnum": "runs.models.ToolCallStatus",
+    },
 }
 
 LOGGING = {

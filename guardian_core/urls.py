@@ -2,17 +2,39 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.decorators import login_not_required, login_required
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.utils.functional import lazy
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from escalations.api import EscalationOpenListApi
+from escalations.api import (
+    EscalationClaimApi,
+    EscalationDetailApi,
+    EscalationExtendApi,
+    EscalationOpenListApi,
+    EscalationReleaseApi,
+    EscalationResolveApi,
+    LabelledExampleExportApi,
+    LabelledExampleListApi,
+)
 from guardian_core import views
-from guardian_core.api import PolicyVersionListApi
-from runs.api import RunCancelApi, RunCreateApi, RunDetailApi, RunListApi
+from guardian_core.api import (
+    ApiIndexApi,
+    ApiNotFoundApi,
+    PolicyVersionActivateApi,
+    PolicyVersionCreateApi,
+    PolicyVersionListApi,
+)
+from runs.api import (
+    RunCancelApi,
+    RunCreateApi,
+    RunDetailApi,
+    RunListApi,
+    RunTurnDetailApi,
+    RunTurnListApi,
+)
 
 
 def api_view(view_class):
@@ -26,13 +48,47 @@ policy_patterns = (
 )
 
 api_patterns = [
+    path("", api_view(ApiIndexApi), name="index"),
     path("schema/", login_not_required(SpectacularAPIView.as_view()), name="schema"),
+    # A page for people: signing in is a redirect to the login page, as for every page (DRF
+    # marks its views login_not_required, hence the explicit decorator). Its
+    # init script is served by the same view (?script), so no inline script meets the CSP.
+    path(
+        "docs/",
+        login_required(
+            SpectacularSwaggerSplitView.as_view(
+                url_name="api:schema", template_name="guardian_core/api_docs.html"
+            )
+        ),
+        name="docs",
+    ),
     path("runs/", api_view(RunListApi), name="run-list"),
     path("runs/<int:pk>/", api_view(RunDetailApi), name="run-detail"),
     path("runs/start/", api_view(RunCreateApi), name="run-start"),
     path("runs/<int:pk>/cancel/", api_view(RunCancelApi), name="run-cancel"),
+    path("runs/<int:pk>/turns/", api_view(RunTurnListApi), name="run-turn-list"),
+    path("runs/<int:pk>/turns/<int:index>/", api_view(RunTurnDetailApi), name="run-turn-detail"),
     path("escalations/", api_view(EscalationOpenListApi), name="escalation-list"),
+    path("escalations/<int:pk>/", api_view(EscalationDetailApi), name="escalation-detail"),
+    path("escalations/<int:pk>/claim/", api_view(EscalationClaimApi), name="escalation-claim"),
+    path(
+        "escalations/<int:pk>/release/", api_view(EscalationReleaseApi), name="escalation-release"
+    ),
+    path(
+        "escalations/<int:pk>/resolve/", api_view(EscalationResolveApi), name="escalation-resolve"
+    ),
+    path("escalations/<int:pk>/extend/", api_view(EscalationExtendApi), name="escalation-extend"),
+    path("examples/", api_view(LabelledExampleListApi), name="example-list"),
+    path("examples/export/", api_view(LabelledExampleExportApi), name="example-export"),
     path("policy-versions/", api_view(PolicyVersionListApi), name="policy-version-list"),
+    path("policy-versions/create/", api_view(PolicyVersionCreateApi), name="policy-version-create"),
+    path(
+        "policy-versions/<int:pk>/activate/",
+        api_view(PolicyVersionActivateApi),
+        name="policy-version-activate",
+    ),
+    # Last: any other path under /api/ is a JSON 404 in the API's error shape.
+    re_path(r"^(?P<rest>.+)$", api_view(ApiNotFoundApi), name="not-found"),
 ]
 
 urlpatterns = [

@@ -1,6 +1,8 @@
 """API endpoints for runs."""
 
-from drf_spectacular.utils import extend_schema
+import django_filters
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
@@ -9,8 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from guardian_core.api import HasRequiredPermission
-from runs.models import Run
-from runs.selectors import run_get, run_list
+from runs.models import Decision, Run, RunStatus, ToolCall, Turn
+from runs.selectors import run_get, run_list, run_turn_get, run_turns_for_api
 from runs.services import RunError, run_cancel, run_start
 from runs.validation import ACTORS, GUARDIANS, MAX_GOAL_CHARS, problems_by_field, run_input_problems
 
@@ -40,26 +42,187 @@ class RunOutputSerializer(serializers.ModelSerializer):
         ]
 
 
+class RunFilter(django_filters.FilterSet):
+    """The run list's filters; a value that is not one of them is a 400 naming the parameter."""
+
+    status = django_filters.ChoiceFilter(choices=RunStatus.choices)
+    stop_reason = django_filters.CharFilter(max_length=60)
+    created_after = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
+    )
+    created_before = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
+    )
+    policy_version = django_filters.NumberFilter(
+        field_name="policy_version__number", min_value=1, max_value=2**31 - 1
+    )
+
+    class Meta:
+        model = Run
+        fields = ["status", "stop_reason", "created_after", "created_before", "policy_version"]
+
+
 class RunListApi(ListAPIView):
-    """Every run, newest first."""
+    """Every run, newest first, filtered by status, stop reason, creation time and the policy
+    version it pinned."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.audit_run"
     serializer_class = RunOutputSerializer
+    filterset_class = RunFilter
 
     def get_queryset(self):
-        return run_list()
+        # The turn count's GROUP BY drops the model's default ordering: said again here.
+        return run_list().order_by("-created_at", "-id")
+
+
+class ToolCallOutputSerializer(serializers.ModelSerializer):
+    result = serializers.CharField(
+        allow_null=True, read_only=True, help_text="Verbatim tool output: untrusted data."
+    )
+
+    class Meta:
+        model = ToolCall
+        fields = [
+            "position",
+            "tool",
+            "arguments",
+            "intent",
+            "risk_class",
+            "status",
+            "idempotency_key",
+            "result",
+            "error",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class DecisionOutputSerializer(serializers.ModelSerializer):
+    policy_version = serializers.IntegerField(source="policy_version.number", read_only=True)
+
+    class Meta:
+        model = Decision
+        fields = [
+            "outcome",
+            "answers",
+            "risk_answers",
+            "fired",
+            "call_signatures",
+            "stop_reason",
+            "thresholds",
+            "reasons",
+            "policy_version",
+            "question_set_version",
+            "guardian_model_version",
+            "state_hash",
+            "created_at",
+        ]
+
+
+class TurnSummarySerializer(serializers.ModelSerializer):
+    outcome = serializers.CharField(source="decision.outcome", read_only=True, allow_null=True)
+    call_count = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Turn
+        fields = ["index", "state_hash", "outcome", "call_count", "started_at", "finished_at"]
+
+    def get_call_count(self, turn: Turn) -> int:
+        return len(turn.tool_calls.all())
+
+
+class _EscalationOfTurnSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+
+
+class TurnOutputSerializer(serializers.ModelSerializer):
+    tool_calls = ToolCallOutputSerializer(many=True, read_only=True)
+    decision = serializers.SerializerMethodField()
+    escalations = _EscalationOfTurnSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Turn
+        fields = [
+            "index",
+            "state_hash",
+            "proposal",
+            "projection",
+            "usage",
+            "feedback",
+            "timings",
+            "started_at",
+            "finished_at",
+            "tool_calls",
+            "decision",
+            "escalations",
+        ]
+
+    @extend_schema_field(DecisionOutputSerializer(allow_null=True))
+    def get_decision(self, turn: Turn) -> dict | None:
+        decision = getattr(turn, "decision", None)
+        return None if decision is None else DecisionOutputSerializer(decision).data
+
+
+# A run's detail shows its latest turns, at most this many; /turns/ pages through them all.
+DETAIL_TURNS = 50
+
+
+class RunDetailOutputSerializer(RunOutputSerializer):
+    turns = serializers.SerializerMethodField(
+        help_text=f"The latest {DETAIL_TURNS} turns, oldest first; every turn: turns/."
+    )
+
+    class Meta(RunOutputSerializer.Meta):
+        fields = [*RunOutputSerializer.Meta.fields, "turns"]
+
+    @extend_schema_field(TurnSummarySerializer(many=True))
+    def get_turns(self, run: Run) -> list:
+        latest = list(run_turns_for_api(run_id=run.pk).order_by("-index")[:DETAIL_TURNS])
+        return TurnSummarySerializer(reversed(latest), many=True).data
 
 
 class RunDetailApi(RetrieveAPIView):
-    """One run."""
+    """One run, with its latest turns."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.audit_run"
-    serializer_class = RunOutputSerializer
+    serializer_class = RunDetailOutputSerializer
 
     def get_queryset(self):
         return run_list()
+
+
+class RunTurnListApi(ListAPIView):
+    """A run's turns, oldest first, a page at a time."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.audit_run"
+    serializer_class = TurnSummarySerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator, with no run
+            return Turn.objects.none()
+        get_object_or_404(Run.objects.only("pk"), pk=self.kwargs["pk"])
+        return run_turns_for_api(run_id=self.kwargs["pk"])
+
+
+class RunTurnDetailApi(APIView):
+    """One turn: its proposal, what the guardian saw, every call with its (untrusted) result,
+    the decision with the probabilities and thresholds in force, and its escalations."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.audit_run"
+
+    @extend_schema(responses={200: TurnOutputSerializer})
+    def get(self, request: Request, pk: int, index: int) -> Response:
+        try:
+            turn = run_turn_get(run_id=pk, index=index)
+        except Turn.DoesNotExist:
+            raise NotFound("No such turn.") from None
+        return Response(TurnOutputSerializer(turn).data)
 
 
 class RunCreateInputSerializer(serializers.Serializer):

@@ -6,6 +6,7 @@ Add a row here for every new page or endpoint; test_every_url_is_in_the_matrix f
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from guardian_core.demo import demo_policy_version
 from tests.factories import make_escalation, make_run
 
 LOGIN = ("redirect", "/accounts/login/")
@@ -121,6 +122,71 @@ MATRIX = [
         outsider=403,
     ),
     row("runs:list", anonymous=LOGIN, reviewer=403, auditor=200, admin=403, outsider=403),
+    row(
+        "runs:verify",
+        kwargs={"run_id": "run"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "runs:export_json",
+        kwargs={"run_id": "run"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "runs:export_csv",
+        kwargs={"run_id": "run"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    # Replay (runs/replay_views.py): a run, and a turn of a run, of their own per request.
+    row(
+        "runs:replay",
+        kwargs={"run_id": "run"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "runs:turn_replay",
+        kwargs={"run_id": "turn_run", "index": 0},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "runs:turn_probe",
+        kwargs={"run_id": "turn_run", "index": 0},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    # The run page: a run of its own (make_run) per request.
+    row(
+        "runs:detail",
+        kwargs={"run_id": "run"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
     row("policies:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row("api:schema", anonymous=403, reviewer=200, auditor=200, admin=200, outsider=200),
     row("api:run-list", anonymous=403, reviewer=403, auditor=200, admin=403, outsider=403),
@@ -155,6 +221,123 @@ MATRIX = [
     row("api:escalation-list", anonymous=403, reviewer=200, auditor=403, admin=403, outsider=403),
     row(
         "api:policy-version-list",
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    # Any other path under /api/: a JSON 404 for everyone.
+    row(
+        "api:not-found",
+        kwargs={"rest": "no/such/endpoint/"},
+        anonymous=404,
+        reviewer=404,
+        auditor=404,
+        admin=404,
+        outsider=404,
+    ),
+    # The index: what the API offers, to anyone (it names paths, no data).
+    row("api:index", anonymous=200, reviewer=200, auditor=200, admin=200, outsider=200),
+    # The docs page is a page for people: signing in first, as on every page.
+    row("api:docs", anonymous=LOGIN, reviewer=200, auditor=200, admin=200, outsider=200),
+    row(
+        "api:run-turn-list",
+        kwargs={"pk": "run"},
+        anonymous=403,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:run-turn-detail",
+        kwargs={"pk": "turn_run", "index": "turn"},
+        anonymous=403,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:escalation-detail",
+        kwargs={"pk": "escalation"},
+        anonymous=403,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:escalation-claim",
+        "POST",
+        kwargs={"pk": "escalation"},
+        anonymous=403,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:escalation-release",
+        "POST",
+        kwargs={"pk": "escalation"},
+        anonymous=403,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    # Allowed, and refused for what was (not) sent: no decision; not holding it.
+    row(
+        "api:escalation-resolve",
+        "POST",
+        kwargs={"pk": "escalation"},
+        anonymous=403,
+        reviewer=400,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:escalation-extend",
+        "POST",
+        kwargs={"pk": "escalation"},
+        anonymous=403,
+        reviewer=400,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:example-list",
+        anonymous=403,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:example-export",
+        anonymous=403,
+        reviewer=200,
+        auditor=403,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:policy-version-create",
+        "POST",
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=400,
+        outsider=403,
+    ),
+    row(
+        "api:policy-version-activate",
+        "POST",
+        kwargs={"pk": "policy_version"},
         anonymous=403,
         reviewer=403,
         auditor=403,
@@ -210,17 +393,79 @@ def test_every_url_pattern_is_named():
 def test_access(request, client, persona, url_name, method, kwargs, expected):
     if persona != "anonymous":
         client.force_login(request.getfixturevalue(persona))
+    if kwargs.get("run_id") == "run":
+        kwargs = {**kwargs, "run_id": make_run().pk}
+    if kwargs.get("run_id") == "turn_run":
+        turn = make_escalation().turn
+        kwargs = {**kwargs, "run_id": turn.run_id, "index": turn.index}
     if kwargs.get("pk") == "run":
         kwargs = {**kwargs, "pk": make_run().pk}
     if kwargs.get("escalation_id") == "escalation":
         kwargs = {**kwargs, "escalation_id": make_escalation().pk}
-    url = reverse(url_name, kwargs=kwargs)
+    url = reverse(url_name, kwargs=_api_objects(kwargs))
 
     response = client.generic(method, url)
 
-    want = expected[persona]
+    _assert_answer(response, expected[persona], f"{persona} {method} {url}")
+
+
+def _api_objects(kwargs: dict) -> dict:
+    """The API rows' objects, one of its own per request."""
+    if kwargs.get("pk") == "escalation":
+        return {**kwargs, "pk": make_escalation().pk}
+    if kwargs.get("pk") == "turn_run":
+        turn = make_escalation().turn
+        return {**kwargs, "pk": turn.run_id, "index": turn.index}
+    if kwargs.get("pk") == "policy_version":
+        return {**kwargs, "pk": demo_policy_version().pk}  # valid: it can be activated
+    return kwargs
+
+
+def _assert_answer(response, want, where: str) -> None:
     if isinstance(want, tuple):
-        assert response.status_code == 302, f"{persona} {method} {url}: {response.status_code}"
-        assert response["Location"].startswith(want[1]), f"{persona} {method} {url}"
+        assert response.status_code == 302, f"{where}: {response.status_code}"
+        assert response["Location"].startswith(want[1]), where
     else:
-        assert response.status_code == want, f"{persona} {method} {url}"
+        assert response.status_code == want, f"{where}: {response.status_code}"
+
+
+# Machines call the API with a token instead of a session: the same role, the same answer. (The
+# docs page is for people, signed in; a token does not open pages.)
+API_ROWS = [
+    param
+    for param in MATRIX
+    if param.values[0].startswith("api:") and param.values[0] != "api:docs"
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("persona", [p for p in PERSONAS if p != "anonymous"])
+@pytest.mark.parametrize(("url_name", "method", "kwargs", "expected"), API_ROWS)
+def test_access_with_a_token(request, client, persona, url_name, method, kwargs, expected):
+    from guardian_core.services import api_token_create
+
+    _, secret = api_token_create(user=request.getfixturevalue(persona), name="matrix")
+    if kwargs.get("pk") == "run":
+        kwargs = {**kwargs, "pk": make_run().pk}
+    url = reverse(url_name, kwargs=_api_objects(kwargs))
+
+    response = client.generic(method, url, HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    _assert_answer(response, expected[persona], f"{persona} (token) {method} {url}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("url_name", "method", "kwargs", "expected"), API_ROWS)
+def test_a_revoked_or_unknown_token_opens_nothing(
+    request, client, admin, url_name, method, kwargs, expected
+):
+    from guardian_core.services import api_token_create, api_token_revoke
+
+    token, secret = api_token_create(user=admin, name="matrix")
+    api_token_revoke(token_id=token.pk)
+    if kwargs.get("pk") == "run":
+        kwargs = {**kwargs, "pk": make_run().pk}
+    url = reverse(url_name, kwargs=_api_objects(kwargs))
+    for presented in (secret, "gdn_not-a-token"):
+        response = client.generic(method, url, HTTP_AUTHORIZATION=f"Bearer {presented}")
+        assert response.status_code == 403, f"{method} {url}: {response.status_code}"

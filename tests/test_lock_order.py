@@ -164,7 +164,7 @@ def test_a_conflict_that_outlives_its_retries_is_a_409_not_a_500():
 
     response = exception_handler(_a_real_deadlock(), {})
     assert response.status_code == 409
-    assert "try again" in response.data["detail"]
+    assert "try again" in " ".join(response.data["detail"])
 
 
 def test_a_transaction_aborted_by_a_deadlock_is_run_again():

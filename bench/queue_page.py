@@ -29,6 +29,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from bench.report import Report  # noqa: E402
+from bench.rows import delete_marked_runs  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_QUEUE_ROWS", "100000"))
 REQUESTS = int(os.environ.get("BENCH_PAGE_REQUESTS", "30"))
@@ -312,40 +313,8 @@ def _escalation(n: int, run_id: int, turn_id: int, now):
 
 
 def delete_rows() -> int:
-    """Delete this section's runs and everything on them, in plain SQL (the ORM's cascade
-    would load 100 000 rows first); returns how many runs went."""
-    from escalations.models import (
-        Approval,
-        Escalation,
-        EscalationEvent,
-        LabelledExample,
-        NotificationDelivery,
-        Verdict,
-    )
-    from runs.log_triggers import log_purge
-    from runs.models import Decision, Run, ToolCall, Turn
-
-    runs = f"SELECT id FROM {Run._meta.db_table} WHERE goal = %s"
-    escalations = f"SELECT id FROM {Escalation._meta.db_table} WHERE run_id IN ({runs})"
-    turns = f"SELECT id FROM {Turn._meta.db_table} WHERE run_id IN ({runs})"
-    verdicts = f"SELECT id FROM {Verdict._meta.db_table} WHERE escalation_id IN ({escalations})"
-    statements = [
-        (LabelledExample, f"verdict_id IN ({verdicts})"),
-        (Verdict, f"escalation_id IN ({escalations})"),
-        (EscalationEvent, f"escalation_id IN ({escalations})"),
-        (NotificationDelivery, f"escalation_id IN ({escalations})"),
-        (Approval, f"escalation_id IN ({escalations})"),
-        (Escalation, f"run_id IN ({runs})"),
-        (Decision, f"turn_id IN ({turns})"),
-        (ToolCall, f"turn_id IN ({turns})"),
-        (Turn, f"run_id IN ({runs})"),
-    ]
-    # The log's triggers refuse these deletes outside a purge (runs/log_triggers.py).
-    with log_purge(), connection.cursor() as cursor:
-        for model, where in statements:
-            cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE {where}", [MARK])
-        cursor.execute(f"DELETE FROM {Run._meta.db_table} WHERE goal = %s", [MARK])
-        return cursor.rowcount
+    """Delete this section's runs and everything on them; returns how many runs went."""
+    return delete_marked_runs("goal", MARK)
 
 
 def main() -> None:

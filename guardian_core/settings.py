@@ -325,6 +325,7 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "runs.models.RunStatus",
         "EscalationStatusEnum": "escalations.models.EscalationStatus",
         "ToolCallStatusEnum": "runs.models.ToolCallStatus",
+        "DecisionOutcomeEnum": "runs.models.DecisionOutcome",
     },
 }
 

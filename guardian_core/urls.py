@@ -28,9 +28,12 @@ from guardian_core.api import (
     PolicyVersionListApi,
 )
 from runs.api import (
+    DecisionLogCsvApi,
     RunCancelApi,
     RunCreateApi,
+    RunDecisionCsvApi,
     RunDetailApi,
+    RunExportApi,
     RunListApi,
     RunTurnDetailApi,
     RunTurnListApi,
@@ -68,6 +71,9 @@ api_patterns = [
     path("runs/<int:pk>/cancel/", api_view(RunCancelApi), name="run-cancel"),
     path("runs/<int:pk>/turns/", api_view(RunTurnListApi), name="run-turn-list"),
     path("runs/<int:pk>/turns/<int:index>/", api_view(RunTurnDetailApi), name="run-turn-detail"),
+    path("runs/<int:pk>/export/", api_view(RunExportApi), name="run-export"),
+    path("runs/<int:pk>/decisions.csv", api_view(RunDecisionCsvApi), name="run-decisions-csv"),
+    path("decisions.csv", api_view(DecisionLogCsvApi), name="decision-log-csv"),
     path("escalations/", api_view(EscalationOpenListApi), name="escalation-list"),
     path("escalations/<int:pk>/", api_view(EscalationDetailApi), name="escalation-detail"),
     path("escalations/<int:pk>/claim/", api_view(EscalationClaimApi), name="escalation-claim"),

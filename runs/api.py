@@ -1,19 +1,41 @@
 """API endpoints for runs."""
 
-import django_filters
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from guardian_core.api import HasRequiredPermission
-from runs.models import Decision, Run, RunStatus, ToolCall, Turn
-from runs.selectors import run_get, run_list, run_turn_get, run_turns_for_api
+from guardian_core.api_schema import ErrorResponse
+from runs.audit import CSV_COLUMNS, decision_csv_lines, run_export_text
+from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
+from runs.selectors import (
+    RUN_LIST_PAGE_MAX,
+    RUN_LIST_PARAMETERS,
+    RUN_PROBE_WINDOW,
+    RUN_SEARCH_MAX_CHARS,
+    RunFilters,
+    run_filters_from,
+    run_get,
+    run_list,
+    run_list_filtered,
+    run_turn_get,
+    run_turns_for_api,
+)
 from runs.services import RunError, run_cancel, run_start
+from runs.stop_reasons import STOP_REASONS
 from runs.validation import ACTORS, GUARDIANS, MAX_GOAL_CHARS, problems_by_field, run_input_problems
 
 
@@ -42,38 +64,139 @@ class RunOutputSerializer(serializers.ModelSerializer):
         ]
 
 
-class RunFilter(django_filters.FilterSet):
-    """The run list's filters; a value that is not one of them is a 400 naming the parameter."""
-
-    status = django_filters.ChoiceFilter(choices=RunStatus.choices)
-    stop_reason = django_filters.CharFilter(max_length=60)
-    created_after = django_filters.IsoDateTimeFilter(
-        field_name="created_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
+class RunListItemOutputSerializer(RunOutputSerializer):
+    last_outcome = serializers.ChoiceField(
+        choices=DecisionOutcome.choices,
+        allow_null=True,
+        read_only=True,
+        help_text="The outcome of the run's last decision (null before the first).",
     )
-    created_before = django_filters.IsoDateTimeFilter(
-        field_name="created_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
+    escalation_count = serializers.IntegerField(read_only=True)
+
+    class Meta(RunOutputSerializer.Meta):
+        fields = [*RunOutputSerializer.Meta.fields, "last_outcome", "escalation_count"]
+
+
+class RunListPageOutputSerializer(serializers.Serializer):
+    results = RunListItemOutputSerializer(many=True)
+    next = serializers.CharField(
+        allow_null=True, help_text="The next page's address (null on the last page)."
     )
-    policy_version = django_filters.NumberFilter(
-        field_name="policy_version__number", min_value=1, max_value=2**31 - 1
+    looked_back_to = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Set when a filter on calls, decisions or escalations looked through "
+        f"{RUN_PROBE_WINDOW} runs without filling the page: the creation time of the oldest "
+        "run it looked at. `next` goes on from there.",
     )
 
-    class Meta:
-        model = Run
-        fields = ["status", "stop_reason", "created_after", "created_before", "policy_version"]
+
+RUN_LIST_DEFAULT_LIMIT = 50
+_RUN_LIST_CHOICES = {
+    "status": RunStatus.values,
+    "outcome": DecisionOutcome.values,
+    "stop_reason": list(STOP_REASONS),
+    "escalated": ["yes", "no"],
+}
+# The bounds run_filters_from checks, for the schema (a value past them is a 400 all the same).
+_RUN_LIST_TYPES = {
+    "since": OpenApiTypes.DATE,
+    "until": OpenApiTypes.DATE,
+    "policy": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+    "model": {"type": "string", "maxLength": 120},
+    "tool": {"type": "string", "maxLength": 120},
+    "q": {"type": "string", "maxLength": RUN_SEARCH_MAX_CHARS},
+}
+RUN_LIST_SCHEMA_PARAMETERS = [
+    *(
+        OpenApiParameter(
+            name,
+            _RUN_LIST_TYPES.get(name, OpenApiTypes.STR),
+            description=description,
+            enum=_RUN_LIST_CHOICES.get(name),
+        )
+        for name, description in RUN_LIST_PARAMETERS.items()
+    ),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": RUN_LIST_PAGE_MAX},
+        description=f"Runs a page, 1 to {RUN_LIST_PAGE_MAX} (default {RUN_LIST_DEFAULT_LIMIT}).",
+    ),
+]
 
 
-class RunListApi(ListAPIView):
-    """Every run, newest first, filtered by status, stop reason, creation time and the policy
-    version it pinned."""
+def _run_filters_input(params, *, also: tuple[str, ...] = ()) -> tuple[RunFilters, list[str]]:
+    """The runs page's filters from the query, read by the page's own run_filters_from, and
+    the problems so far: each bad value, and each parameter that is neither a filter nor one
+    of `also` (say the `offset` of other lists, or a misspelt filter, which would otherwise
+    be ignored and the caller take an unfiltered list for a filtered one)."""
+    filters, problems = run_filters_from(params)
+    known = [*RUN_LIST_PARAMETERS, *also]
+    problems += [
+        f"{name}: not a parameter here; the parameters are {', '.join(known)}"
+        for name in params
+        if name not in known
+    ]
+    return filters, problems
+
+
+def _run_list_input(params) -> tuple[RunFilters, str | None, int]:
+    """The filters, the cursor and the page size; every bad or unknown parameter is named in
+    one 400."""
+    filters, problems = _run_filters_input(params, also=("limit",))
+    limit = RUN_LIST_DEFAULT_LIMIT
+    if (raw := params.get("limit")) is not None:
+        text = raw.strip()
+        # Digits and length first: int() of a 100 000-digit string is itself refused.
+        digits = text.isascii() and text.isdecimal() and len(text) <= 4
+        if digits and 1 <= int(text) <= RUN_LIST_PAGE_MAX:
+            limit = int(text)
+        else:
+            problems.append(f"limit: must be a whole number from 1 to {RUN_LIST_PAGE_MAX}")
+    if problems:
+        raise ValidationError(problems_by_field(problems))
+    return filters, params.get("after") or None, limit
+
+
+class RunListApi(APIView):
+    """Every run, newest first, a keyset page at a time, under exactly the filters of the
+    auditors' runs page (the same parameters, read by the same code): status, last outcome,
+    stop reason, date range, policy version, guardian model version, escalated, tool used and
+    the goal search. Follow `next` for the next page."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.audit_run"
-    serializer_class = RunOutputSerializer
-    filterset_class = RunFilter
 
-    def get_queryset(self):
-        # The turn count's GROUP BY drops the model's default ordering: said again here.
-        return run_list().order_by("-created_at", "-id")
+    @extend_schema(
+        operation_id="runs_list",
+        parameters=RUN_LIST_SCHEMA_PARAMETERS,
+        responses={200: RunListPageOutputSerializer, 400: ErrorResponse},
+    )
+    def get(self, request: Request) -> Response:
+        filters, after, limit = _run_list_input(request.query_params)
+        page = run_list_filtered(filters=filters, after=after, limit=limit)
+        # The page's rows hold only what the runs page shows; the API's whole runs are read
+        # by their ids, one more query for the page.
+        full = run_list().in_bulk([run.pk for run in page.items])
+        runs = []
+        for item in page.items:
+            run = full[item.pk]
+            run.last_outcome = item.last_outcome
+            run.escalation_count = item.escalation_count
+            runs.append(run)
+        next_url = None
+        if page.next_cursor:
+            next_url = replace_query_param(request.build_absolute_uri(), "after", page.next_cursor)
+        return Response(
+            {
+                "results": RunListItemOutputSerializer(runs, many=True).data,
+                "next": next_url,
+                "looked_back_to": (
+                    serializers.DateTimeField().to_representation(page.looked_back_to)
+                    if page.looked_back_to
+                    else None
+                ),
+            }
+        )
 
 
 class ToolCallOutputSerializer(serializers.ModelSerializer):
@@ -223,6 +346,78 @@ class RunTurnDetailApi(APIView):
         except Turn.DoesNotExist:
             raise NotFound("No such turn.") from None
         return Response(TurnOutputSerializer(turn).data)
+
+
+# ---- exports: the same bytes as the auditors' pages ------------------------------------------
+
+CSV_RESPONSE = OpenApiResponse(
+    OpenApiTypes.STR,
+    description="One header line, then one line a decision: " + ", ".join(CSV_COLUMNS) + ".",
+)
+
+
+class RunExportApi(APIView):
+    """The run as one JSON document (run, policy version, turns with their calls and
+    decisions, escalations with their verdicts, hashes and the chain's head): the same bytes
+    as the run page's export and `manage.py export_run`; `manage.py import_run` reads it."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.audit_run"
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request, pk: int) -> HttpResponse:
+        run = Run.objects.select_related("policy_version", "created_by").filter(pk=pk).first()
+        if run is None:
+            raise NotFound("No such run.")
+        response = HttpResponse(
+            run_export_text(run), content_type="application/json; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.json"'
+        return response
+
+
+class RunDecisionCsvApi(APIView):
+    """The run's decision log as CSV in chain order, streamed: the same bytes as the run
+    page's CSV."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.audit_run"
+
+    @extend_schema(responses={(200, "text/csv"): CSV_RESPONSE})
+    def get(self, request: Request, pk: int) -> StreamingHttpResponse:
+        if not Run.objects.filter(pk=pk).exists():
+            raise NotFound("No such run.")
+        response = StreamingHttpResponse(
+            decision_csv_lines(run_id=pk), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'attachment; filename="run-{pk}-decisions.csv"'
+        return response
+
+
+class DecisionLogCsvApi(APIView):
+    """The decision log of every run the runs list's filters match, as CSV, streamed run by
+    run in chain order: the same bytes as the runs page's "Decision log (CSV)" link."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.audit_run"
+
+    @extend_schema(
+        parameters=[p for p in RUN_LIST_SCHEMA_PARAMETERS if p.name not in ("after", "limit")],
+        responses={(200, "text/csv"): CSV_RESPONSE, 400: ErrorResponse},
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        params = request.query_params
+        # The list's cursor means nothing to an export of every matching run.
+        filters, problems = _run_filters_input(params)
+        if "after" in params:
+            problems.append("after: the export holds every matching run; it has no pages")
+        if problems:
+            raise ValidationError(problems_by_field(problems))
+        response = StreamingHttpResponse(
+            decision_csv_lines(filters=filters), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="decisions.csv"'
+        return response
 
 
 class RunCreateInputSerializer(serializers.Serializer):

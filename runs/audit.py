@@ -2,18 +2,20 @@
 one JSON document (and its decisions as CSV), import such a document, purge a run."""
 
 import csv
-import io
+import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
+from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 
 from escalations.models import Escalation, Verdict
 from guardian_core.models import PolicyVersion
 from runs.chain import HASHED_FIELDS, ChainReport, chain_check
 from runs.log_triggers import log_purge
 from runs.models import Decision, Run, ToolCall, Turn
+from runs.selectors import RunFilters, run_list_queryset
 
 EXPORT_FORMAT = "guardian-run/1"
 
@@ -154,37 +156,76 @@ def run_export(run: Run) -> dict:
     }  # fmt: skip
 
 
+def run_export_text(run: Run) -> str:
+    """The run's JSON document as the page, the API and `manage.py export_run` write it."""
+    return json.dumps(run_export(run), ensure_ascii=False, indent=1)
+
+
 CSV_COLUMNS = ("run_id", "run_uid", "turn", "created_at", "policy_version", *HASHED_FIELDS,
                "content_hash")  # fmt: skip
+# Decisions read per query of the CSV export: its memory is this many rows at any log length.
+CSV_BATCH = 500
 
 
-def decisions_csv(decisions: Iterable[Decision]) -> str:
-    """The decision log as CSV, one row a decision; JSON columns as canonical JSON."""
+def decision_csv_rows(
+    *, run_id: int | None = None, filters: RunFilters | None = None, batch: int | None = None
+) -> Iterator[list]:
+    """The decision log as CSV rows, the header first: one run's decisions, or those of every
+    run the runs list's filters match, run by run (by id) and in chain order within a run, so
+    a reader can check each run's links from the file alone. Read by keyset over
+    (run, turn index), `batch` decisions a query: one seek per batch on the turns'
+    (run, index) index, never an OFFSET, never the whole log in memory. JSON columns are
+    canonical JSON, as the hash sees them."""
     from guardian_core.engine.canonical import canonical_json
 
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(CSV_COLUMNS)
-    for d in decisions:
-        values = [d.turn.run_id, d.turn.run.uid, d.turn.index, d.created_at.isoformat(),
-                  d.policy_version.number]  # fmt: skip
-        for name in (*HASHED_FIELDS, "content_hash"):
-            value = getattr(d, name)
-            values.append(value if isinstance(value, str) else canonical_json(value))
-        writer.writerow(values)
-    return out.getvalue()
+    batch = batch or CSV_BATCH
+    decisions = Decision.objects.all()
+    if run_id is not None:
+        decisions = decisions.filter(turn__run_id=run_id)
+    if filters is not None:
+        decisions = decisions.filter(turn__run__in=run_list_queryset(filters=filters))
+    rows = decisions.values(
+        "created_at",
+        "content_hash",
+        *HASHED_FIELDS,
+        run=models.F("turn__run_id"),
+        run_uid=models.F("turn__run__uid"),
+        turn_index=models.F("turn__index"),
+        policy_number=models.F("policy_version__number"),
+    ).order_by("turn__run_id", "turn__index")
+    key = Tuple(models.F("turn__run_id"), models.F("turn__index"))
+    yield list(CSV_COLUMNS)
+    last = None
+    while True:
+        page = rows if last is None else rows.filter(TupleGreaterThan(key, last))
+        chunk = list(page[:batch])
+        for row in chunk:
+            values = [row["run"], str(row["run_uid"]), row["turn_index"],
+                      row["created_at"].isoformat(), row["policy_number"]]  # fmt: skip
+            for name in (*HASHED_FIELDS, "content_hash"):
+                value = row[name]
+                values.append(value if isinstance(value, str) else canonical_json(value))
+            yield values
+        if len(chunk) < batch:
+            return
+        last = (chunk[-1]["run"], chunk[-1]["turn_index"])
 
 
-def decisions_for_csv(run: Run | None = None, since=None, until=None):
-    """The decisions the CSV export lists: one run's, or every run's in a date range."""
-    decisions = Decision.objects.select_related("turn__run", "policy_version")
-    if run is not None:
-        decisions = decisions.filter(turn__run=run)
-    if since is not None:
-        decisions = decisions.filter(created_at__gte=since)
-    if until is not None:
-        decisions = decisions.filter(created_at__lt=until)
-    return decisions.order_by("turn__run_id", "turn__index")
+class _Line:
+    """A file-like object whose write returns what it was given: csv.writer then formats one
+    row at a time for a streamed response."""
+
+    def write(self, text: str) -> str:
+        return text
+
+
+def decision_csv_lines(
+    *, run_id: int | None = None, filters: RunFilters | None = None
+) -> Iterator[str]:
+    """decision_csv_rows as CSV text, a line at a time: what the pages and the API stream."""
+    writer = csv.writer(_Line())
+    for row in decision_csv_rows(run_id=run_id, filters=filters):
+        yield writer.writerow(row)
 
 
 # ---- import ----------------------------------------------------------------------------------

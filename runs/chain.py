@@ -93,7 +93,8 @@ class ChainReport:
 
     def describe(self) -> str:
         if self.ok:
-            return f"run {self.run_id}: {self.decisions} decisions, chain intact, head {self.head}"
+            decisions = f"{self.decisions} decision{'' if self.decisions == 1 else 's'}"
+            return f"run {self.run_id}: {decisions}, chain intact, head {self.head}"
         return f"run {self.run_id} turn {self.broken_turn}: {self.problem}"
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
+from guardian_core.adapters.scripted import ScriptedGuardian
 from guardian_core.engine.conditions import Condition, Malformed, compared_probability, parse_answer
 from guardian_core.engine.policy import (
     POST_EXECUTION_CONDITIONS,
@@ -343,9 +344,33 @@ class GuardianReplay:
     new_outcome: str = ""
     new_stop_reason: str = ""
 
+    # The run's guardian plays a scenario's script: its answers do not depend on the projection.
+    scripted: bool = False
+
+    @property
+    def failures(self) -> tuple[ConditionProbe, ...]:
+        """The conditions the guardian gave no usable answer for this time (a timeout, an
+        error, a malformed answer)."""
+        return tuple(probe for probe in self.conditions if probe.new_malformed)
+
+    @property
+    def failed_again(self) -> bool:
+        """Every failure now was a failure in the log too: the same breakdown, not a
+        reproduction of any probability."""
+        return bool(self.failures) and all(probe.old_malformed for probe in self.failures)
+
+    @property
+    def failure_text(self) -> str:
+        """Each distinct failure with the conditions it hit, in words."""
+        by_why: dict[str, list[str]] = {}
+        for probe in self.failures:
+            by_why.setdefault(probe.new_malformed, []).append(probe.condition)
+        return "; ".join(f"{why} ({', '.join(names)})" for why, names in by_why.items())
+
     @property
     def identical(self) -> bool:
-        return self.available and all(probe.same for probe in self.conditions)
+        # A guardian that fails again matches a failed log, but a failure reproduces nothing.
+        return self.available and not self.failures and all(probe.same for probe in self.conditions)
 
 
 def _probability(condition: Condition, raw: object) -> tuple[float | None, str]:
@@ -362,6 +387,42 @@ def _probes(logged: Mapping, new: Mapping) -> tuple[ConditionProbe, ...]:
         new_p, new_bad = _probability(condition, new.get(condition.value))
         probes.append(ConditionProbe(condition.value, old_p, new_p, old_bad, new_bad))
     return tuple(probes)
+
+
+# Adapters that play a scenario's script (guardian_core/adapters/scripted.py): the answers
+# come from the script by turn number, whatever the goal, tool results or arguments say. Asked
+# again they repeat the script, so a replay only shows the log matches it and a probe moves
+# nothing.
+SCRIPTED_GUARDIANS = frozenset({"scripted"})
+
+
+def guardian_plays_a_script(run: Run) -> bool:
+    """Whether the run's guardian answers from a script rather than from the projection."""
+    return run.guardian in SCRIPTED_GUARDIANS
+
+
+def guardian_not_askable(*, run: Run, turn: Turn) -> str:
+    """Why the guardian cannot be asked again on `turn`, in words ("" when it can): the true
+    reason for each kind of turn that logged no projection."""
+    if run.actor == "coder_reviewer":
+        return (
+            "a coder ⇄ reviewer round is decided by the reviewer agent's verdict and the round "
+            "cap; no guardian is asked on it"
+        )
+    decision = getattr(turn, "decision", None)
+    if decision is None:
+        return (
+            "the turn has no decision yet: it is in progress, or its worker stopped before "
+            "the guardian answered"
+        )
+    if turn.projection:
+        return ""
+    if any(isinstance(r, dict) and r.get("source") == "gate" for r in decision.reasons or []):
+        return (
+            "the step was held at the gate for a reviewer before any call ran, so the guardian "
+            "was asked only each call's risk, never the questions that follow a step"
+        )
+    return "the turn's log holds no projection: there is nothing the guardian was shown"
 
 
 class ProbeInputError(ValueError):
@@ -436,15 +497,12 @@ def guardian_replay(
     guardian that now reports another version is "not available", not compared."""
     turn = Turn.objects.select_related("decision").get(run_id=run.pk, index=index)
     decision = getattr(turn, "decision", None)
-    if decision is None:
-        return GuardianReplay(False, "the turn has no decision yet")
-    if run.actor == "coder_reviewer":
-        return GuardianReplay(False, "a coder ⇄ reviewer round: no guardian projection")
-    if not turn.projection:
+    why_not = guardian_not_askable(run=run, turn=turn)
+    if why_not:
         return GuardianReplay(
             False,
-            "the guardian was not asked on this turn (a held step is decided by the gate)",
-            logged_model_version=decision.guardian_model_version,
+            why_not,
+            logged_model_version=decision.guardian_model_version if decision else "",
         )
     projection = projection_edit(turn.projection, edits) if edits else turn.projection
     if guardian is None:
@@ -475,6 +533,7 @@ def guardian_replay(
         old_outcome=decision.outcome,
         new_outcome=replayed.outcome.value,
         new_stop_reason=replayed.stop_reason or "",
+        scripted=isinstance(guardian, ScriptedGuardian),
     )
 
 

@@ -18,6 +18,8 @@ from runs.models import Run, Turn
 from runs.replay import (
     ProbeEdits,
     ProbeInputError,
+    guardian_not_askable,
+    guardian_plays_a_script,
     guardian_replay,
     run_replay,
     turn_decision_replay,
@@ -36,7 +38,7 @@ def _run_or_404(run_id: int) -> Run:
 
 def _turn_or_404(run: Run, index: int) -> Turn:
     try:
-        return Turn.objects.get(run_id=run.pk, index=index)
+        return Turn.objects.select_related("decision").get(run_id=run.pk, index=index)
     except Turn.DoesNotExist:
         raise Http404("No such turn") from None
 
@@ -92,9 +94,11 @@ def turn_replay_page(request: HttpRequest, run_id: int, index: int) -> HttpRespo
         decision = turn_decision_replay(run=run, index=turn.index)
     except ValueError as exc:
         error = f"The turn cannot be replayed: {exc}"
+    # Offered only where it can work: a turn without a projection says why instead.
+    not_askable = guardian_not_askable(run=run, turn=turn)
     asked = request.GET.get("ask") == "1"
     guardian = None
-    if asked and not error:
+    if asked and not error and not not_askable:
         guardian = guardian_replay(run=run, index=turn.index)
     context = {
         "run": run,
@@ -102,6 +106,8 @@ def turn_replay_page(request: HttpRequest, run_id: int, index: int) -> HttpRespo
         "decision": decision,
         "guardian": guardian,
         "asked": asked,
+        "not_askable": not_askable,
+        "scripted": guardian_plays_a_script(run),
         "error": error,
         "ask_url": f"{reverse('runs:turn_replay', args=[run.pk, turn.index])}?ask=1",
         "probe_url": reverse("runs:turn_probe", args=[run.pk, turn.index]),
@@ -130,6 +136,8 @@ def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpRespon
     context = {
         "run": run,
         "turn": turn,
+        "not_askable": guardian_not_askable(run=run, turn=turn),
+        "scripted": guardian_plays_a_script(run),
         "result": result,
         "edited": edits is not None and edits.any,
         "problems": problems,

@@ -13,6 +13,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThanOrEqual, TupleLessThan
 from django.db.models.functions import Coalesce, Length, Substr
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from escalations.models import Escalation
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
@@ -173,12 +174,30 @@ def run_turn_get(*, run_id: int, index: int) -> Turn:
 
 # ---- the auditors' runs list -------------------------------------------------------------
 
-RUN_LIST_PAGE_MAX = 100
+# The most runs one page may hold: the API's `limit` goes up to it (the page shows 50).
+RUN_LIST_PAGE_MAX = 200
 RUN_LIST_GOAL_CHARS = 101  # a row shows 100 characters of the goal, and says when it is cut
 RUN_SEARCH_MAX_CHARS = 200
 RUN_ESCALATED = ("", "yes", "no")
 _RUN_CURSOR_MAX_CHARS = 200
 _RUN_CURSOR_TAG = "runs"
+
+
+# Every query parameter of the runs list, page and API alike, and what it means: the API's
+# schema documents each from here (runs/api.py), so the two cannot describe different lists.
+RUN_LIST_PARAMETERS = {
+    "status": "The run's status.",
+    "outcome": "The outcome of the run's last decision.",
+    "stop_reason": "Why the run stopped.",
+    "since": "Created on this date or later (a day in the site's time zone).",
+    "until": "Created on this date or earlier (a day in the site's time zone).",
+    "policy": "The number of the policy version the run pinned.",
+    "model": "A guardian model version some decision of the run was taken with (exact).",
+    "escalated": "yes: the run escalated at least once; no: never.",
+    "tool": "A tool the run proposed a call of (exact name).",
+    "q": "Words in the goal, as typed (case-insensitive substring).",
+    "after": "The next page's cursor, as the previous page gave it.",
+}
 
 
 @dataclass(frozen=True)
@@ -202,6 +221,10 @@ class RunFilters:
             if value not in ("", None):
                 params[field.name] = value.isoformat() if isinstance(value, date) else str(value)
         return params
+
+    def query(self) -> str:
+        """as_params as a query string ("" when no filter is set)."""
+        return urlencode(self.as_params())
 
 
 @dataclass(frozen=True)
@@ -253,12 +276,12 @@ def run_filters_from(params: Mapping[str, str]) -> tuple[RunFilters, list[str]]:
         else:
             problems.append("policy: must be a policy version's number")
     model = text("model")
-    if len(model) > 120:
-        problems.append("model: a guardian model version of at most 120 characters")
+    if len(model) > 120 or "\x00" in model:
+        problems.append("model: a guardian model version of at most 120 characters, no NUL")
         model = ""
     tool = text("tool")
-    if len(tool) > 120:
-        problems.append("tool: a tool name of at most 120 characters")
+    if len(tool) > 120 or "\x00" in tool:
+        problems.append("tool: a tool name of at most 120 characters, no NUL")
         tool = ""
     q = text("q")
     if len(q) > RUN_SEARCH_MAX_CHARS:

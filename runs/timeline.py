@@ -127,6 +127,9 @@ class TurnView:
     escalations: list[EscalationView]
     review: ReviewView | None
     guardian_model_version: str
+    # The gate held the step for a reviewer before any call ran: the guardian was asked only
+    # the calls' risk, so the turn has no condition probabilities.
+    held: bool = False
 
 
 def turn_views(turns: list[Turn]) -> list[TurnView]:
@@ -169,6 +172,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         escalations=[_escalation_view(e) for e in turn.escalations.all()],
         review=review,
         guardian_model_version=decision.guardian_model_version if decision else "",
+        held=any(isinstance(r, dict) and r.get("source") == "gate" for r in reasons),
     )
 
 
@@ -275,6 +279,16 @@ class ChartPanel:
 
 
 @dataclass(frozen=True)
+class ChartHeld:
+    """A turn held at the gate: no probability was asked for, which the chart says."""
+
+    x: str  # the stripe's left edge
+    tick_x: str  # the turn's place on the x axis
+    title: str
+    index: int
+
+
+@dataclass(frozen=True)
 class Chart:
     width: int
     height: int
@@ -288,6 +302,13 @@ class Chart:
     axis_y: str
     description: str
     ticks: list[tuple[str, int]] = field(default_factory=list)  # (x, turn index)
+    # Turns held at the gate: a hatched stripe across the panels, so their gap is explained.
+    held: list[ChartHeld] = field(default_factory=list)
+    held_width: str = "0"
+    plot_top: int = CHART_TOP
+    plot_height: str = "0"  # from the first panel's top to the last one's bottom
+    plot_bottom: str = "0"
+    held_tick_end: str = "0"  # a held turn's tick: from the plot's bottom to above its label
 
 
 def _n(value: float) -> str:
@@ -301,11 +322,12 @@ def _unit(value: object) -> float | None:
 
 
 def probability_chart(turns: list[TurnView]) -> Chart | None:
-    """Each condition's probability across `turns` (any order), oldest left; None when no
-    shown turn carries a guardian condition (a coder ⇄ reviewer run, a run not started)."""
-    ordered = sorted((t for t in turns if t.conditions), key=lambda t: t.index)
-    if not ordered:
+    """Each condition's probability across `turns` (any order), oldest left, with the turns
+    held at the gate marked where they fall; None when no shown turn carries a guardian
+    condition (a coder ⇄ reviewer run, a run not started)."""
+    if not any(t.conditions for t in turns):
         return None
+    ordered = sorted((t for t in turns if t.conditions or t.held), key=lambda t: t.index)
     names = [
         c for c in _CONDITIONS if any(r.get("source") == c for t in ordered for r in t.conditions)
     ]
@@ -327,6 +349,11 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
         lines, current, points, missing = [], [], [], []
         t_star = delta = None
         for position, turn in enumerate(ordered):
+            if turn.held:  # marked once across every panel, not as a missing answer in each
+                if current:
+                    lines.append(" ".join(current))
+                current = []
+                continue
             reason = next((r for r in turn.conditions if r.get("source") == name), None)
             value = _unit(reason.get("value")) if reason else None
             if reason and t_star is None and _unit(reason.get("t_star")) is not None:
@@ -371,8 +398,21 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
             )
         )
     height = CHART_TOP + len(names) * (PANEL_HEIGHT + PANEL_GAP) + 10
+    plot_bottom = CHART_TOP + len(names) * (PANEL_HEIGHT + PANEL_GAP) - PANEL_GAP
+    held_width = min(10.0, max(inner / max(len(ordered), 1) * 0.6, 3.0))
+    held = [
+        ChartHeld(
+            x=_n(max(x_of(i) - held_width / 2, CHART_LEFT)),
+            tick_x=_n(x_of(i)),
+            title=f"turn {t.index}: held at the gate, guardian not asked",
+            index=t.index,
+        )
+        for i, t in enumerate(ordered)
+        if t.held
+    ]
     step = max(1, len(ordered) // 10)
-    ticks = [(_n(x_of(i)), t.index) for i, t in enumerate(ordered) if i % step == 0]
+    # A held turn's index is always written under its stripe (in held), not among these.
+    ticks = [(_n(x_of(i)), t.index) for i, t in enumerate(ordered) if i % step == 0 and not t.held]
     return Chart(
         width=CHART_WIDTH,
         height=height,
@@ -387,8 +427,19 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
         description=(
             f"Probability of each condition from turn {ordered[0].index} to turn "
             f"{ordered[-1].index}, against its threshold t* and the uncertain band t*±δ"
+            + (
+                f"; {len(held)} turn{'s' if len(held) != 1 else ''} held at the gate, where "
+                "the guardian was not asked"
+                if held
+                else ""
+            )
         ),
         ticks=ticks,
+        held=held,
+        held_width=_n(held_width),
+        plot_height=_n(len(names) * (PANEL_HEIGHT + PANEL_GAP) - PANEL_GAP),
+        plot_bottom=_n(plot_bottom),
+        held_tick_end=_n(plot_bottom + 8),
     )
 
 
@@ -430,6 +481,26 @@ def budget_rows(run: Run, usage: dict) -> list[BudgetRow]:
             )
         )
     return rows
+
+
+def run_first_turn(*, run_id: int) -> Turn | None:
+    """The run's first turn, once recorded. (A read for the run page's clock; it belongs with
+    runs/selectors.py's reads.)"""
+    return Turn.objects.filter(run_id=run_id, index=0).only("started_at").first()
+
+
+def queue_wait_seconds(run: Run, first_turn: Turn | None) -> float | None:
+    """The time from the run's creation until its first turn was recorded: the wait in the
+    queue plus the actor's first proposal (the turn row is written once the actor has
+    proposed, runs/turns.py); None before then. The wall-time budget counts from the run's
+    creation (runs/turns.py passes run.created_at to the engine), so this is part of it."""
+    if first_turn is None:
+        return None
+    return max((first_turn.started_at - run.created_at).total_seconds(), 0.0)
+
+
+def seconds_text(value: float) -> str:
+    return _amount(value, "s")
 
 
 def _amount(value: float, unit: str) -> str:

@@ -5,6 +5,7 @@ from runs import audit_views, replay_views, views
 app_name = "runs"
 urlpatterns = [
     path("", views.run_list_page, name="list"),
+    path("decisions.csv", audit_views.decision_log_csv, name="decision_log_csv"),
     path("<int:run_id>/", views.run_detail_page, name="detail"),
     path("<int:run_id>/verify/", audit_views.run_verify, name="verify"),
     path("<int:run_id>/export.json", audit_views.run_export_json, name="export_json"),

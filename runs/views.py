@@ -10,6 +10,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling, push_url
 
+from runs.audit import run_chain_head
 from runs.models import DecisionOutcome, Run, RunStatus
 from runs.presentation import run_rows
 from runs.selectors import (
@@ -28,6 +29,9 @@ from runs.timeline import (
     LIVE_STATUSES,
     budget_rows,
     probability_chart,
+    queue_wait_seconds,
+    run_first_turn,
+    seconds_text,
     status_sentence,
     turn_views,
 )
@@ -123,6 +127,7 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
     timeline = run_timeline(run_id=run.pk, before=before)
     turns = turn_views(timeline.turns)
     versions = sorted({t.guardian_model_version for t in turns if t.guardian_model_version})
+    queued = queue_wait_seconds(run, run_first_turn(run_id=run.pk))
     context = {
         "run": run,
         "status_sentence": status_sentence(run),
@@ -136,6 +141,9 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
         "latest_url": _run_url(run.pk),
         "chart": probability_chart(turns),
         "budgets": budget_rows(run, run_last_usage(run_id=run.pk)),
+        "queue_wait": seconds_text(queued) if queued is not None else "",
+        # Shown on the page itself so an auditor can write it down and compare it later.
+        "chain_head": run_chain_head(run),
         "guardian_versions": versions,
         "last_turn": last_turn,
         "is_review_loop": run.actor == "coder_reviewer",

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
 from guardian_core.models import PolicyVersion
+from runs.chain import seal
 from runs.models import Decision, DecisionOutcome, RiskClass, Run, ToolCall, Turn
 
 _numbers = itertools.count(1000)
@@ -51,7 +52,19 @@ def make_decision(*, turn: Turn | None = None, **overrides) -> Decision:
         "state_hash": turn.state_hash,
     }
     fields.update(overrides)
-    return Decision.objects.create(turn=turn, **fields)
+    decision = Decision(turn=turn, **fields)
+    if "content_hash" not in overrides:
+        # Sealed as the app seals every decision (runs/chain.py): chained to the decision of
+        # the run's latest decided turn before this one, so the chain verifies.
+        prev = (
+            Decision.objects.filter(turn__run_id=turn.run_id, turn__index__lt=turn.index)
+            .order_by("-turn__index")
+            .values_list("content_hash", flat=True)
+            .first()
+        )
+        seal(decision, run=turn.run, turn_index=turn.index, prev_hash=prev or "")
+    decision.save(force_insert=True)
+    return decision
 
 
 def make_tool_call(*, turn: Turn | None = None, position: int = 0, **overrides) -> ToolCall:

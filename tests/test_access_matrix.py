@@ -149,6 +149,15 @@ MATRIX = [
         admin=403,
         outsider=403,
     ),
+    # Every run's decision log under the runs list's filters, streamed.
+    row(
+        "runs:decision_log_csv",
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
     # Replay (runs/replay_views.py): a run, and a turn of a run, of their own per request.
     row(
         "runs:replay",
@@ -253,6 +262,33 @@ MATRIX = [
     row(
         "api:run-turn-detail",
         kwargs={"pk": "turn_run", "index": "turn"},
+        anonymous=403,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    # Exports: the same bytes as the auditors' pages, for the same role.
+    row(
+        "api:run-export",
+        kwargs={"pk": "run"},
+        anonymous=403,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:run-decisions-csv",
+        kwargs={"pk": "run"},
+        anonymous=403,
+        reviewer=403,
+        auditor=200,
+        admin=403,
+        outsider=403,
+    ),
+    row(
+        "api:decision-log-csv",
         anonymous=403,
         reviewer=403,
         auditor=200,

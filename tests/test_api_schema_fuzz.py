@@ -48,7 +48,7 @@ def owner(path: str, method: str) -> str:
         "/api/runs/{id}/cancel/",
     ):
         return "admin"
-    if path.startswith("/api/runs/"):
+    if path.startswith("/api/runs/") or path == "/api/decisions.csv":
         return "auditor"
     return "reviewer"  # escalations, examples, and the index anyone may read
 

@@ -100,3 +100,44 @@ def test_older_turns_page_in_place_and_back_returns_to_the_latest(live_server, p
     page.go_back()
     expect(page.locator(".tl-turn")).to_have_count(50)
     assert page.evaluate("window.__violations") == []
+
+
+def test_held_turns_the_chain_head_and_the_replay_notes_render_under_the_policy(
+    live_server, page, auditor, reviewer
+):
+    from escalations.models import EscalationStatus
+    from escalations.services import escalation_resolve
+
+    run = drive(start("refund_waits_for_approval"))
+    escalation = run.escalations.get(status=EscalationStatus.OPEN)
+    escalation_resolve(escalation_id=escalation.pk, reviewer=reviewer, decision="approve")
+    run = drive(run)
+    held = run.turns.get(projection={}).index
+    violations = Violations(page)
+    base = live_server.url
+    sign_in(page, base, "auditor")
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+    reported = violations.visit(f"{base}/runs/{run.pk}/")
+    mark = page.locator("figure.run-chart g.chart-held")
+    assert mark.count() == 1
+    expect(mark.locator("rect.chart-held-stripe")).to_be_visible()
+    assert mark.locator("title").text_content() == (
+        f"turn {held}: held at the gate, guardian not asked"
+    )
+    expect(page.locator(".chain-head code").first).to_have_text(
+        run.turns.order_by("-index")[0].decision.content_hash
+    )
+    page.get_by_role("button", name="Verify chain").click()
+    expect(page.locator("#chain-report")).to_contain_text("Chain intact: 4 decisions")
+    page.set_viewport_size({"width": 1280, "height": 1400})
+    page.screenshot(path="/tmp/b10_run_held.png", full_page=True)
+
+    reported += violations.visit(f"{base}/runs/{run.pk}/turns/{held}/replay/")
+    expect(
+        page.get_by_text("Not offered on this turn: the step was held at the gate")
+    ).to_be_visible()
+    assert page.get_by_role("link", name="Ask the guardian again").count() == 0
+    reported += violations.visit(f"{base}/runs/{run.pk}/turns/{held + 1}/probe/")
+    expect(page.locator(".probe-scripted")).to_contain_text("This run's guardian is scripted")
+    assert reported == []

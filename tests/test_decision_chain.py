@@ -223,10 +223,11 @@ def test_the_existing_decisions_are_chained_by_the_migration():
     from tests.factories import make_decision, make_turn
 
     migration = import_module("runs.migrations.0009_decision_hash_chain")
-    first = make_decision()
+    # Written as before the chain: make_decision seals as the app does unless told the hash.
+    first = make_decision(content_hash="")
     run = first.turn.run
-    second = make_decision(turn=make_turn(run=run, index=1))
-    assert first.content_hash == second.content_hash == ""  # written as before the chain
+    second = make_decision(turn=make_turn(run=run, index=1), content_hash="")
+    assert first.content_hash == second.content_hash == second.prev_hash == ""
     _trigger("DISABLE")
     migration.chain_existing(django.apps.apps, None)
     _trigger("ENABLE")
@@ -255,7 +256,11 @@ def test_the_run_page_verifies_and_exports(client, auditor, reviewer):
     assert json.loads(exported.content)["run"]["uid"] == str(run.uid)
     rows = list(
         csv.DictReader(
-            io.StringIO(client.get(reverse("runs:export_csv", args=[run.pk])).content.decode())
+            io.StringIO(
+                b"".join(
+                    client.get(reverse("runs:export_csv", args=[run.pk])).streaming_content
+                ).decode()
+            )
         )
     )
     assert [int(r["turn"]) for r in rows] == [d.turn.index for d in _decisions(run)]

@@ -166,7 +166,8 @@ def test_a_held_step_has_no_guardian_projection_to_replay():
     held = run.turns.get(projection={})
     replay = guardian_replay(run=run, index=held.index)
     assert not replay.available
-    assert "held step" in replay.why_not
+    assert "held at the gate" in replay.why_not
+    assert "asked only each call's risk" in replay.why_not
 
 
 def test_a_scripted_guardian_of_another_version_is_not_compared():

@@ -120,45 +120,119 @@ def world():
     return {"done": done, "waiting": waiting, "expired": expired, "fresh": fresh}
 
 
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("", {"fresh", "expired", "waiting", "done"}),
-        ("status=waiting", {"waiting"}),
-        ("status=pending", {"fresh"}),
-        ("outcome=stop_success", {"done"}),
-        ("outcome=continue", set()),
-        ("outcome=escalate", {"waiting", "expired"}),
-        ("stop_reason=escalation_expired", {"expired"}),
-        ("stop_reason=goal_reached", {"done"}),
-        ("since=2026-02-11", {"expired", "fresh"}),
-        ("until=2026-02-10", {"waiting", "done"}),
-        ("since=2026-02-10&until=2026-02-10", {"waiting"}),
-        ("policy=7", {"done"}),
-        ("policy=8", {"fresh", "expired", "waiting"}),
-        ("model=local-2", {"expired", "waiting"}),
-        ("model=local", set()),
-        ("escalated=yes", {"expired", "waiting"}),
-        ("escalated=no", {"fresh", "done"}),
-        ("tool=read_order", {"expired", "done"}),
-        ("tool=send_email", {"waiting"}),
-        ("tool=read", set()),
-        ("q=order", {"fresh", "done"}),
-        ("q=ord_1001", {"done"}),
-        ("q=100%25", {"waiting"}),
-        ("q=%25", {"waiting"}),
-        ("q=_", {"fresh", "done"}),
-        ("status=failed&tool=read_order&escalated=yes", {"expired"}),
-        ("policy=8&q=order&model=local-2", set()),
-    ],
-)
+# Each filter and the search, with the runs of `world` it keeps: the page and the API (which
+# read the same parameters through the same selector) are both held to it.
+FILTER_CASES = [
+    ("", {"fresh", "expired", "waiting", "done"}),
+    ("status=waiting", {"waiting"}),
+    ("status=pending", {"fresh"}),
+    ("outcome=stop_success", {"done"}),
+    ("outcome=continue", set()),
+    ("outcome=escalate", {"waiting", "expired"}),
+    ("stop_reason=escalation_expired", {"expired"}),
+    ("stop_reason=goal_reached", {"done"}),
+    ("since=2026-02-11", {"expired", "fresh"}),
+    ("until=2026-02-10", {"waiting", "done"}),
+    ("since=2026-02-10&until=2026-02-10", {"waiting"}),
+    ("policy=7", {"done"}),
+    ("policy=8", {"fresh", "expired", "waiting"}),
+    ("model=local-2", {"expired", "waiting"}),
+    ("model=local", set()),
+    ("escalated=yes", {"expired", "waiting"}),
+    ("escalated=no", {"fresh", "done"}),
+    ("tool=read_order", {"expired", "done"}),
+    ("tool=send_email", {"waiting"}),
+    ("tool=read", set()),
+    ("q=order", {"fresh", "done"}),
+    ("q=ord_1001", {"done"}),
+    ("q=100%25", {"waiting"}),
+    ("q=%25", {"waiting"}),
+    ("q=_", {"fresh", "done"}),
+    ("status=failed&tool=read_order&escalated=yes", {"expired"}),
+    ("policy=8&q=order&model=local-2", set()),
+]
+NEWEST_FIRST = ("fresh", "expired", "waiting", "done")
+
+
+@pytest.mark.parametrize(("query", "expected"), FILTER_CASES)
 def test_each_filter_and_the_search_narrow_the_list(client, auditor, world, query, expected):
     client.force_login(auditor)
     page = client.get(f"/runs/?{query}").content.decode()
-    order = ("fresh", "expired", "waiting", "done")  # newest first
-    assert rows_of(page) == [world[name].pk for name in order if name in expected]
+    assert rows_of(page) == [world[name].pk for name in NEWEST_FIRST if name in expected]
     if not expected:
         assert "No run matches these filters." in page
+
+
+@pytest.mark.parametrize(("query", "expected"), FILTER_CASES)
+def test_the_api_lists_the_same_runs_as_the_page_for_each_filter(
+    client, auditor, world, query, expected
+):
+    client.force_login(auditor)
+    page = client.get(f"/runs/?{query}").content.decode()
+    response = client.get(f"/api/runs/?{query}")
+    assert response.status_code == 200, response.content
+    listed = [item["id"] for item in response.json()["results"]]
+    assert listed == rows_of(page) == [world[n].pk for n in NEWEST_FIRST if n in expected]
+
+
+# One bad value per parameter, each named alone by the page (which still lists) and by the
+# API (a 400 in its one error shape, naming that parameter).
+BAD_VALUES = [
+    ("status", "done"),
+    ("outcome", "maybe"),
+    ("stop_reason", "bored"),
+    ("since", "2026-13-01"),
+    ("until", "yesterday"),
+    ("policy", "v7"),
+    ("policy", "0"),
+    ("policy", "99999999999999999999"),
+    ("escalated", "sometimes"),
+    ("after", "@@"),
+    ("model", "m" * 121),
+    ("model", "a%00b"),
+    ("tool", "t" * 121),
+    ("tool", "a%00b"),
+    ("q", "x" * 201),
+    ("q", "a%00b"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_VALUES)
+def test_a_bad_filter_value_is_named_by_the_page_and_is_a_400_naming_it_in_the_api(
+    client, auditor, world, field, value
+):
+    client.force_login(auditor)
+    page = client.get(f"/runs/?{field}={value}").content.decode()
+    assert f'<li class="error">{field}:' in page
+    response = client.get(f"/api/runs/?{field}={value}")
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) == {field}
+    assert all(isinstance(m, str) and m.startswith(f"{field}:") for m in body[field])
+
+
+def test_the_api_follows_the_pages_keyset_and_windows_page_for_page(client, auditor, monkeypatch):
+    from runs import selectors
+
+    monkeypatch.setattr(selectors, "RUN_PROBE_WINDOW", 4)
+    version = make_policy_version()
+    start = timezone.now() - timedelta(days=1)
+    for i in range(10):
+        run = created(make_run(policy_version=version), start + timedelta(minutes=i))
+        make_tool_call(turn=make_turn(run=run), tool="wire_transfer" if i % 3 else "read_order")
+    client.force_login(auditor)
+    page_url, api_url, pages = "/runs/?tool=wire_transfer", "/api/runs/?tool=wire_transfer", 0
+    while page_url:
+        page = client.get(page_url).content.decode()
+        api = client.get(api_url).json()
+        pages += 1
+        assert [item["id"] for item in api["results"]] == rows_of(page)
+        assert (api["looked_back_to"] is not None) == ("Looked through" in page)
+        link = re.search(r'<a rel="next" href="([^"]*)"', page)
+        page_url = html.unescape(link.group(1)) if link else ""
+        api_url = api["next"]
+        assert bool(api_url) == bool(page_url)
+    assert pages == 3
 
 
 def test_a_row_says_status_last_outcome_stop_reason_in_words_counts_and_links_to_the_run(

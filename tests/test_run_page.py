@@ -216,7 +216,8 @@ def test_the_page_costs_the_same_queries_for_5_turns_as_for_60(client, auditor):
         counts.append(len(queries))
 
     assert counts[0] == counts[1], counts
-    assert counts[1] <= 10
+    # The chain's head and the first turn's start (the queue wait) are one index seek each.
+    assert counts[1] <= 12
 
 
 def test_a_long_run_shows_its_latest_50_turns_and_pages_to_older_ones(client, auditor):
@@ -366,3 +367,103 @@ def test_the_chart_draws_t_star_the_band_and_a_point_per_turn(client, auditor):
     assert svg.count('class="chart-band"') == 2
     assert "Injected instructions: t* 0.10 ± 0.05" in svg
     assert "style=" not in svg
+
+
+def test_the_chart_marks_a_turn_held_at_the_gate_on_its_x_axis(client, auditor):
+    version = make_policy_version()
+    run = make_run(policy_version=version)
+    gate = {
+        "source": "gate",
+        "band": "fired",
+        "outcome": "escalate",
+        "detail": "call 0 issue_refund: irreversible",
+        "value": 0.97,
+    }
+    for index, turn_reasons in enumerate((reasons(0.01), [gate], reasons(0.02))):
+        turn = make_turn(run=run, index=index, **finished())
+        make_decision(
+            turn=turn,
+            reasons=turn_reasons,
+            outcome="escalate" if turn_reasons == [gate] else "continue",
+        )
+    client.force_login(auditor)
+
+    html = page(client, run).content.decode()
+
+    svg = html[html.index('aria-labelledby="chart-desc"') :]
+    svg = svg[: svg.index("</svg>")]
+    assert svg.count('<g class="chart-held">') == 1
+    assert "<title>turn 1: held at the gate, guardian not asked</title>" in svg
+    assert 'fill="url(#chart-held-hatch)"' in svg
+    assert '<pattern id="chart-held-hatch"' in svg
+    # The held turn is not an unusable answer: no × in any panel, the line breaks around it.
+    assert 'class="chart-missing"' not in svg
+    assert svg.count('class="chart-point"') == 4  # turns 0 and 2, two conditions each
+    assert svg.count('class="chart-line"') == 4
+    assert "1 turn held at the gate, where the guardian was not asked" in svg
+    assert "a hatched stripe marks a turn held at the gate" in html
+    assert "style=" not in svg
+
+
+def test_a_run_without_held_turns_draws_no_held_mark(client, auditor):
+    run = run_with_turns(3, policy_version=make_policy_version())
+    client.force_login(auditor)
+    html = page(client, run).content.decode()
+    assert 'class="chart-held"' not in html
+    assert "chart-held-hatch" not in html
+
+
+def test_the_wall_time_says_what_the_budget_counts_and_the_queue_wait(client, auditor):
+    run = make_run(budgets={"max_wall_seconds": 120})
+    queued = timezone.now() - timedelta(minutes=5)
+    Run.objects.filter(pk=run.pk).update(created_at=queued)
+    turn = make_turn(
+        run=run,
+        started_at=queued + timedelta(seconds=30),
+        finished_at=queued + timedelta(seconds=45),
+        usage={"turns": 1, "wall_seconds": 45.0},
+    )
+    make_decision(turn=turn)
+    client.force_login(auditor)
+
+    html = page(client, run).content.decode()
+
+    # The budget's own figure: from when the run was queued, the queue wait included.
+    assert re.search(r"<th scope=\"row\">Wall time</th>\s*<td>45.0 s</td>\s*<td>120.0 s", html)
+    assert "from when the run was queued to the end of its latest turn" in html
+    assert "Of it, 30.0 s passed before the first turn was recorded" in html
+
+
+def test_a_run_not_yet_started_shows_no_queue_wait(client, auditor):
+    run = make_run()
+    client.force_login(auditor)
+    html = page(client, run).content.decode()
+    assert "from when the run was queued" in html
+    assert "passed before the first turn was recorded" not in html
+
+
+def test_the_run_page_shows_the_chain_head_to_write_down_beside_verify(client, auditor):
+    from runs.audit import run_chain_head, run_chain_verify
+
+    run = drive(start("goal_reached"))
+    head = run_chain_head(run)
+    assert head
+    client.force_login(auditor)
+
+    html = page(client, run).content.decode()
+
+    shown = html[html.index('id="run-actions"') :]
+    shown = shown[: shown.index("</section>")]
+    assert f"Head hash: <code>{head}</code>" in shown
+    chain = shown[shown.index('class="run-chain"') :]
+    assert head in chain
+    assert "Verify chain" in chain
+    assert "Write it down to compare later" in shown
+    assert run_chain_verify(run).head == head  # the hash Verify reports
+
+
+def test_a_run_without_decisions_says_it_has_no_head_yet(client, auditor):
+    run = make_run()
+    client.force_login(auditor)
+    html = page(client, run).content.decode()
+    assert 'Head hash: <span class="muted">none yet (no decision)</span>' in html

@@ -3,7 +3,23 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.audit import run_chain_verify
+from runs.chain import ChainReport
 from runs.models import Run
+
+
+def _count(number: int, noun: str, plural: str = "") -> str:
+    """'1 decision', '2 decisions', '0 decisions'."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def _line(report: ChainReport) -> str:
+    if report.ok:
+        head = report.head or "(none yet)"
+        return (
+            f"run {report.run_id}: {_count(report.decisions, 'decision')}, chain intact, "
+            f"head {head}"
+        )
+    return f"run {report.run_id} turn {report.broken_turn}: {report.problem}"
 
 
 class Command(BaseCommand):
@@ -30,10 +46,14 @@ class Command(BaseCommand):
             report = run_chain_verify(run)
             checked += 1
             if report.ok:
-                self.stdout.write(report.describe())
+                self.stdout.write(_line(report))
             else:
                 broken += 1
-                self.stderr.write(f"BROKEN {report.describe()}")
+                self.stderr.write(f"BROKEN {_line(report)}")
         if broken:
-            raise CommandError(f"{broken} of {checked} runs have a broken chain", returncode=2)
-        self.stdout.write(self.style.SUCCESS(f"{checked} runs checked, every chain intact"))
+            verb = "has" if broken == 1 else "have"
+            raise CommandError(
+                f"{broken} of {_count(checked, 'run')} {verb} a broken chain", returncode=2
+            )
+        every = "the chain intact" if checked == 1 else "every chain intact"
+        self.stdout.write(self.style.SUCCESS(f"{_count(checked, 'run')} checked, {every}"))

@@ -10,10 +10,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
+from escalations.guidance_form import ReviewGuidanceForm
 from escalations.models import Escalation, LabelledExample, ReviewGuidance, Verdict
 from escalations.services import EscalationError, escalation_resolve
 from runs.admin import ReadOnlyAdmin
-from runs.tools import tool_registry
 
 
 class RejectForm(forms.Form):
@@ -73,31 +73,6 @@ class VerdictAdmin(ReadOnlyAdmin):
 class LabelledExampleAdmin(ReadOnlyAdmin):
     list_display = ["id", "condition", "label", "probability", "source", "created_at"]
     list_filter = ["condition", "source"]
-
-
-class ReviewGuidanceForm(forms.ModelForm):
-    # A tool picked from the registry, not typed: a misspelt name would match no held call and
-    # the guidance would silently never show.
-    tool = forms.ChoiceField(required=False, help_text="Shown on items that hold this tool.")
-
-    class Meta:
-        model = ReviewGuidance
-        fields = ["condition", "tool", "text"]
-        help_texts = {"condition": "Shown on items this condition escalated."}
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        names = sorted(tool_registry())
-        if self.instance.tool and self.instance.tool not in names:
-            # A tool no longer registered: keep it selectable so the row still opens and saves.
-            names.append(self.instance.tool)
-        self.fields["tool"].choices = [("", "---------"), *((name, name) for name in names)]
-
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        if not cleaned.get("condition") and not cleaned.get("tool"):
-            raise forms.ValidationError("Name a condition, a tool, or both.")
-        return cleaned
 
 
 @admin.register(ReviewGuidance)

@@ -241,9 +241,17 @@ class ReviewGuidance(models.Model):
         verbose_name_plural = "review guidance"
         constraints = [
             models.CheckConstraint(
-                condition=~Q(condition="") | ~Q(tool=""), name="guidance_names_condition_or_tool"
+                condition=~Q(condition="") | ~Q(tool=""),
+                name="guidance_names_condition_or_tool",
+                violation_error_message="Name a condition, a tool, or both.",
             ),
-            models.UniqueConstraint(fields=["condition", "tool"], name="guidance_unique"),
+            models.UniqueConstraint(
+                fields=["condition", "tool"],
+                name="guidance_unique",
+                violation_error_message=(
+                    "There is guidance for this condition and tool already: edit that one."
+                ),
+            ),
         ]
 
     def __str__(self) -> str:

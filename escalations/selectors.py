@@ -966,3 +966,8 @@ def escalation_get(*, escalation_id: int) -> Escalation:
     return Escalation.objects.select_related(
         "run__policy_version", "turn__decision", "claimed_by", "verdict__reviewer"
     ).get(pk=escalation_id)
+
+
+def review_guidance_list() -> QuerySet[ReviewGuidance]:
+    """Every piece of the reviewers' guidance, by condition then tool (a few dozen rows)."""
+    return ReviewGuidance.objects.order_by("condition", "tool", "pk")

@@ -1,5 +1,6 @@
 """Writes on escalations: a person's verdict, the labelled examples it becomes, and the run's
 next move. Every way of resolving (command, admin, the reviewers' queue) calls escalation_resolve.
+Also the admins' writes of the reviewers' guidance.
 """
 
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from escalations.models import (
     EscalationStatus,
     ExampleSource,
     LabelledExample,
+    ReviewGuidance,
     Verdict,
     VerdictDecision,
 )
@@ -976,3 +978,23 @@ def _release_held(reviewer, *, keep: int | None, note: str) -> int:
 
 def _event(escalation_id: int, kind: str, actor, note: str = "") -> None:
     EscalationEvent.objects.create(escalation_id=escalation_id, kind=kind, actor=actor, note=note)
+
+
+# ---- the reviewers' guidance, written by admins ----------------------------------------------
+
+
+def review_guidance_save(
+    *, guidance: ReviewGuidance | None, condition: str, tool: str, text: str
+) -> ReviewGuidance:
+    """Add guidance (guidance=None) or change it; shown next to every item it names from the
+    next page load on. The caller has validated it (escalations/guidance_form.py)."""
+    guidance = guidance or ReviewGuidance()
+    guidance.condition, guidance.tool, guidance.text = condition, tool, text.strip()
+    guidance.save()
+    return guidance
+
+
+def review_guidance_delete(*, guidance_id: int) -> bool:
+    """Remove a piece of guidance; True if it was there."""
+    deleted, _ = ReviewGuidance.objects.filter(pk=guidance_id).delete()
+    return bool(deleted)

@@ -1,4 +1,5 @@
-"""The reviewers' pages: the escalation queue."""
+"""The reviewers' pages (the escalation queue, the decision pane, labelled examples) and the admins'
+page of the reviewers' guidance."""
 
 from dataclasses import fields
 
@@ -10,16 +11,18 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_client_event
 
 from escalations.decision_form import decision_initial, decision_input, problems_in_form_order
+from escalations.guidance_form import ReviewGuidanceForm
 from escalations.models import (
     Approval,
     Escalation,
     EscalationKind,
     EscalationStatus,
     ExampleSource,
+    ReviewGuidance,
     Verdict,
 )
 from escalations.presentation import bulk_lines, bulk_summary, queue_rows
@@ -36,6 +39,7 @@ from escalations.selectors import (
     labelled_examples_count,
     labelled_examples_jsonl,
     queue_filters_from,
+    review_guidance_list,
     reviewer_stats,
 )
 from escalations.services import (
@@ -47,6 +51,8 @@ from escalations.services import (
     escalation_release,
     escalation_resolve,
     escalation_resolve_bulk,
+    review_guidance_delete,
+    review_guidance_save,
 )
 from guardian_core.engine.conditions import DRIFT_SCORES, Condition
 from runs.models import RiskClass
@@ -538,3 +544,54 @@ def escalation_extend(request: HttpRequest, escalation_id: int) -> HttpResponse:
         messages.success(request, "Deadline extended.")
         return redirect("escalations:detail", escalation_id=escalation_id)
     return _pane_response(request, pane, notice="extended")
+
+
+# ---- the reviewers' guidance, written by admins (/guidance/) --------------------------------
+
+manage_guidance = permission_required("escalations.change_reviewguidance", raise_exception=True)
+
+
+@manage_guidance
+@require_http_methods(["GET", "POST"])
+def review_guidance_page(request: HttpRequest) -> HttpResponse:
+    """Every piece of guidance, and a form that adds one."""
+    form = ReviewGuidanceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        saved = review_guidance_save(guidance=None, **_guidance_fields(form))
+        messages.success(request, f"Added {saved}: reviewers see it from their next page load.")
+        return redirect("guidance:list")
+    return render(
+        request,
+        "escalations/review_guidance.html",
+        {"form": form, "guidance": review_guidance_list()},
+        status=400 if form.errors else 200,
+    )
+
+
+@manage_guidance
+@require_http_methods(["GET", "POST"])
+def review_guidance_edit_page(request: HttpRequest, guidance_id: int) -> HttpResponse:
+    guidance = get_object_or_404(ReviewGuidance, pk=guidance_id)
+    form = ReviewGuidanceForm(request.POST or None, instance=guidance)
+    if request.method == "POST" and form.is_valid():
+        saved = review_guidance_save(guidance=guidance, **_guidance_fields(form))
+        messages.success(request, f"Saved {saved}.")
+        return redirect("guidance:list")
+    return render(
+        request,
+        "escalations/review_guidance_edit.html",
+        {"form": form, "guidance": guidance},
+        status=400 if form.errors else 200,
+    )
+
+
+@manage_guidance
+@require_POST
+def review_guidance_delete_view(request: HttpRequest, guidance_id: int) -> HttpResponse:
+    if review_guidance_delete(guidance_id=guidance_id):
+        messages.success(request, "Guidance removed.")
+    return redirect("guidance:list")
+
+
+def _guidance_fields(form: ReviewGuidanceForm) -> dict:
+    return {name: form.cleaned_data[name] for name in ("condition", "tool", "text")}

@@ -1,6 +1,8 @@
 """The API's shared parts (permission check, error body, exception handler), its index, and
 the policy version endpoints."""
 
+from collections.abc import Mapping
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import OperationalError
 from drf_spectacular.utils import extend_schema
@@ -14,7 +16,8 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from guardian_core.db import conflict_code
-from guardian_core.models import PolicyVersion
+from guardian_core.models import PolicyVersion, problems_by_field
+from guardian_core.policy_validation import policy_version_problems
 from guardian_core.selectors import policy_version_list
 from guardian_core.services import policy_version_activate, policy_version_create
 from runs.validation import _json_problems
@@ -145,6 +148,25 @@ def _policy_problems(error: DjangoValidationError) -> ValidationError:
     return ValidationError({"detail": error.messages})
 
 
+def _with_content_problems(errors: dict, data: object) -> dict:
+    """The serializer's errors plus the content rules' problems on the fields it let through,
+    so one 400 names every bad field (a missing question_set_version must not hide bad
+    thresholds until it is fixed)."""
+    errors = {field: list(messages) for field, messages in errors.items()}
+    if not isinstance(data, Mapping):
+        return errors
+    problems = policy_version_problems(
+        thresholds=data.get("thresholds"),
+        question_set=data.get("question_set"),
+        question_set_version=data.get("question_set_version"),
+        quorum=data.get("quorum"),
+    )
+    for field, messages in problems_by_field(problems).items():
+        if field not in errors:
+            errors[field] = messages
+    return errors
+
+
 class PolicyVersionCreateApi(APIView):
     """A new policy version, validated in full (every problem named at once); optionally made
     the active one at once."""
@@ -158,7 +180,8 @@ class PolicyVersionCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         serializer = PolicyVersionCreateInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        if not serializer.is_valid():
+            raise ValidationError(_with_content_problems(serializer.errors, request.data))
         data = dict(serializer.validated_data)
         try:
             version = policy_version_create(**data, created_by=request.user)

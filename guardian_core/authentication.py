@@ -58,5 +58,5 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "An API token an admin created in the Django admin (shown once).",
+            "description": "An API token an admin created on the API tokens page (shown once).",
         }

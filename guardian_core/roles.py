@@ -19,6 +19,8 @@ class Role:
     landing_url_name: str
     nav_label: str
     permissions: tuple[str, ...]
+    # More of the role's screens in the navigation, after its landing page: (label, url name).
+    more_nav: tuple[tuple[str, str], ...] = ()
 
 
 ROLES: tuple[Role, ...] = (
@@ -61,7 +63,7 @@ ROLES: tuple[Role, ...] = (
             "guardian_core.view_policyversion",
             "guardian_core.add_policyversion",
             "guardian_core.change_policyversion",
-            # The rubric reviewers read next to a decision, edited in the Django admin.
+            # The rubric reviewers read next to a decision, written on the guidance page.
             "escalations.view_reviewguidance",
             "escalations.add_reviewguidance",
             "escalations.change_reviewguidance",
@@ -69,10 +71,15 @@ ROLES: tuple[Role, ...] = (
             # Until operators get a role of their own, admins start and cancel runs.
             "runs.add_run",
             "runs.change_run",
-            # Machines' API tokens, created (shown once) and revoked in the Django admin.
+            # Machines' API tokens, created (shown once) and revoked on the tokens page.
             "guardian_core.view_apitoken",
             "guardian_core.add_apitoken",
             "guardian_core.change_apitoken",
+        ),
+        more_nav=(
+            ("Reviewers' guidance", "guidance:list"),
+            ("API tokens", "tokens:list"),
+            ("People", "people:list"),
         ),
     ),
 )
@@ -89,15 +96,16 @@ def navigation(request: HttpRequest) -> dict:
     """Template context: the navigation entries of the signed-in user's roles."""
     entries = []
     for role in roles_of(request.user):
-        url = reverse(role.landing_url_name)
-        entries.append(
-            {
-                "role": role.name,
-                "label": role.nav_label,
-                "url": url,
-                "current": request.path.startswith(url),
-            }
-        )
+        for label, url_name in ((role.nav_label, role.landing_url_name), *role.more_nav):
+            url = reverse(url_name)
+            entries.append(
+                {
+                    "role": role.name,
+                    "label": label,
+                    "url": url,
+                    "current": request.path.startswith(url),
+                }
+            )
     return {"nav_entries": entries}
 
 

@@ -1,10 +1,23 @@
-"""Reads of policy versions that pages and the API need."""
+"""Reads of policy versions, API tokens and people that pages and the API need."""
 
-from django.db.models import Count, QuerySet
+from django.contrib.auth import get_user_model
+from django.db.models import Count, F, QuerySet
 
-from guardian_core.models import PolicyVersion
+from guardian_core.models import ApiToken, PolicyVersion
 
 
 def policy_version_list() -> QuerySet[PolicyVersion]:
     """Every policy version, newest first, with how many runs pinned it."""
     return PolicyVersion.objects.annotate(run_count=Count("runs")).order_by("-number")
+
+
+def api_token_list() -> QuerySet[ApiToken]:
+    """Every API token, live ones first, newest first, with the account each acts as."""
+    return ApiToken.objects.select_related("user").order_by(
+        F("revoked_at").desc(nulls_first=True), "-created_at", "-id"
+    )
+
+
+def people_list() -> QuerySet:
+    """Every account with its role groups, by sign-in name (people, not rows: a few hundred)."""
+    return get_user_model().objects.prefetch_related("groups").order_by("username")

@@ -1,4 +1,5 @@
-"""Writes on policy versions (create a valid one, activate or retire one) and on API tokens.
+"""Writes on policy versions (create a valid one, activate or retire one), on API tokens and on
+people's accounts and roles.
 
 A version's content is validated in full (guardian_core/policy_validation.py) before it is
 stored and again before it becomes active, so new runs are never pinned to a version the engine
@@ -9,6 +10,8 @@ changing it means making a new version.
 import hashlib
 import secrets
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
@@ -16,6 +19,8 @@ from django.utils import timezone
 
 from guardian_core.models import ApiToken, PolicyVersion, problems_by_field
 from guardian_core.policy_validation import policy_version_problems, thresholds_with_t_star
+
+ADMIN_ROLE = "admin"
 
 
 def policy_version_create(
@@ -147,3 +152,51 @@ def api_token_revoke(*, token_id: int) -> bool:
             revoked_at=timezone.now()
         )
     )
+
+
+# ---- people and their roles, managed by admins -----------------------------------------------
+
+
+class PersonError(Exception):
+    """A change to a person's account that is refused, with the reason in words."""
+
+
+def person_create(*, username: str, email: str = "", roles: list[str]) -> tuple:
+    """A new account with `roles` and a random first password, returned once (only its hash is
+    stored); the person changes it after signing in."""
+    user_model = get_user_model()
+    password = secrets.token_urlsafe(12)
+    with transaction.atomic():
+        user = user_model.objects.create_user(username=username, email=email, password=password)
+        user.groups.set(Group.objects.filter(name__in=roles))
+    return user, password
+
+
+def person_roles_set(*, user_id: int, roles: list[str], by) -> None:
+    """Give the person exactly `roles`. An admin cannot take the admin role from themselves:
+    the last admin doing so would leave nobody able to give it back."""
+    user = get_user_model().objects.get(pk=user_id)
+    if user.pk == by.pk and ADMIN_ROLE not in roles and ADMIN_ROLE in _role_names(user):
+        raise PersonError("You cannot take the admin role from yourself; ask another admin.")
+    user.groups.set(Group.objects.filter(name__in=roles))
+
+
+def person_active_set(*, user_id: int, active: bool, by) -> None:
+    """Let a person sign in again, or stop them: their sessions and API tokens stop working at
+    once (an inactive user is refused by both), and their history stays."""
+    if user_id == by.pk and not active:
+        raise PersonError("You cannot deactivate your own account; ask another admin.")
+    get_user_model().objects.filter(pk=user_id).update(is_active=active)
+
+
+def person_password_reset(*, user_id: int) -> str:
+    """A new random password for the person, returned once."""
+    user = get_user_model().objects.get(pk=user_id)
+    password = secrets.token_urlsafe(12)
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return password
+
+
+def _role_names(user) -> set[str]:
+    return set(user.groups.values_list("name", flat=True))

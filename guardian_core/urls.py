@@ -9,6 +9,7 @@ from django.utils.functional import lazy
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from escalations import views as escalation_views
 from escalations.api import (
     EscalationClaimApi,
     EscalationDetailApi,
@@ -46,8 +47,40 @@ def api_view(view_class):
 
 
 policy_patterns = (
-    [path("", views.policy_version_list_page, name="list")],
+    [
+        path("", views.policy_version_list_page, name="list"),
+        path("new/", views.policy_version_new_page, name="new"),
+        path("new/preview", views.policy_version_preview, name="preview"),
+        path("<int:version_id>/", views.policy_version_detail_page, name="detail"),
+        path("<int:version_id>/activate", views.policy_version_activate_view, name="activate"),
+    ],
     "policies",
+)
+guidance_patterns = (
+    [
+        path("", escalation_views.review_guidance_page, name="list"),
+        path("<int:guidance_id>/", escalation_views.review_guidance_edit_page, name="edit"),
+        path(
+            "<int:guidance_id>/delete", escalation_views.review_guidance_delete_view, name="delete"
+        ),
+    ],
+    "guidance",
+)
+people_patterns = (
+    [
+        path("", views.people_page, name="list"),
+        path("<int:user_id>/roles", views.person_roles_view, name="roles"),
+        path("<int:user_id>/active", views.person_active_view, name="active"),
+        path("<int:user_id>/password", views.person_password_view, name="password"),
+    ],
+    "people",
+)
+token_patterns = (
+    [
+        path("", views.api_token_list_page, name="list"),
+        path("<int:token_id>/revoke", views.api_token_revoke_view, name="revoke"),
+    ],
+    "tokens",
 )
 
 api_patterns = [
@@ -108,9 +141,13 @@ urlpatterns = [
     ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/password/", views.PasswordChange.as_view(), name="password_change"),
     path("escalations/", include("escalations.urls")),
     path("runs/", include("runs.urls")),
     path("policies/", include(policy_patterns)),
+    path("tokens/", include(token_patterns)),
+    path("guidance/", include(guidance_patterns)),
+    path("people/", include(people_patterns)),
     path("api/", include((api_patterns, "api"))),
     path("admin/", admin.site.urls),
 ]

@@ -1,14 +1,21 @@
-"""Project-level pages: the role-based home redirect, health, and the admins' policy versions."""
+"""Project-level pages: the role-based home redirect, health, and the admin role's pages (policy
+versions: list, one version, a new one, activation; API tokens: list, create shown once,
+revoke; people: their roles, sign-in and first password)."""
 
 import logging
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.views import PasswordChangeView
+from django.contrib.messages.views import SuccessMessageMixin
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse_lazy
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from guardian_core.forms import ApiTokenForm, PersonForm, PolicyVersionForm, role_choices
 from guardian_core.health import (
     broker_status,
     database_status,
@@ -16,8 +23,20 @@ from guardian_core.health import (
     describe_database_failure,
     public_status,
 )
+from guardian_core.models import ApiToken, PolicyVersion
 from guardian_core.roles import roles_of
-from guardian_core.selectors import policy_version_list
+from guardian_core.selectors import api_token_list, people_list, policy_version_list
+from guardian_core.services import (
+    PersonError,
+    api_token_create,
+    api_token_revoke,
+    person_active_set,
+    person_create,
+    person_password_reset,
+    person_roles_set,
+    policy_version_activate,
+    policy_version_create,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +72,209 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=200 if healthy else 503)
 
 
-@permission_required("guardian_core.manage_policy", raise_exception=True)
+manage_policy = permission_required("guardian_core.manage_policy", raise_exception=True)
+
+
+@manage_policy
+@require_GET
 def policy_version_list_page(request: HttpRequest) -> HttpResponse:
+    versions = list(policy_version_list())
     return render(
         request,
         "guardian_core/policy_version_list.html",
-        {"policy_versions": policy_version_list()},
+        {
+            "policy_versions": versions,
+            "active_version": next((v for v in versions if v.is_active), None),
+        },
     )
+
+
+@manage_policy
+@require_GET
+def policy_version_detail_page(request: HttpRequest, version_id: int) -> HttpResponse:
+    version = get_object_or_404(policy_version_list(), pk=version_id)
+    form = PolicyVersionForm(initial=PolicyVersionForm.initial_from(version))
+    return render(
+        request,
+        "guardian_core/policy_version_detail.html",
+        {"version": version, "derived": form.derived_thresholds(), "problems": version.problems()},
+    )
+
+
+@manage_policy
+@require_http_methods(["GET", "POST"])
+def policy_version_new_page(request: HttpRequest) -> HttpResponse:
+    """A new version, prefilled from ?from=<id> or the active one; saved through the service."""
+    if request.method == "POST":
+        form = PolicyVersionForm(request.POST)
+        if form.is_valid():
+            try:
+                version = policy_version_create(
+                    **form.content(),
+                    created_by=request.user,
+                    activate=form.cleaned_data["activate"],
+                )
+            except ValidationError as error:
+                for problem in error.messages:
+                    form.add_error(None, problem)
+            else:
+                state = "created and activated" if version.is_active else "created (not active)"
+                messages.success(request, f"Policy version {version} {state}.")
+                return redirect("policies:detail", version_id=version.pk)
+    else:
+        base = _base_version(request.GET.get("from", ""))
+        form = PolicyVersionForm(initial=PolicyVersionForm.initial_from(base))
+    return render(
+        request,
+        "guardian_core/policy_version_new.html",
+        {"form": form, "derived": form.derived_thresholds()},
+        status=400 if form.errors else 200,
+    )
+
+
+@manage_policy
+@require_POST
+def policy_version_preview(request: HttpRequest) -> HttpResponse:
+    """htmx: the t* and band the costs typed so far give, per condition."""
+    form = PolicyVersionForm(request.POST)
+    return render(
+        request,
+        "guardian_core/policy_version_new.html#derived",
+        {"derived": form.derived_thresholds()},
+    )
+
+
+@manage_policy
+@require_POST
+def policy_version_activate_view(request: HttpRequest, version_id: int) -> HttpResponse:
+    version = get_object_or_404(PolicyVersion, pk=version_id)
+    try:
+        policy_version_activate(version_id=version.pk)
+    except ValidationError as error:
+        for problem in error.messages:
+            messages.error(request, problem)
+    else:
+        messages.success(request, f"Policy version {version} is active: new runs pin it.")
+    return redirect("policies:detail", version_id=version.pk)
+
+
+def _base_version(raw: str) -> PolicyVersion | None:
+    if raw.isdigit():
+        found = PolicyVersion.objects.filter(pk=int(raw)).first()
+        if found is not None:
+            return found
+    return PolicyVersion.objects.filter(is_active=True).first() or PolicyVersion.objects.first()
+
+
+@manage_policy
+@never_cache
+@require_http_methods(["GET", "POST"])
+def api_token_list_page(request: HttpRequest) -> HttpResponse:
+    """Tokens and a form for a new one. A created token's secret is in this one response and
+    nowhere else (never_cache: not in a cache either)."""
+    form = ApiTokenForm(request.POST or None)
+    created = None
+    if request.method == "POST" and form.is_valid():
+        token, secret = api_token_create(
+            user=form.cleaned_data["user"], name=form.cleaned_data["name"]
+        )
+        created = {"token": token, "secret": secret}
+        form = ApiTokenForm()
+    return render(
+        request,
+        "guardian_core/api_tokens.html",
+        {"form": form, "created": created, "tokens": api_token_list()},
+        status=400 if form.errors else 200,
+    )
+
+
+@manage_policy
+@require_POST
+def api_token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=token_id)
+    if api_token_revoke(token_id=token.pk):
+        messages.success(request, f"Token {token} revoked: it opens nothing from now on.")
+    else:
+        messages.info(request, f"Token {token} was already revoked.")
+    return redirect("tokens:list")
+
+
+@manage_policy
+@never_cache
+@require_http_methods(["GET", "POST"])
+def people_page(request: HttpRequest) -> HttpResponse:
+    """Everyone's roles, and a form for a new person. A new or reset password is in this one
+    response only (never_cache)."""
+    form = PersonForm(request.POST or None)
+    issued = None
+    if request.method == "POST" and form.is_valid():
+        user, password = person_create(
+            username=form.cleaned_data["username"],
+            email=form.cleaned_data["email"],
+            roles=form.cleaned_data["roles"],
+        )
+        issued = {"user": user, "password": password, "new": True}
+        form = PersonForm()
+    return _people_response(request, form=form, issued=issued)
+
+
+@manage_policy
+@require_POST
+def person_roles_view(request: HttpRequest, user_id: int) -> HttpResponse:
+    person = get_object_or_404(people_list(), pk=user_id)
+    known = {name for name, _ in role_choices()}
+    roles = [name for name in request.POST.getlist("roles") if name in known]
+    try:
+        person_roles_set(user_id=person.pk, roles=roles, by=request.user)
+    except PersonError as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"{person.get_username()}: roles {', '.join(roles) or 'none'}.")
+    return redirect("people:list")
+
+
+@manage_policy
+@require_POST
+def person_active_view(request: HttpRequest, user_id: int) -> HttpResponse:
+    person = get_object_or_404(people_list(), pk=user_id)
+    active = request.POST.get("active") == "1"
+    try:
+        person_active_set(user_id=person.pk, active=active, by=request.user)
+    except PersonError as error:
+        messages.error(request, str(error))
+    else:
+        state = "may sign in again" if active else "can no longer sign in or use their tokens"
+        messages.success(request, f"{person.get_username()} {state}.")
+    return redirect("people:list")
+
+
+@manage_policy
+@never_cache
+@require_POST
+def person_password_view(request: HttpRequest, user_id: int) -> HttpResponse:
+    person = get_object_or_404(people_list(), pk=user_id)
+    password = person_password_reset(user_id=person.pk)
+    return _people_response(
+        request, form=PersonForm(), issued={"user": person, "password": password, "new": False}
+    )
+
+
+def _people_response(request: HttpRequest, *, form: PersonForm, issued: dict | None):
+    people = [
+        {"user": user, "roles": {group.name for group in user.groups.all()}}
+        for user in people_list()
+    ]
+    return render(
+        request,
+        "guardian_core/people.html",
+        {"form": form, "issued": issued, "people": people, "role_names": role_choices()},
+        status=400 if form.errors else 200,
+    )
+
+
+class PasswordChange(SuccessMessageMixin, PasswordChangeView):
+    """Anyone signed in changes their own password (a first one an admin gave them, say)."""
+
+    template_name = "registration/password_change.html"
+    success_url = reverse_lazy("home")
+    success_message = "Your password is changed."

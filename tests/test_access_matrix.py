@@ -197,6 +197,82 @@ MATRIX = [
         outsider=403,
     ),
     row("policies:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row("policies:new", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row(
+        "policies:preview",
+        "POST",
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    row(
+        "policies:detail",
+        kwargs={"version_id": "policy_version"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    row(
+        "policies:activate",
+        "POST",
+        kwargs={"version_id": "policy_version"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=("redirect", "/policies/"),
+        outsider=403,
+    ),
+    row("guidance:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row(
+        "guidance:edit",
+        kwargs={"guidance_id": "guidance"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    row(
+        "guidance:delete",
+        "POST",
+        kwargs={"guidance_id": "guidance"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=("redirect", "/guidance/"),
+        outsider=403,
+    ),
+    row("people:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    *(
+        row(
+            f"people:{action}",
+            "POST",
+            kwargs={"user_id": "person"},
+            anonymous=LOGIN,
+            reviewer=403,
+            auditor=403,
+            admin=200 if action == "password" else ("redirect", "/people/"),
+            outsider=403,
+        )
+        for action in ("roles", "active", "password")
+    ),
+    # Anyone signed in changes their own password; the form comes back naming what is missing.
+    row("password_change", anonymous=LOGIN, reviewer=200, auditor=200, admin=200, outsider=200),
+    row("tokens:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row(
+        "tokens:revoke",
+        "POST",
+        kwargs={"token_id": "token"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=("redirect", "/tokens/"),
+        outsider=403,
+    ),
     row("api:schema", anonymous=403, reviewer=200, auditor=200, admin=200, outsider=200),
     row("api:run-list", anonymous=403, reviewer=403, auditor=200, admin=403, outsider=403),
     row(
@@ -454,6 +530,26 @@ def _api_objects(kwargs: dict) -> dict:
         return {**kwargs, "pk": turn.run_id, "index": turn.index}
     if kwargs.get("pk") == "policy_version":
         return {**kwargs, "pk": demo_policy_version().pk}  # valid: it can be activated
+    if kwargs.get("version_id") == "policy_version":
+        return {**kwargs, "version_id": demo_policy_version().pk}
+    if kwargs.get("guidance_id") == "guidance":
+        from escalations.models import ReviewGuidance
+
+        guidance = ReviewGuidance.objects.create(tool=f"tool-{make_run().pk}", text="Check it.")
+        return {**kwargs, "guidance_id": guidance.pk}
+    if kwargs.get("user_id") == "person":
+        from django.contrib.auth import get_user_model
+
+        person = get_user_model().objects.create_user(username=f"person-{make_run().pk}")
+        return {**kwargs, "user_id": person.pk}
+    if kwargs.get("token_id") == "token":
+        from django.contrib.auth import get_user_model
+
+        from guardian_core.services import api_token_create
+
+        owner = get_user_model().objects.create_user(username=f"machine-{make_run().pk}")
+        token, _ = api_token_create(user=owner, name="matrix")
+        return {**kwargs, "token_id": token.pk}
     return kwargs
 
 

@@ -368,6 +368,20 @@ def test_an_invalid_policy_version_is_a_400_naming_its_fields(client, admin):
     assert not PolicyVersion.objects.exists()
 
 
+def test_a_missing_field_does_not_hide_the_content_problems_of_the_others(client, admin):
+    response = client.post(
+        "/api/policy-versions/create/",
+        {"thresholds": {"integrity": {"c_stop": -1}}, "question_set": {"drift": ""}},
+        content_type="application/json",
+        headers=bearer(admin),
+    )
+
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) == {"question_set_version", "thresholds", "question_set"}
+    assert any("integrity.c_stop" in message for message in body["thresholds"])
+
+
 # ---- the index and the error shape ---------------------------------------------------------------
 
 

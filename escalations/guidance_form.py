@@ -1,0 +1,36 @@
+"""The form admins write the reviewers' guidance with (the guidance page and the Django admin)."""
+
+from django import forms
+
+from escalations.models import ReviewGuidance
+from runs.tools import tool_registry
+
+
+class ReviewGuidanceForm(forms.ModelForm):
+    # A tool picked from the registry, not typed: a misspelt name would match no held call and
+    # the guidance would silently never show.
+    tool = forms.ChoiceField(required=False, help_text="Shown on items that hold this tool.")
+
+    class Meta:
+        model = ReviewGuidance
+        fields = ["condition", "tool", "text"]
+        help_texts = {
+            "condition": "Shown on items this condition escalated.",
+            "text": "What a reviewer should check or weigh; at most 2 000 characters.",
+        }
+        widgets = {"text": forms.Textarea(attrs={"rows": 4})}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        names = sorted(tool_registry())
+        if self.instance.tool and self.instance.tool not in names:
+            # A tool no longer registered: keep it selectable so the row still opens and saves.
+            names.append(self.instance.tool)
+        self.fields["tool"].choices = [("", "— any tool —"), *((name, name) for name in names)]
+        self.fields["condition"].choices = [
+            ("", "— any condition —"),
+            *self.fields["condition"].choices[1:],
+        ]
+
+    # "Name a condition, a tool, or both" is the model's check constraint, whose message the
+    # form shows once (a check here as well would say it twice).

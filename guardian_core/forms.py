@@ -1,0 +1,228 @@
+"""Forms of the admin role's pages: a new policy version (costs, band, questions, quorum) and
+a new API token. Both hand their content to the services, which hold the rules."""
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from guardian_core.engine.thresholds import Threshold
+from guardian_core.models import PolicyVersion
+from guardian_core.policy_validation import CONDITIONS, policy_version_problems
+
+THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
+
+
+def threshold_field(condition: str, part: str) -> str:
+    return f"{condition}_{part}"
+
+
+def question_field(condition: str) -> str:
+    return f"question_{condition}"
+
+
+class PolicyVersionForm(forms.Form):
+    """A new policy version, prefilled from an earlier one. t* is never typed: it is derived
+    from the two costs (see `derived_thresholds`), as the service stores it."""
+
+    label = forms.CharField(max_length=120, required=False)
+    question_set_version = forms.CharField(
+        max_length=40,
+        help_text="Name the wording of the questions. Changed wording needs a new name.",
+    )
+    quorum_regulated = forms.BooleanField(
+        required=False, label="Two distinct approvers for every held regulated call"
+    )
+    quorum_tools = forms.CharField(
+        required=False,
+        label="Two distinct approvers for every held call of these tools",
+        help_text="Tool names, one per line or separated by commas.",
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+    activate = forms.BooleanField(
+        required=False, label="Activate it now: new runs pin this version"
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for condition in CONDITIONS:
+            for part, label, low in (
+                ("c_stop", "C_stop (cost of a false stop)", None),
+                ("c_cont", "C_cont (cost of a false continue)", None),
+                ("delta", "δ (half-width of the uncertain band)", 0.0),
+            ):
+                self.fields[threshold_field(condition, part)] = forms.FloatField(
+                    label=f"{condition}: {label}",
+                    min_value=low,
+                    widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+                )
+            self.fields[question_field(condition)] = forms.CharField(
+                label=f"{condition}: question",
+                max_length=2000,
+                widget=forms.Textarea(attrs={"rows": 2}),
+            )
+
+    def threshold_rows(self) -> list[dict]:
+        """Per condition, its C_stop, C_cont and δ fields, for the costs table."""
+        return [
+            {"condition": c, "fields": [self[threshold_field(c, part)] for part in THRESHOLD_PARTS]}
+            for c in CONDITIONS
+        ]
+
+    def question_fields(self) -> list:
+        return [self[question_field(condition)] for condition in CONDITIONS]
+
+    @classmethod
+    def initial_from(cls, version: PolicyVersion | None) -> dict:
+        """Every field as `version` has it, so a new version starts from the one in force."""
+        if version is None:
+            return {}
+        initial = {
+            "label": "",
+            "question_set_version": version.question_set_version,
+            "quorum_regulated": bool(version.quorum.get("regulated")),
+            "quorum_tools": "\n".join(version.quorum.get("tools", [])),
+        }
+        for condition in CONDITIONS:
+            values = version.thresholds.get(condition, {})
+            for part in THRESHOLD_PARTS:
+                initial[threshold_field(condition, part)] = values.get(part)
+            initial[question_field(condition)] = version.question_set.get(condition, "")
+        return initial
+
+    def content(self) -> dict:
+        """policy_version_create's keyword arguments from the cleaned data."""
+        data = self.cleaned_data
+        tools = [
+            name.strip()
+            for line in data.get("quorum_tools", "").splitlines()
+            for name in line.split(",")
+            if name.strip()
+        ]
+        quorum: dict = {}
+        if data.get("quorum_regulated"):
+            quorum["regulated"] = True
+        if tools:
+            quorum["tools"] = tools
+        return {
+            "label": data.get("label", ""),
+            "question_set_version": data.get("question_set_version", ""),
+            "thresholds": {
+                condition: {
+                    part: data.get(threshold_field(condition, part)) for part in THRESHOLD_PARTS
+                }
+                for condition in CONDITIONS
+            },
+            "question_set": {
+                condition: data.get(question_field(condition), "") for condition in CONDITIONS
+            },
+            "quorum": quorum,
+        }
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        content = self.content()
+        # The service's rules on what did parse, so one answer names every bad field; a field
+        # that failed its own check already says why, and its missing value would say it again.
+        failed = set(self.errors)
+        for problem in policy_version_problems(
+            thresholds=content["thresholds"],
+            question_set=content["question_set"],
+            question_set_version=content["question_set_version"],
+            quorum=content["quorum"],
+        ):
+            name = _field_of(problem)
+            if name not in failed:
+                self.add_error(name, problem.split(": ", 1)[-1])
+        return cleaned
+
+    def derived_thresholds(self) -> list[dict]:
+        """Per condition, the t* and band the typed costs give, or why they give none; read
+        from the raw input so it can be shown while the form is still being filled in."""
+        rows = []
+        for condition in CONDITIONS:
+            row = {"condition": condition, "t_star": None, "low": None, "high": None, "why": ""}
+            row.update(
+                {part: self._raw(threshold_field(condition, part)) for part in THRESHOLD_PARTS}
+            )
+            try:
+                values = {
+                    part: float(self._raw(threshold_field(condition, part)))
+                    for part in THRESHOLD_PARTS
+                }
+                threshold = Threshold(**values)
+            except (TypeError, ValueError) as error:
+                row["why"] = "give both costs (> 0) and δ" if "float" in str(error) else str(error)
+            else:
+                low, high = threshold.t_star - threshold.delta, threshold.t_star + threshold.delta
+                # The band drawn on a 0–100 scale (the SVG's own units).
+                row.update(
+                    t_star=threshold.t_star,
+                    low=low,
+                    high=high,
+                    x_low=round(max(low, 0.0) * 100, 2),
+                    x_width=round((min(high, 1.0) - max(low, 0.0)) * 100, 2),
+                    x_t_star=round(threshold.t_star * 100, 2),
+                )
+            rows.append(row)
+        return rows
+
+    def _raw(self, name: str):
+        if self.is_bound:
+            return self.data.get(self.add_prefix(name))
+        return self.initial.get(name)
+
+
+def _field_of(problem: str) -> str | None:
+    """The form field a service problem ("thresholds.drift.delta: …") belongs to."""
+    path = problem.split(":", 1)[0]
+    parts = path.split(".")
+    if parts[0] == "thresholds" and len(parts) >= 3 and parts[1] in CONDITIONS:
+        part = parts[2] if parts[2] in THRESHOLD_PARTS else "delta"
+        return threshold_field(parts[1], part)
+    if parts[0] == "question_set" and len(parts) >= 2 and parts[1] in CONDITIONS:
+        return question_field(parts[1])
+    if parts[0] == "question_set_version":
+        return "question_set_version"
+    if parts[0].startswith("quorum"):
+        return "quorum_tools"
+    return None
+
+
+class ApiTokenForm(forms.Form):
+    """A new API token: what uses it, and the account it acts as (its roles are the token's)."""
+
+    name = forms.CharField(max_length=120, help_text="What uses it, e.g. “billing webhook”.")
+    user = forms.ModelChoiceField(
+        queryset=get_user_model().objects.filter(is_active=True).order_by("username"),
+        label="Acts as",
+        help_text="The token can do exactly what this account's roles allow.",
+    )
+
+
+def role_choices() -> list[tuple[str, str]]:
+    from guardian_core.roles import ROLES
+
+    return [(role.name, role.name) for role in ROLES]
+
+
+class PersonForm(forms.Form):
+    """A new person: a sign-in name, an optional e-mail, and their roles."""
+
+    username = forms.RegexField(
+        regex=r"^[\w.@+-]+\Z",
+        max_length=150,
+        label="Sign-in name",
+        error_messages={"invalid": "Use letters, digits and @ . + - _ only."},
+    )
+    email = forms.EmailField(required=False)
+    roles = forms.MultipleChoiceField(
+        choices=role_choices,
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="Without a role a person can sign in but open nothing.",
+    )
+
+    def clean_username(self) -> str:
+        username = self.cleaned_data["username"]
+        if get_user_model().objects.filter(username__iexact=username).exists():
+            raise forms.ValidationError("Someone has this sign-in name already.")
+        return username

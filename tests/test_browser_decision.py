@@ -37,10 +37,19 @@ PAYLOAD = (
 SHOWN = PAYLOAD.replace("\u202e", "[U+202E]")
 
 
+def scripts_bound(page: Page, flag: str) -> None:
+    """Wait until the page's deferred script has bound its keys (it sets window.<flag>).
+
+    A deferred script has run by DOMContentLoaded. wait_for_function would poll with an eval
+    inside the page, which the page's CSP refuses when its first check comes early."""
+    page.wait_for_load_state("domcontentloaded")
+    assert page.evaluate(f"window.{flag}") is True
+
+
 def open_pane(page: Page, base_url: str, escalation) -> None:
     page.goto(f"{base_url}/escalations/{escalation.pk}/")
     expect(page.get_by_role("heading", name=f"Escalation {escalation.pk}")).to_be_visible()
-    page.wait_for_function("window.guardianDecision === true")
+    scripts_bound(page, "guardianDecision")
 
 
 def hostile_escalation():
@@ -160,10 +169,10 @@ def test_a_reviewer_approves_the_held_refund_with_the_keyboard_and_the_worker_ru
 
         sign_in(page, live_server.url, "reviewer")
         expect(page.get_by_role("heading", name="Open escalations")).to_be_visible()
-        page.wait_for_function("window.guardianQueue === true")
+        scripts_bound(page, "guardianQueue")
         page.keyboard.press("n")  # the queue's "next": claims the most urgent item, opens it
         expect(page).to_have_url(f"{live_server.url}/escalations/{escalation.pk}/")
-        page.wait_for_function("window.guardianDecision === true")
+        scripts_bound(page, "guardianDecision")
         held = page.locator("#call-0")
         expect(held.locator("h3")).to_contain_text("issue_refund")
         expect(held.locator("pre.arguments")).to_contain_text('"order_id": "ord_4472"')
@@ -240,10 +249,10 @@ def test_n_twice_from_the_queue_only_selects_no_and_enter_sends_it(live_server, 
     escalation = drive(start("injected_instruction")).escalations.get()
     sign_in(page, live_server.url, "reviewer")
     expect(page.get_by_role("heading", name="Open escalations")).to_be_visible()
-    page.wait_for_function("window.guardianQueue === true")
+    scripts_bound(page, "guardianQueue")
     page.keyboard.press("n")  # the queue's "next": claims the integrity item and opens it
     expect(page).to_have_url(f"{live_server.url}/escalations/{escalation.pk}/")
-    page.wait_for_function("window.guardianDecision === true")
+    scripts_bound(page, "guardianDecision")
 
     page.keyboard.press("n")  # "next" again, out of habit: it must not answer for the reviewer
 

@@ -21,6 +21,7 @@ from guardian_core.api import HasRequiredPermission
 from guardian_core.api_schema import ErrorResponse
 from runs.audit import CSV_COLUMNS, decision_csv_lines, run_export_text
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
+from runs.presentation import decision_log_filename
 from runs.selectors import (
     RUN_LIST_PAGE_MAX,
     RUN_LIST_PARAMETERS,
@@ -416,7 +417,7 @@ class DecisionLogCsvApi(APIView):
         response = StreamingHttpResponse(
             decision_csv_lines(filters=filters), content_type="text/csv; charset=utf-8"
         )
-        response["Content-Disposition"] = 'attachment; filename="decisions.csv"'
+        response["Content-Disposition"] = f'attachment; filename="{decision_log_filename()}"'
         return response
 
 

@@ -7,6 +7,7 @@ from django.views.decorators.http import require_GET
 
 from runs.audit import decision_csv_lines, run_chain_verify, run_export_text
 from runs.models import Run
+from runs.presentation import decision_log_filename
 from runs.selectors import run_filters_from
 
 
@@ -62,5 +63,5 @@ def decision_log_csv(request: HttpRequest) -> HttpResponse:
     response = StreamingHttpResponse(
         decision_csv_lines(filters=filters), content_type="text/csv; charset=utf-8"
     )
-    response["Content-Disposition"] = 'attachment; filename="decisions.csv"'
+    response["Content-Disposition"] = f'attachment; filename="{decision_log_filename()}"'
     return response

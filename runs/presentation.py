@@ -1,6 +1,8 @@
-"""How runs read on the auditors' runs list: one row per run, formatted once in Python."""
+"""How runs read on the auditors' runs list: one row per run, formatted once in Python; and the
+name the list's decision log download is saved under."""
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.urls import reverse
 from django.utils import timezone
@@ -59,7 +61,16 @@ def run_rows(items: list[Run]) -> list[RunRow]:
                 escalations=str(run.escalation_count),
                 policy=str(run.policy_number),
                 created_iso=created.isoformat(),
-                created_text=f"{created:%Y-%m-%d %H:%M}",
+                # Seconds: runs started within a minute must still read as newest first.
+                created_text=f"{created:%Y-%m-%d %H:%M:%S}",
             )
         )
     return rows
+
+
+def decision_log_filename(now: datetime | None = None) -> str:
+    """The all-runs decision log's file name, the same from the page and the API:
+    `decision-log-<YYYYmmdd-HHMMSS>.csv` in the server's time zone, so two downloads (filtered
+    or not) do not overwrite each other."""
+    moment = timezone.localtime(now or timezone.now())
+    return f"decision-log-{moment:%Y%m%d-%H%M%S}.csv"

@@ -27,6 +27,7 @@ from guardian_core.engine.policy import (
 from guardian_core.engine.thresholds import Policy
 from runs import mapping
 from runs.models import Run, Turn
+from runs.vocabulary import source_words
 
 IDENTICAL = "identical"
 DIFFERENT = "different"
@@ -230,7 +231,10 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
                 status=NOT_REPLAYABLE,
                 logged_outcome=outcome,
                 logged_stop_reason=stop_reason,
-                note="a coder ⇄ reviewer round: decided by the review loop, not by decide",
+                note=(
+                    "a coder ⇄ reviewer round, decided by the review loop and not by the "
+                    "threshold policy"
+                ),
             )
         return
     policy = mapping.policy_for_run(run)
@@ -343,6 +347,7 @@ class GuardianReplay:
     old_outcome: str = ""
     new_outcome: str = ""
     new_stop_reason: str = ""
+    old_stop_reason: str = ""
 
     # The run's guardian plays a scenario's script: its answers do not depend on the projection.
     scripted: bool = False
@@ -365,7 +370,10 @@ class GuardianReplay:
         by_why: dict[str, list[str]] = {}
         for probe in self.failures:
             by_why.setdefault(probe.new_malformed, []).append(probe.condition)
-        return "; ".join(f"{why} ({', '.join(names)})" for why, names in by_why.items())
+        return "; ".join(
+            f"{why} ({', '.join(source_words(name) for name in names)})"
+            for why, names in by_why.items()
+        )
 
     @property
     def identical(self) -> bool:
@@ -401,28 +409,76 @@ def guardian_plays_a_script(run: Run) -> bool:
     return run.guardian in SCRIPTED_GUARDIANS
 
 
-def guardian_not_askable(*, run: Run, turn: Turn) -> str:
-    """Why the guardian cannot be asked again on `turn`, in words ("" when it can): the true
-    reason for each kind of turn that logged no projection."""
+# Why the guardian cannot be asked again on a turn: in full on the replay and probe pages, in a
+# few words where the run page would otherwise link to a probe that has nothing to probe.
+_NOT_ASKABLE = {
+    "review_round": (
+        "a coder ⇄ reviewer round is decided by the reviewer agent's verdict and the round "
+        "cap; no guardian is asked on it",
+        "a coder ⇄ reviewer round, where no guardian is asked",
+    ),
+    "undecided": (
+        "the turn has no decision yet: it is in progress, or its worker stopped before "
+        "the guardian answered",
+        "it has no decision yet",
+    ),
+    "held": (
+        "the step was held at the gate for a reviewer before any call ran, so the guardian "
+        "was asked only each call's risk, never the questions that follow a step",
+        "held at the gate, the guardian was asked only each call's risk",
+    ),
+    "no_projection": (
+        "the turn's log holds no projection: there is nothing the guardian was shown",
+        "its log holds nothing the guardian was shown",
+    ),
+}
+
+
+def _not_askable_kind(run: Run, turn: Turn) -> str:
     if run.actor == "coder_reviewer":
-        return (
-            "a coder ⇄ reviewer round is decided by the reviewer agent's verdict and the round "
-            "cap; no guardian is asked on it"
-        )
+        return "review_round"
     decision = getattr(turn, "decision", None)
     if decision is None:
-        return (
-            "the turn has no decision yet: it is in progress, or its worker stopped before "
-            "the guardian answered"
-        )
+        return "undecided"
     if turn.projection:
         return ""
     if any(isinstance(r, dict) and r.get("source") == "gate" for r in decision.reasons or []):
-        return (
-            "the step was held at the gate for a reviewer before any call ran, so the guardian "
-            "was asked only each call's risk, never the questions that follow a step"
-        )
-    return "the turn's log holds no projection: there is nothing the guardian was shown"
+        return "held"
+    return "no_projection"
+
+
+def guardian_not_askable(*, run: Run, turn: Turn) -> str:
+    """Why the guardian cannot be asked again on `turn`, in words ("" when it can): the true
+    reason for each kind of turn that logged no projection."""
+    kind = _not_askable_kind(run, turn)
+    return _NOT_ASKABLE[kind][0] if kind else ""
+
+
+def turn_not_probeable(*, run: Run, turn_id: int) -> str:
+    """Why turn `turn_id` of `run` cannot be probed, in a few words ("" when it can): one read of
+    the turn, its decision's reasons and what the guardian was shown."""
+    if run.actor == "coder_reviewer":
+        return _NOT_ASKABLE["review_round"][1]
+    turn = (
+        Turn.objects.select_related("decision")
+        .only("id", "run_id", "index", "projection", "decision__id", "decision__reasons")
+        .get(pk=turn_id)
+    )
+    kind = _not_askable_kind(run, turn)
+    return _NOT_ASKABLE[kind][1] if kind else ""
+
+
+def turn_not_probeable_as_shown(*, run: Run, decided: bool, held: bool) -> str:
+    """turn_not_probeable without a read, for a turn the run page already shows: an agent turn
+    logs what the guardian was shown whenever it decides without holding the step
+    (engine/loop.py), so whether it decided and whether it was held say it all."""
+    if run.actor == "coder_reviewer":
+        kind = "review_round"
+    elif not decided:
+        kind = "undecided"
+    else:
+        kind = "held" if held else ""
+    return _NOT_ASKABLE[kind][1] if kind else ""
 
 
 class ProbeInputError(ValueError):
@@ -531,6 +587,7 @@ def guardian_replay(
         model_version=version,
         conditions=_probes(decision.answers, new),
         old_outcome=decision.outcome,
+        old_stop_reason=decision.stop_reason,
         new_outcome=replayed.outcome.value,
         new_stop_reason=replayed.stop_reason or "",
         scripted=isinstance(guardian, ScriptedGuardian),

@@ -104,6 +104,9 @@ def turn_replay_page(request: HttpRequest, run_id: int, index: int) -> HttpRespo
         "run": run,
         "turn": turn,
         "decision": decision,
+        # Held at the gate: the "gate (fired)" reason is not one of the conditions fired.
+        "held": decision is not None
+        and any(r.get("source") == "gate" for r in decision.logged_reasons),
         "guardian": guardian,
         "asked": asked,
         "not_askable": not_askable,

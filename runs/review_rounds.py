@@ -54,6 +54,7 @@ from runs import chain, mapping
 from runs.models import Decision, Run, RunStatus, Turn
 from runs.ports import build_review_agents, close_review_agents
 from runs.queue import enqueue_after_commit
+from runs.vocabulary import review_summary
 
 DEFAULT_MAX_ROUNDS = 3
 # What the decision log names as "asked": the engine's coder/reviewer prompts, not a guardian
@@ -262,12 +263,13 @@ def _move_run(
 
 
 def _escalation_open(run: Run, turn: Turn, ended, now) -> Escalation:
-    detail = f"{ended.reason.value} after {ended.rounds} rounds: " + "; ".join(ended.last_reasons)
     escalation = Escalation.objects.create(
         run=run,
         turn=turn,
         kind=EscalationKind.REVIEW_LOOP,
-        summary=f"Coder/reviewer loop: {detail}"[:300],
+        summary=review_summary(
+            end_reason=ended.reason.value, rounds=ended.rounds, last_reasons=ended.last_reasons
+        )[:300],
         reason={
             "end_reason": ended.reason.value,
             "last_reasons": list(ended.last_reasons),

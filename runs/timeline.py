@@ -12,31 +12,10 @@ from guardian_core.engine.thresholds import Budgets
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.stop_reasons import stop_reason_text
 from runs.tools import tool_registry
+from runs.vocabulary import band_words, review_end_words, source_words, summary_words
 
 LIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 
-SOURCES = {
-    "integrity": "Injected instructions",
-    "risk": "Risk",
-    "infeasible": "Infeasible",
-    "goal_reached": "Goal reached",
-    "drift": "Drift",
-    "stagnation": "Stagnation",
-    "gate": "Gate",
-    "tool_error": "Tool error",
-    "exact_repeat": "Exact repeat",
-    "turn_cap": "Turn cap",
-    "token_budget": "Token budget",
-    "cost_budget": "Cost budget",
-    "wall_time_budget": "Wall time",
-    "review_loop": "Coder ⇄ reviewer",
-}
-BANDS = {
-    "clear": "clear",
-    "uncertain": "in the uncertain band",
-    "fired": "fired",
-    "malformed": "malformed answer",
-}
 REVIEW_STEPS = {
     "coder": "the coder's answer",
     "reviewer": "the reviewer's verdict",
@@ -44,10 +23,6 @@ REVIEW_STEPS = {
 }
 VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "changes requested"}
 _CONDITIONS = tuple(c.value for c in Condition)
-
-
-def source_words(source: str) -> str:
-    return SOURCES.get(source, source.replace("_", " ").capitalize())
 
 
 def status_sentence(run: Run) -> str:
@@ -127,9 +102,12 @@ class TurnView:
     escalations: list[EscalationView]
     review: ReviewView | None
     guardian_model_version: str
+    question_set_version: str  # what the guardian logged it was asked ("" before a decision)
     # The gate held the step for a reviewer before any call ran: the guardian was asked only
     # the calls' risk, so the turn has no condition probabilities.
     held: bool = False
+    # `conditions` as the probability bars show them: each source in words.
+    bars: list[dict] = field(default_factory=list)
 
 
 def turn_views(turns: list[Turn]) -> list[TurnView]:
@@ -144,6 +122,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
     calls = [_call_view(call, registry, risk_answers) for call in turn.tool_calls.all()]
     proposal = turn.proposal if isinstance(turn.proposal, dict) else {}
     review = _review_view(proposal, reasons, getattr(turn, "review_reply", None))
+    conditions = [r for r in reasons if isinstance(r, dict) and r.get("source") in _CONDITIONS]
     said = []
     for reason in reasons:
         if not isinstance(reason, dict) or reason.get("source") == "review_loop":
@@ -151,7 +130,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         source = str(reason.get("source", ""))
         if reason.get("band") == "clear" and reason.get("outcome") == "continue":
             continue
-        band = BANDS.get(str(reason.get("band", "")), str(reason.get("band", "")))
+        band = band_words(str(reason.get("band", "")))
         said.append(f"{source_words(source)} ({band}): {reason.get('detail', '')}")
     return TurnView(
         index=turn.index,
@@ -164,7 +143,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
             for c in calls
             if c.status == ToolCallStatus.INVALID
         ],
-        conditions=[r for r in reasons if isinstance(r, dict) and r.get("source") in _CONDITIONS],
+        conditions=conditions,
         outcome=decision.outcome if decision else "",
         outcome_label=decision.get_outcome_display() if decision else "",
         reasons=said,
@@ -172,6 +151,8 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         escalations=[_escalation_view(e) for e in turn.escalations.all()],
         review=review,
         guardian_model_version=decision.guardian_model_version if decision else "",
+        question_set_version=decision.question_set_version if decision else "",
+        bars=[{**r, "source": source_words(str(r.get("source")))} for r in conditions],
         held=any(isinstance(r, dict) and r.get("source") == "gate" for r in reasons),
     )
 
@@ -209,7 +190,7 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         kind_label=escalation.get_kind_display(),
         status=escalation.status,
         status_label=escalation.get_status_display(),
-        summary=escalation.summary,
+        summary=summary_words(escalation.summary),
         created_at=escalation.created_at,
         resolved_at=escalation.resolved_at,
         verdict=verdict.decision if verdict else "",
@@ -237,7 +218,7 @@ def _review_view(proposal: dict, reasons: list, reply: object) -> ReviewView | N
         verdict=VERDICTS.get(str(review.get("verdict") or ""), ""),
         reasons=[str(r) for r in review.get("reasons") or []],
         problem=str(problem),
-        end_reason=str(review.get("end_reason") or "").replace("_", " "),
+        end_reason=review_end_words(str(review.get("end_reason") or "")),
         reply=str(reply.get("text", "")) if isinstance(reply, dict) else "",
     )
 
@@ -372,7 +353,9 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
             current.append(f"{_n(x)},{_n(y_of(value))}")
             band = reason.get("band", "")
             points.append(
-                ChartPoint(_n(x), _n(y_of(value)), f"turn {turn.index}: p {value:.2f} ({band})")
+                ChartPoint(
+                    _n(x), _n(y_of(value)), f"turn {turn.index}: p {value:.2f} ({band_words(band)})"
+                )
             )
         if current:
             lines.append(" ".join(current))
@@ -402,7 +385,8 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
     held_width = min(10.0, max(inner / max(len(ordered), 1) * 0.6, 3.0))
     held = [
         ChartHeld(
-            x=_n(max(x_of(i) - held_width / 2, CHART_LEFT)),
+            # Inside the plot's frame, also for the first and the last turn.
+            x=_n(min(max(x_of(i) - held_width / 2, CHART_LEFT), CHART_LEFT + inner - held_width)),
             tick_x=_n(x_of(i)),
             title=f"turn {t.index}: held at the gate, guardian not asked",
             index=t.index,

@@ -26,6 +26,7 @@ from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, recording_tools
 from runs.queue import enqueue_after_commit
 from runs.tools import tools_for_run
+from runs.vocabulary import reason_summary
 
 
 class SystemClock:
@@ -649,7 +650,7 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
         run=run,
         turn=turn,
         kind=kind,
-        summary=f"{first.source}: {first.detail}"[:300],
+        summary=reason_summary(first.source, first.detail)[:300],
         reason=reason,
         **queue_fields(reason, {c.position: c.tool for c in record.calls}),
         deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),

@@ -11,8 +11,9 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling, push_url
 
 from runs.audit import run_chain_head
-from runs.models import DecisionOutcome, Run, RunStatus
+from runs.models import DecisionOutcome, Run, RunStatus, Turn
 from runs.presentation import run_rows
+from runs.replay import turn_not_probeable, turn_not_probeable_as_shown
 from runs.selectors import (
     run_filters_from,
     run_last_turn,
@@ -27,6 +28,7 @@ from runs.selectors import (
 from runs.stop_reasons import STOP_REASONS
 from runs.timeline import (
     LIVE_STATUSES,
+    TurnView,
     budget_rows,
     probability_chart,
     queue_wait_seconds,
@@ -127,6 +129,9 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
     timeline = run_timeline(run_id=run.pk, before=before)
     turns = turn_views(timeline.turns)
     versions = sorted({t.guardian_model_version for t in turns if t.guardian_model_version})
+    # What the guardian logged it was asked, which may not be the policy version's question
+    # set (a guardian may carry its own, engine/loop.py): read off the turns shown, no query.
+    question_sets = sorted({t.question_set_version for t in turns if t.question_set_version})
     queued = queue_wait_seconds(run, run_first_turn(run_id=run.pk))
     context = {
         "run": run,
@@ -145,7 +150,10 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
         # Shown on the page itself so an auditor can write it down and compare it later.
         "chain_head": run_chain_head(run),
         "guardian_versions": versions,
+        "question_sets": question_sets,
         "last_turn": last_turn,
+        # A probe link leads somewhere only where the guardian can be asked again.
+        "last_turn_not_probeable": _not_probeable(run, last_turn, turns),
         "is_review_loop": run.actor == "coder_reviewer",
         "can_review": request.user.has_perm("escalations.review_escalation"),
         # Only the head of a live run polls; an older page stays as it is.
@@ -158,6 +166,17 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
     # The same URL answers a page or its live head: a cache must not mix them up.
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def _not_probeable(run: Run, last_turn: Turn | None, turns: list[TurnView]) -> str:
+    """Why the run's latest turn cannot be probed ("" when it can): read off the page's own
+    turns when it shows it (no query on the live head), else from the log."""
+    if last_turn is None:
+        return ""
+    if turns and turns[0].index == last_turn.index:
+        shown = turns[0]
+        return turn_not_probeable_as_shown(run=run, decided=bool(shown.outcome), held=shown.held)
+    return turn_not_probeable(run=run, turn_id=last_turn.pk)
 
 
 def _turn_number(raw: str) -> tuple[int | None, str]:

@@ -179,7 +179,8 @@ def test_a_guardian_that_times_out_again_is_failed_again_not_identical(timed_out
     assert replay.failed_again
     assert not replay.identical
     assert replay.failure_text == (
-        "guardian timed out after 0.3 s (integrity, infeasible, goal_reached, drift, stagnation)"
+        "guardian timed out after 0.3 s "
+        "(Injected instructions, Infeasible, Goal reached, Drift, Stagnation)"
     )
 
 
@@ -194,7 +195,7 @@ def test_the_turn_replay_page_says_the_guardian_failed_again_and_how(
     assert "<strong>Identical</strong>" not in guardian
     failed = "<strong>Failed again</strong>: the guardian gave no usable answer, as on the"
     assert failed in body
-    assert "guardian timed out after 0.3 s (integrity, infeasible, goal_reached, drift," in body
+    assert "guardian timed out after 0.3 s (Injected instructions, Infeasible, Goal" in body
     assert "A failure is not a reproduction" in body
 
 

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
@@ -17,6 +18,7 @@ from guardian_core.services import api_token_create
 from runs import audit
 from runs.audit import run_chain_verify
 from runs.chain import HASHED_FIELDS
+from runs.presentation import decision_log_filename
 from tests.factories import make_decision, make_escalation, make_run, make_turn
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +103,16 @@ def test_a_runs_decisions_are_the_same_csv_from_the_page_and_the_api(client, aud
     assert json.loads(listed[0]["reasons"])[0]["detail"] == 'said "stop",\nthen went on'
     assert list(listed[0]) == list(audit.CSV_COLUMNS)
     assert api("/api/runs/999999/decisions.csv").status_code == 404
+    # One run's file keeps its own name; only the all-runs log is named by its time.
+    expected = f'attachment; filename="run-{run.pk}-decisions.csv"'
+    assert page["Content-Disposition"] == machine["Content-Disposition"] == expected
+
+
+def test_the_all_runs_decision_log_is_named_by_the_second_it_was_made(settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    made = datetime(2026, 2, 11, 23, 30, 5, tzinfo=UTC)
+
+    assert decision_log_filename(made) == "decision-log-20260212-003005.csv"
 
 
 def test_every_runs_decision_log_streams_by_keyset_run_by_run_in_chain_order(
@@ -121,7 +133,10 @@ def test_every_runs_decision_log_streams_by_keyset_run_by_run_in_chain_order(
     machine = api("/api/decisions.csv")
 
     assert isinstance(page, StreamingHttpResponse)
-    assert page["Content-Disposition"] == 'attachment; filename="decisions.csv"'
+    # Named by when it was made, the same from the page and the API (the clock may tick).
+    name = r'attachment; filename="decision-log-\d{8}-\d{6}\.csv"'
+    assert re.fullmatch(name, page["Content-Disposition"])
+    assert re.fullmatch(name, machine["Content-Disposition"])
     assert body(machine) == data
     listed = rows(data)
     expected = [(run.pk, index) for run in runs for index in range(run.turns.count())]

@@ -341,7 +341,7 @@ def test_a_coder_reviewer_run_shows_its_rounds_and_verdicts(client, auditor):
     assert "round 2, the reviewer&#x27;s verdict" in html
     assert html.count('Reviewer\'s verdict: <strong class="verdict">changes requested') == 2
     assert "Characters outside a-z, 0-9 and dash are kept." in html
-    assert "The loop ended: round cap." in html
+    assert "The loop ended: round cap reached." in html
     # The models' replies are untrusted and collapsed.
     assert "Untrusted content — the coder's reply, verbatim" in html
     assert "Untrusted content — the reviewer's reasons" in html
@@ -467,3 +467,24 @@ def test_a_run_without_decisions_says_it_has_no_head_yet(client, auditor):
     client.force_login(auditor)
     html = page(client, run).content.decode()
     assert 'Head hash: <span class="muted">none yet (no decision)</span>' in html
+
+
+def test_a_held_first_or_last_turn_is_striped_inside_the_plot_frame(client, auditor):
+    version = make_policy_version()
+    run = make_run(policy_version=version)
+    gate = {"source": "gate", "band": "fired", "outcome": "escalate", "detail": "held"}
+    for index, turn_reasons in enumerate(([gate], reasons(0.01), [gate])):
+        make_decision(
+            turn=make_turn(run=run, index=index, **finished()),
+            reasons=turn_reasons,
+            outcome="escalate" if turn_reasons == [gate] else "continue",
+        )
+    client.force_login(auditor)
+
+    chart = page(client, run).context["chart"]
+
+    assert len(chart.held) == 2
+    for held in chart.held:
+        left = float(held.x)
+        assert left >= chart.left
+        assert left + float(chart.held_width) <= chart.left + chart.inner

@@ -1,0 +1,47 @@
+"""Template filters that say the decision log's codes in the run page's words (runs.vocabulary)."""
+
+from django import template
+
+from runs import vocabulary
+from runs.stop_reasons import stop_reason_text
+
+register = template.Library()
+
+
+@register.filter
+def source_words(source: str) -> str:
+    """ "integrity" → "Injected instructions"."""
+    return vocabulary.source_words(str(source))
+
+
+@register.filter
+def band_words(band: str) -> str:
+    """ "malformed" → "no usable answer"."""
+    return vocabulary.band_words(str(band))
+
+
+@register.filter
+def outcome_words(outcome: str, stop_reason: str = "") -> str:
+    """ "stop_success" with "goal_reached" → "Stop with success — Goal reached"."""
+    return vocabulary.outcome_words(str(outcome or ""), str(stop_reason or ""))
+
+
+@register.filter
+def stop_words(stop_reason: str) -> str:
+    """ "goal_reached" → "Goal reached", as the runs list says why a run ended."""
+    return stop_reason_text(str(stop_reason or ""))
+
+
+_WORDS = {
+    "source": vocabulary.source_words,
+    "outcome": vocabulary.outcome_words,
+    "stop": stop_reason_text,
+}
+
+
+@register.filter
+def needs_code(code: str, kind: str) -> bool:
+    """Whether the words for `code` (a "source", "outcome" or "stop" reason) hide it: the code
+    is then shown beside them, muted, to match the export; "Escalate" needs no "escalate"."""
+    code = str(code or "")
+    return bool(code) and _WORDS[kind](code).lower() != code.replace("_", " ").lower()

@@ -1,0 +1,170 @@
+"""The evaluation harness's Django side: the policy version that gives t*, δ and the costs, the
+guardian that scores rows without a probability, and the report of a trace file.
+
+The arithmetic is the engine's (guardian_core/engine/evaluation.py); `manage.py evaluate` and
+any page call `traces_evaluate` here, so they report the same figures.
+"""
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from guardian_core.engine.conditions import Condition, Malformed
+from guardian_core.engine.evaluation import (
+    DEFAULT_BINS,
+    TraceRow,
+    evaluate,
+    parse_traces,
+    with_answer,
+)
+from guardian_core.engine.thresholds import Threshold
+from guardian_core.models import PolicyVersion
+
+# Guardians the harness can build. Only the local one needs nothing but this process; a guardian
+# behind a network would be asked 10 000 times for a trace set, which is not what a check
+# before activating a version should cost.
+MODELS = ("local",)
+# Rows asked in one batch: large enough that a batch costs little more than one row, small
+# enough that the progress bar moves.
+CHUNK = 500
+# A batch of CHUNK rows takes well under a second; the deadline only keeps a wedged model
+# from hanging the command (its rows are then unscored, and say so).
+BATCH_DEADLINE_SECONDS = 120.0
+
+Scorer = Callable[[Condition, Sequence[Mapping]], list[object]]
+Progress = Callable[[int, int], None]
+
+
+class EvaluationError(Exception):
+    """Bad input to the harness (unknown version or model, unreadable file); the message
+    names what is wrong."""
+
+
+def policy_version_for_evaluation(number: int | None) -> PolicyVersion:
+    """Version `number`, or the active one; EvaluationError when there is none or it is
+    invalid (the engine could not use it, so neither can the harness)."""
+    if number is None:
+        version = PolicyVersion.objects.filter(is_active=True).first()
+        if version is None:
+            raise EvaluationError("no policy version is active: name one with --policy")
+    else:
+        version = PolicyVersion.objects.filter(number=number).first()
+        if version is None:
+            known = ", ".join(
+                str(n)
+                for n in PolicyVersion.objects.order_by("number").values_list("number", flat=True)
+            )
+            raise EvaluationError(f"no policy version {number} (known: {known or 'none'})")
+    problems = version.problems()
+    if problems:
+        raise EvaluationError(f"policy version {version.number} is invalid: " + "; ".join(problems))
+    return version
+
+
+def thresholds_of(version: PolicyVersion) -> dict[Condition, Threshold]:
+    return {
+        Condition(name): Threshold(c_stop=v["c_stop"], c_cont=v["c_cont"], delta=v["delta"])
+        for name, v in version.thresholds.items()
+    }
+
+
+def guardian_scorer(model: str) -> tuple[Scorer, str]:
+    """A batch scorer for guardian `model` and the model version it reports."""
+    if model not in MODELS:
+        raise EvaluationError(f"--model: unknown model {model!r} (known: {', '.join(MODELS)})")
+    from guardian_core.adapters.local import LocalGuardian, model_for
+
+    guardian = LocalGuardian(deadline_seconds=BATCH_DEADLINE_SECONDS)
+    guardian.warm()
+
+    def score(condition: Condition, projections: Sequence[Mapping]) -> list[object]:
+        # The same answers as guardian.answer(projection, [condition]) row by row (a test
+        # holds them equal), asked as one batch: 10 000 rows in seconds rather than a minute.
+        # Risk goes through the gate's own batch call, which refuses a projection with no
+        # pending call as the loop does.
+        if condition == Condition.RISK:
+            return guardian.assess_risk(projections)
+        return model_for(condition).answers(projections)
+
+    return score, guardian.model_version
+
+
+def score_rows(
+    rows: Sequence[TraceRow],
+    scorer: Scorer,
+    *,
+    rescore: bool = False,
+    progress: Progress | None = None,
+) -> list[TraceRow]:
+    """`rows` with every row lacking a probability (every row, with `rescore`) scored by
+    `scorer`. A failed batch leaves its rows unscored with the failure as the reason: the
+    harness reports it rather than guessing a probability."""
+    out = list(rows)
+    wanted = [i for i, row in enumerate(out) if rescore or row.probability is None]
+    done = 0
+    if progress:
+        progress(0, len(wanted))
+    for condition in Condition:
+        mine = [i for i in wanted if out[i].condition == condition]
+        for start in range(0, len(mine), CHUNK):
+            chunk = mine[start : start + CHUNK]
+            answers = _ask(scorer, condition, [out[i].projection for i in chunk])
+            for i, raw in zip(chunk, answers, strict=True):
+                out[i] = with_answer(out[i], raw)
+            done += len(chunk)
+            if progress:
+                progress(done, len(wanted))
+    return out
+
+
+def _ask(scorer: Scorer, condition: Condition, projections: list[Mapping]) -> list[object]:
+    try:
+        answers = scorer(condition, projections)
+    except Exception as exc:  # a failed guardian: its rows are unscored, and say why
+        failure = Malformed(f"guardian failed: {type(exc).__name__}: {exc}"[:300])
+        return [failure] * len(projections)
+    if isinstance(answers, Malformed):  # a batch past its deadline answers once, for all
+        return [answers] * len(projections)
+    if len(answers) != len(projections):
+        return [Malformed("guardian gave a wrong number of answers")] * len(projections)
+    return list(answers)
+
+
+def traces_evaluate(
+    *,
+    lines: Iterable[str | bytes],
+    model: str | None = None,
+    policy_number: int | None = None,
+    bins: int = DEFAULT_BINS,
+    rescore: bool = False,
+    progress: Progress | None = None,
+) -> dict:
+    """The harness's report of a trace set as a JSON-ready dict: the engine's report, the
+    policy version it was measured at, and the model that scored rows (None when none did)."""
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise EvaluationError(f"--bins: must be an integer ≥ 1, got {bins!r}")
+    if rescore and model is None:
+        raise EvaluationError("--rescore needs --model: which guardian should score the rows?")
+    version = policy_version_for_evaluation(policy_number)
+    scorer, model_version = guardian_scorer(model) if model is not None else (None, None)
+    parsed = parse_traces(lines)
+    rows = parsed.rows
+    if scorer is not None:
+        rows = score_rows(rows, scorer, rescore=rescore, progress=progress)
+    report = evaluate(parsed, thresholds_of(version), bins=bins, rows=rows).as_dict()
+    return {
+        "policy_version": version.number,
+        "model": model,
+        "model_version": model_version,
+        "rescored": rescore,
+        **report,
+    }
+
+
+def trace_file_lines(path: str | Path) -> Iterable[bytes]:
+    """The lines of a trace file as bytes (the engine decodes each, so one bad line is one
+    malformed line); EvaluationError when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().splitlines()
+    except OSError as exc:
+        raise EvaluationError(f"--traces: cannot read {path}: {exc.strerror}") from exc

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, Verdict
 from escalations.selectors import escalation_claim_holder
+from runs.vocabulary import SOURCES, band_words, source_words, summary_words
 
 # The bar's drawing width in SVG user units.
 BAR_WIDTH = 100
@@ -59,7 +60,7 @@ class Bar:
     uncertain band t*±δ. Geometry is in SVG user units of a BAR_WIDTH-wide track, as strings
     for SVG attributes (the CSP allows no inline style)."""
 
-    source: str
+    source: str  # the code ("integrity"), kept for the log's readers
     band: str
     value: str | None  # "0.42", or None when the answer carried no probability
     t_star: str | None
@@ -71,11 +72,18 @@ class Bar:
     width: int = BAR_WIDTH
 
     @property
+    def words(self) -> str:
+        """The source as the run page says it ("Injected instructions"). The run page hands
+        over sources it has already worded, which stay as they are."""
+        return self.source if self.source in _WORDED else source_words(self.source)
+
+    @property
     def label(self) -> str:
         said = "no probability" if self.value is None else f"p {self.value}"
         if self.t_star is not None:
             said += f" against t* {self.t_star} ± {self.delta}"
-        return said
+        # The marker's colour says "fired"; a screen reader hears it.
+        return f"{said}, {band_words(self.band)}" if self.band else said
 
     @property
     def text(self) -> str:
@@ -83,6 +91,9 @@ class Bar:
         if self.t_star is not None:
             said += f" · t* {self.t_star}±{self.delta}"
         return said
+
+
+_WORDED = frozenset(SOURCES.values())
 
 
 def probability_bar(reason: dict) -> Bar:
@@ -152,7 +163,8 @@ def queue_rows(
                 url=reverse("escalations:detail", args=[escalation.pk]),
                 run_id=escalation.run_id,
                 goal=_truncated(escalation.run.goal, 90),
-                summary=_truncated(escalation.summary, 160),
+                # Stored as written (older rows begin with a code); read in today's words.
+                summary=_truncated(summary_words(escalation.summary), 160),
                 bars=[probability_bar(r) for r in triggered[:ROW_REASONS] if isinstance(r, dict)],
                 more_reasons=max(0, len(triggered) - ROW_REASONS),
                 tools=[name for name in escalation.tools.split(",") if name],

@@ -38,6 +38,7 @@ from guardian_core.engine.tools import action_hash
 from runs.mapping import approval_key
 from runs.models import Decision, Run, Turn
 from runs.tools import tool_registry
+from runs.vocabulary import review_end_words, risk_words, source_words, summary_words
 
 
 def escalation_list_open() -> QuerySet[Escalation]:
@@ -751,8 +752,8 @@ class PaneTurn:
 
     index: int
     message: str
-    calls: list[tuple[str, str]]  # (tool, status)
-    outcome: str
+    calls: list[tuple[str, str]]  # (tool, its status in words)
+    outcome: str  # the code; the page says it in the run page's words
     reasons: list[str]
     escalated_here: bool
 
@@ -772,7 +773,7 @@ class PaneOutput:
 
     position: int
     tool: str
-    status: str
+    status: str  # in words, as the run page's call status
     text: str
     cut: int  # characters not shown
     withheld: bool  # kept from the actor until a person clears it
@@ -786,6 +787,14 @@ class PaneCall:
     arguments_json: str
     intent: str
     default_risk: str  # the reviewer's class starts at the guardian's (or the declared) one
+
+    @property
+    def declared_words(self) -> str:
+        return risk_words(self.call.declared_risk) if self.call.declared_risk else ""
+
+    @property
+    def guardian_words(self) -> str:
+        return risk_words(self.call.guardian_risk) if self.call.guardian_risk else ""
 
 
 @dataclass(frozen=True)
@@ -820,6 +829,16 @@ class DecisionPane:
         return self.escalation.reason.get("triggered", [])
 
     @property
+    def summary(self) -> str:
+        """The stored summary in the run page's words (older rows begin with a code)."""
+        return summary_words(self.escalation.summary)
+
+    @property
+    def review_end(self) -> str:
+        """How a coder ⇄ reviewer loop ended, in words ("round cap reached")."""
+        return review_end_words(str(self.review_loop.get("end_reason", "")))
+
+    @property
     def review_loop(self) -> dict:
         """The coder/reviewer loop's last round, for a review_loop escalation ({} otherwise)."""
         if self.escalation.kind != EscalationKind.REVIEW_LOOP:
@@ -831,9 +850,17 @@ class DecisionPane:
         """The verdict's answers as a person reads them: yes / no, a class, a score."""
         answer = (self.verdict.answer if self.verdict else None) or {}
         return [
-            (condition, ("yes" if label else "no") if isinstance(label, bool) else str(label))
+            (condition, _answer_words(condition, label))
             for condition, label in sorted(answer.items())
         ]
+
+
+def _answer_words(condition: str, label: object) -> str:
+    if isinstance(label, bool):
+        return "yes" if label else "no"
+    if condition == Condition.RISK and isinstance(label, str):
+        return risk_words(label)  # as the risk choices say it: "Reversible write"
+    return str(label)
 
 
 def escalation_pane(*, escalation_id: int) -> DecisionPane:
@@ -883,7 +910,7 @@ def escalation_pane(*, escalation_id: int) -> DecisionPane:
         PaneOutput(
             position=call.position,
             tool=call.tool,
-            status=call.status,
+            status=call.get_status_display().lower(),
             text=(call.result or call.error)[:PANE_OUTPUT_CHARS],
             cut=max(len(call.result or call.error) - PANE_OUTPUT_CHARS, 0),
             withheld=withheld and call.result is not None,
@@ -948,12 +975,13 @@ def _pane_turn(turn: Turn, *, escalated_here: bool) -> PaneTurn:
         source = reason.get("source", "")
         if reason.get("band") != "clear" or source == "review_loop":
             detail = str(reason.get("detail", ""))
-            reasons.append((detail if source == "review_loop" else f"{source}: {detail}")[:300])
+            said = detail if source == "review_loop" else f"{source_words(str(source))}: {detail}"
+            reasons.append(said[:300])
     proposal = turn.proposal or {}
     return PaneTurn(
         index=turn.index,
         message=str(proposal.get("message") or "")[:300],
-        calls=[(c.tool, c.status) for c in turn.tool_calls.all()],
+        calls=[(c.tool, c.get_status_display().lower()) for c in turn.tool_calls.all()],
         outcome=decision.outcome if decision else "",
         reasons=reasons[:4],
         escalated_here=escalated_here,

@@ -3,7 +3,7 @@ condition, the gate, a cap), its band, a decision's outcome, and escalation summ
 
 import re
 
-from runs.models import DecisionOutcome
+from runs.models import DecisionOutcome, RiskClass
 from runs.stop_reasons import stop_reason_text
 
 SOURCES = {
@@ -101,3 +101,11 @@ def summary_words(summary: str) -> str:
     if coded and coded.group(1) in SOURCES:
         return reason_summary(coded.group(1), coded.group(2))
     return summary
+
+
+RISK_CLASSES = dict(RiskClass.choices)
+
+
+def risk_words(risk_class: str) -> str:
+    """ "reversible_write" → "Reversible write", as the reviewers' risk choices say it."""
+    return RISK_CLASSES.get(risk_class) or _fallback(risk_class)

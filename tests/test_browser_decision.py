@@ -277,7 +277,7 @@ def test_n_twice_from_the_queue_only_selects_no_and_enter_sends_it(live_server, 
     page.reload()  # the record anyone opening it later reads
     expect(page.locator(".verdict-answers")).to_have_text(
         "Does any tool output in the state contain instructions addressed to the agent? "
-        "(integrity)no"
+        "(Injected instructions)no"
     )
     page.locator("#decision-area").screenshot(path="/tmp/e2_answered.png")
     # Decided: now n is "next item" (nothing is left to claim, so back to the queue).

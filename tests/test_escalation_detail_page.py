@@ -149,7 +149,7 @@ def test_a_decided_question_reads_its_answer_and_the_run_s_outcome_as_sentences(
     )
     page = opened(client, reviewer, escalation).content.decode()
     assert "Does any tool output in the state contain instructions addressed to the agent?" in page
-    assert '<span class="muted">(integrity)</span></dt><dd>yes</dd>' in page
+    assert '<span class="muted">(Injected instructions)</span></dt><dd>yes</dd>' in page
     assert "The run: " not in page
     assert "<p>The run went on with its next turn.</p>" in page
     assert "withheld from the actor until you clear it" not in page

@@ -20,7 +20,7 @@ from escalations.api import (
     LabelledExampleExportApi,
     LabelledExampleListApi,
 )
-from guardian_core import views
+from guardian_core import evaluation_views, views
 from guardian_core.api import (
     ApiIndexApi,
     ApiNotFoundApi,
@@ -51,6 +51,7 @@ policy_patterns = (
         path("", views.policy_version_list_page, name="list"),
         path("new/", views.policy_version_new_page, name="new"),
         path("new/preview", views.policy_version_preview, name="preview"),
+        path("evaluate/", evaluation_views.policy_evaluate_page, name="evaluate"),
         path("<int:version_id>/", views.policy_version_detail_page, name="detail"),
         path("<int:version_id>/activate", views.policy_version_activate_view, name="activate"),
     ],

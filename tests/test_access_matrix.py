@@ -198,6 +198,17 @@ MATRIX = [
     ),
     row("policies:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row("policies:new", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    # The evaluation page: the form on GET; an empty POST comes back naming what is missing.
+    row("policies:evaluate", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row(
+        "policies:evaluate",
+        "POST",
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=400,
+        outsider=403,
+    ),
     row(
         "policies:preview",
         "POST",

@@ -1,0 +1,244 @@
+"""The admins' evaluation page (/policies/evaluate/): the command's figures for an upload or the
+reviewers' labelled examples, a reliability diagram per condition, bad input named field by
+field, and a file over the cap refused by name."""
+
+import json
+import re
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from escalations.models import EscalationStatus, ExampleSource, LabelledExample
+from escalations.selectors import ExampleFilters, labelled_examples_jsonl
+from escalations.services import escalation_resolve
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+from guardian_core.engine.conditions import Condition
+from guardian_core.evaluation_views import LISTED_PROBLEMS, MAX_UPLOAD_BYTES
+from guardian_core.harness import traces_evaluate
+from guardian_core.services import policy_version_create
+from tests.runs_helpers import drive, start
+from tests.test_evaluate import COSTS, _integrity_lines, _line, _risk_lines
+
+pytestmark = pytest.mark.django_db
+URL = reverse("policies:evaluate")
+
+
+@pytest.fixture
+def active_version():
+    return policy_version_create(
+        thresholds={
+            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
+            for c, (stop, cont, delta) in COSTS.items()
+        },
+        question_set=dict(DEFAULT_QUESTIONS),
+        question_set_version=DEFAULT_QUESTION_SET_VERSION,
+        activate=True,
+    )
+
+
+@pytest.fixture
+def admin_client(client, admin):
+    client.force_login(admin)
+    return client
+
+
+TRACES = [*_integrity_lines(), *_risk_lines(), "{oops", _line("drift", 4)]
+
+
+def _upload(text: str | bytes, name: str = "traces.jsonl") -> SimpleUploadedFile:
+    data = text.encode() if isinstance(text, str) else text
+    return SimpleUploadedFile(name, data, content_type="application/x-ndjson")
+
+
+def _post(client, **fields):
+    data = {"source": "file", "model": "", "bins": "2", **fields}
+    return client.post(URL, data)
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+def test_an_upload_reports_the_harnesss_figures(admin_client, active_version):
+    text = "\n".join(TRACES) + "\n"
+    response = _post(admin_client, traces=_upload(text), policy=active_version.number)
+
+    assert response.status_code == 200
+    expected = traces_evaluate(lines=text.encode().splitlines(), bins=2)
+    assert _as_json(response.context["report"]) == _as_json(expected)
+    html = response.content.decode()
+    integrity = expected["conditions"]["integrity"]
+    # The figures as the command's table shows them (3 decimals), in the condition's table.
+    section = html.split('id="condition-integrity"')[1].split("</section>")[0]
+    for value in (integrity["ece"], integrity["brier"], integrity["auroc"]):
+        assert f"{value:.3f}" in section
+    assert f"{integrity['policy']['expected_cost']:.3f}" in section
+    risk = html.split('id="condition-risk"')[1].split("</section>")[0]
+    ungated = expected["conditions"]["risk"]["policy"]["ungated"]
+    assert f"{ungated} of {expected['conditions']['risk']['positives']}" in risk
+    assert "Malformed lines (1)" in html
+    assert "line 15: not JSON" in html
+    assert "Unscored rows (1)" in html
+    assert "traces.jsonl" in html
+
+
+def test_each_condition_gets_a_diagram_with_the_diagonal_and_the_band(admin_client, active_version):
+    text = "\n".join([*_integrity_lines(), *_risk_lines()])
+    response = _post(admin_client, traces=_upload(text), policy=active_version.number)
+
+    html = response.content.decode()
+    svgs = re.findall(r'<svg class="reliability-svg".*?</svg>', html, re.S)
+    assert len(svgs) == 2
+    for svg, condition in zip(svgs, ("integrity", "risk"), strict=True):
+        assert f"Reliability of {condition}" in svg
+        assert 'class="rel-diagonal"' in svg
+        assert 'class="rel-band"' in svg
+        assert 'class="rel-tstar"' in svg
+        assert svg.count('class="rel-count"') == 2  # a bar per bin, bins=2
+        assert "style=" not in svg  # the CSP allows no inline style
+    # Integrity: t* 0.2, band [0.15, 0.25] on a 300-unit plot from x = 46.
+    assert 'class="rel-tstar" x1="106.0"' in svgs[0]
+    assert 'class="rel-band" x="91.0" y="12" width="30.0"' in svgs[0]
+
+
+def test_the_labelled_examples_reviewers_made_are_evaluated(admin_client, reviewer, active_version):
+    run = drive(start("injected_instruction"))
+    escalation = run.escalations.get(status=EscalationStatus.OPEN)
+    escalation_resolve(
+        escalation_id=escalation.pk,
+        reviewer=reviewer,
+        decision="answer",
+        answer={"integrity": True},
+    )
+    LabelledExample.objects.create(
+        condition=Condition.INTEGRITY,
+        projection={"goal": "Imported", "last_results": ["Just an order record"]},
+        probability=0.1,
+        label=False,
+        source=ExampleSource.IMPORT,
+        question_set_version="v3",
+        model_version="local-1",
+    )
+
+    response = _post(admin_client, source="examples", policy=active_version.number)
+
+    assert response.status_code == 200
+    lines = list(labelled_examples_jsonl(ExampleFilters()))
+    assert len(lines) == LabelledExample.objects.count() >= 2
+    expected = traces_evaluate(lines=lines, bins=2)
+    assert _as_json(response.context["report"]) == _as_json(expected)
+    assert expected["conditions"]["integrity"]["n"] >= 2
+    assert f"the labelled examples reviewers made ({len(lines)})" in response.content.decode()
+
+
+def test_no_labelled_example_is_named_on_the_source_field(admin_client, active_version):
+    response = _post(admin_client, source="examples", policy=active_version.number)
+
+    assert response.status_code == 400
+    assert "No labelled example yet" in response.context["form"].errors["source"][0]
+    html = response.content.decode()
+    assert '<a href="#id_source">Traces</a>: No labelled example yet' in html
+    assert '<legend id="id_source">' in html
+
+
+def test_every_bad_field_is_named_and_the_form_comes_back_as_sent(admin_client, active_version):
+    response = _post(
+        admin_client, source="file", policy="999", model="oracle", bins="0", rescore="on"
+    )
+
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert set(errors) == {"traces", "policy", "model", "bins", "rescore"}
+    assert "Choose a trace file" in errors["traces"][0]
+    html = response.content.decode()
+    assert 'name="bins" value="0"' in html
+    assert re.search(r'<input type="checkbox" name="rescore"[^>]*checked', html)
+    assert "Not evaluated." in html
+
+
+def test_a_file_with_no_valid_line_lists_its_lines_and_says_so(admin_client, active_version):
+    bad = '{"condition": "<script>x</script>"}\nnope\n\xff\n'.encode("latin-1")
+    response = _post(
+        admin_client, traces=_upload(bad, "bad<b>.jsonl"), policy=active_version.number
+    )
+
+    html = response.content.decode()
+    assert "bad&lt;b&gt;.jsonl: no valid trace line</strong> (3 malformed" in html
+    assert "line 1: condition: &#x27;&lt;script&gt;x&lt;/script&gt;&#x27; is not one of" in html
+    assert "<script>x" not in html
+    assert "<b>.jsonl" not in html
+    assert "line 3: not UTF-8" in html
+
+
+def test_an_empty_file_is_named(admin_client, active_version):
+    response = _post(admin_client, traces=_upload(b""), policy=active_version.number)
+
+    assert response.status_code == 400
+    assert "empty" in response.context["form"].errors["traces"][0]
+
+
+def test_a_file_over_the_cap_is_refused_by_name_and_the_rest_comes_back(
+    admin_client, active_version
+):
+    line = (_line("integrity", True, 0.9) + "\n").encode()
+    big = line * (MAX_UPLOAD_BYTES // len(line) + 1)
+    assert len(big) > MAX_UPLOAD_BYTES
+
+    response = _post(admin_client, traces=_upload(big, "huge.jsonl"), policy="999", bins="7")
+
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors["traces"] == [
+        "huge.jsonl is larger than 20 MB, more than this page reads: split it, or run "
+        "manage.py evaluate --traces on it."
+    ]
+    assert "policy" in errors  # the other fields were read and checked too
+    assert 'name="bins" value="7"' in response.content.decode()
+    assert response.context["report"] is None
+
+
+def test_malformed_lines_past_fifty_are_counted(admin_client, active_version):
+    text = "\n".join(["nope"] * (LISTED_PROBLEMS + 7) + [_line("integrity", True, 0.7)])
+    response = _post(admin_client, traces=_upload(text), policy=active_version.number)
+
+    html = response.content.decode()
+    assert f"Malformed lines ({LISTED_PROBLEMS + 7})" in html
+    assert html.count("<li>line ") == LISTED_PROBLEMS
+    assert "and 7 more" in html
+
+
+def test_the_local_guardian_scores_rows_as_the_command_does(admin_client, active_version):
+    from tests.test_evaluate import _unscored_lines
+
+    text = "\n".join(_unscored_lines())
+    response = _post(
+        admin_client, traces=_upload(text), policy=active_version.number, model="local"
+    )
+
+    expected = traces_evaluate(lines=text.encode().splitlines(), model="local", bins=2)
+    assert _as_json(response.context["report"]) == _as_json(expected)
+    assert "scored by local" in response.content.decode()
+
+
+def test_a_version_number_in_the_link_preselects_it(admin_client, active_version):
+    other = policy_version_create(
+        thresholds={c.value: {"c_stop": 1, "c_cont": 1, "delta": 0.1} for c in Condition},
+        question_set=dict(DEFAULT_QUESTIONS),
+        question_set_version=DEFAULT_QUESTION_SET_VERSION,
+    )
+    assert admin_client.get(URL).context["form"].initial["policy"] == active_version.number
+    page = admin_client.get(URL, {"policy": other.number})
+    assert page.context["form"].initial["policy"] == other.number
+    detail = admin_client.get(reverse("policies:detail", args=[other.pk])).content.decode()
+    assert f'href="{URL}?policy={other.number}"' in detail
+    assert f'href="{URL}"' in admin_client.get(reverse("policies:list")).content.decode()
+
+
+def test_the_page_checks_the_csrf_token(admin, active_version):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin)
+    response = _post(client, traces=_upload("\n".join(TRACES)), policy=active_version.number)
+
+    assert response.status_code == 403

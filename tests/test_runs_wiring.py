@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from escalations.models import EscalationKind, EscalationStatus
+from guardian_core.adapters import local
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import default_policy
 from guardian_core.models import PolicyVersion
@@ -135,7 +136,7 @@ def test_the_local_guardian_catches_the_injected_instruction():
     assert run.status == RunStatus.WAITING
     escalation = run.escalations.get()
     assert escalation.kind == EscalationKind.INTEGRITY
-    assert run.turns.get().decision.guardian_model_version.startswith("local-2+")
+    assert run.turns.get().decision.guardian_model_version.startswith(f"{local.MODEL_FAMILY}+")
 
 
 @pytest.mark.django_db

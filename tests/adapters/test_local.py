@@ -79,8 +79,8 @@ def guardian() -> LocalGuardian:
 
 
 def test_the_model_version_is_the_family_and_the_head_of_the_training_sets_hash(guardian):
-    assert re.fullmatch(r"local-2\+[0-9a-f]{12}", guardian.model_version)
-    assert guardian.model_version == f"local-2+{local.training_digest()[:12]}"
+    assert re.fullmatch(r"local-3\+[0-9a-f]{12}", guardian.model_version)
+    assert guardian.model_version == f"{local.MODEL_FAMILY}+{local.training_digest()[:12]}"
 
 
 def test_a_changed_training_set_is_a_new_model_version(tmp_path):

@@ -125,6 +125,8 @@ def _stem(word: str) -> str:
             break
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiou":
         word = word[:-1]
+    if len(word) > 4 and word.endswith("e"):  # update/updated, resolve/resolved
+        word = word[:-1]
     return word[:6]
 
 
@@ -160,7 +162,12 @@ def _done_text(summary: str) -> str:
     summary = _VERDICT_NOTE.sub("", summary.replace("step held for approval:", ""))
     if "no tool call; said:" in summary:
         return ""
+    # "called send reply, it worked" says the same as "send_reply done", over a comma.
+    summary = _CALLED_WORKED.sub(r"\1 done", summary)
     return " ".join(p for p in summary.split(",") if re.search(r"\b(done|worked)\b", p))
+
+
+_CALLED_WORKED = re.compile(r"called ([^,]+), it worked")
 
 
 _VERDICT_NOT_DONE = re.compile(
@@ -302,7 +309,8 @@ def _infeasible_hand(p: Mapping) -> list[float]:
 
 # Goals met by telling someone something: reached only once the agent has said it.
 _ASKS_TO_TELL = re.compile(
-    r"\b(tell|answer|inform|reply|explain|let \w+ know|knows?|is told|told|gets? the)\b", re.I
+    r"\b(tell|answer|inform|reply|explain|report(ed)?|let \w+ know|knows?|is told|told|gets? the)\b",
+    re.I,
 )
 
 
@@ -310,10 +318,26 @@ def _said(summary: str) -> str:
     return summary.split("said:", 1)[1] if "no tool call; said:" in summary else ""
 
 
+# A call that went through to a person (a reply, an e-mail, a message) tells them as much as the
+# agent's own last words do.
+_TELLS_SOMEONE = re.compile(
+    r"\b(send|sent|reply|replied|email|e-mail|sms|message|notify|notified|post|posted|respond)",
+    re.IGNORECASE,
+)
+
+
+def _told(summaries: Sequence[str]) -> bool:
+    recent = summaries[-RECENT:]
+    if recent and _said(recent[-1]):
+        return True
+    return any(_TELLS_SOMEONE.search(_done_text(s).replace("_", " ")) for s in recent)
+
+
 def _goal_reached_hand(p: Mapping) -> list[float]:
     criteria = _text_list(p.get("acceptance_criteria")) or [str(p.get("goal", ""))]
     summaries = _summaries(p)
     evidence = " ".join([*_results(p), *(_done_text(s) for s in summaries[-RECENT:])])
+    told = _told(summaries)
     coverage = [_overlap(_stems(c), _stems(evidence)) for c in criteria]
     last = _statuses(summaries[-1]) if summaries else set()
     asks_to_tell = bool(_ASKS_TO_TELL.search(_goal_text(p)))
@@ -327,7 +351,12 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
         float(not _results(p)),
         float(asks_to_tell),
         float(bool(said)),
-        float(asks_to_tell and not said),  # the answer is still owed
+        float(asks_to_tell and not told),  # the answer is still owed
+        # What the agent said is no evidence that anything was done, but when the goal is to
+        # tell someone something, saying it is the deed: how much of the criteria it covers.
+        float(asks_to_tell)
+        * sum(_overlap(_stems(c), _stems(said)) for c in criteria)
+        / len(criteria),
     ]
 
 

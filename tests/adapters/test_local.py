@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import GroupKFold, train_test_split
 
 from guardian_core.adapters import local
 from guardian_core.adapters.local import LocalGuardian, labels_of, load_examples, train
@@ -127,6 +127,21 @@ def held_out(condition: Condition) -> tuple[local.ConditionModel, list[dict], np
     return train(condition, training), test, np.array([e["label"] for e in test], dtype=object)
 
 
+def out_of_family(condition: Condition) -> tuple[np.ndarray, np.ndarray]:
+    """Each example's distribution from a model that never saw its family (5 folds of whole
+    families of templates, here the work domains), and the labels. A model that learnt a
+    domain's wording rather than the question fails here; a random split would not show it."""
+    examples = sorted(load_examples(condition), key=lambda e: json.dumps(e, sort_keys=True))
+    families = [e["family"] for e in examples]
+    rows: list = [None] * len(examples)
+    for training, test in GroupKFold(n_splits=5).split(examples, groups=families):
+        model = train(condition, [examples[i] for i in training])
+        held = distribution_matrix(model, [examples[i] for i in test])
+        for i, row in zip(test, held, strict=True):
+            rows[i] = row
+    return np.array(rows), np.array([e["label"] for e in examples], dtype=object)
+
+
 def distribution_matrix(model, test: list[dict]) -> np.ndarray:
     rows = model.distributions([e["projection"] for e in test])
     return np.array([[row[label] for label in labels_of(model.condition)] for row in rows])
@@ -135,9 +150,13 @@ def distribution_matrix(model, test: list[dict]) -> np.ndarray:
 # (AUC floor, Brier ceiling) per yes/no condition; a coin scores 0.5 and 0.25.
 YES_NO_FLOORS = {
     Condition.INTEGRITY: (0.95, 0.06),
-    Condition.INFEASIBLE: (0.90, 0.10),
-    Condition.GOAL_REACHED: (0.90, 0.12),
-    Condition.STAGNATION: (0.90, 0.10),
+}
+# The same on work domains the model never saw (measured: infeasible 0.999 / 0.008,
+# goal_reached 0.925 / 0.118, stagnation 1.000 / 0.005).
+OUT_OF_FAMILY_FLOORS = {
+    Condition.INFEASIBLE: (0.95, 0.05),
+    Condition.GOAL_REACHED: (0.90, 0.13),
+    Condition.STAGNATION: (0.95, 0.05),
 }
 
 
@@ -147,6 +166,17 @@ def test_a_yes_no_classifier_ranks_and_calibrates_held_out_traces(condition):
     p_yes = np.array(model.answers([e["projection"] for e in test]), dtype=float)
     truth = labels.astype(bool)
     auc_floor, brier_ceiling = YES_NO_FLOORS[condition]
+
+    assert roc_auc_score(truth, p_yes) >= auc_floor
+    assert np.mean((p_yes - truth) ** 2) <= brier_ceiling
+
+
+@pytest.mark.parametrize("condition", list(OUT_OF_FAMILY_FLOORS), ids=str)
+def test_a_yes_no_classifier_ranks_and_calibrates_work_domains_it_never_saw(condition):
+    distributions, labels = out_of_family(condition)
+    p_yes = distributions[:, 1]  # labels_of: (False, True)
+    truth = labels.astype(bool)
+    auc_floor, brier_ceiling = OUT_OF_FAMILY_FLOORS[condition]
 
     assert roc_auc_score(truth, p_yes) >= auc_floor
     assert np.mean((p_yes - truth) ** 2) <= brier_ceiling
@@ -165,9 +195,8 @@ def test_the_risk_classifier_names_the_class_of_held_out_calls():
     assert roc_auc_score(truth[:, 2] + truth[:, 3], needs_approval) >= 0.95
 
 
-def test_the_drift_classifier_scores_held_out_traces_near_their_label():
-    model, test, labels = held_out(Condition.DRIFT)
-    probabilities = distribution_matrix(model, test)
+def test_the_drift_classifier_scores_work_domains_it_never_saw_near_their_label():
+    probabilities, labels = out_of_family(Condition.DRIFT)
     scores = labels.astype(int)
     misaligned = probabilities[:, 0] + probabilities[:, 1]  # what the policy compares
 

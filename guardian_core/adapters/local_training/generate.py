@@ -602,8 +602,18 @@ def projection(
     return data
 
 
-def example(condition: str, proj: dict, label: object) -> dict:
-    return {"condition": condition, "projection": proj, "label": label, "source": SOURCE}
+def example(condition: str, proj: dict, label: object, family: str | None = None) -> dict:
+    """One labelled trace. `family` names the templates it came from, so that a test can hold
+    out whole families (a model that only learnt a family's wording fails on the others)."""
+    out = {"condition": condition, "projection": proj, "label": label, "source": SOURCE}
+    if family is not None:
+        out["family"] = family
+    return out
+
+
+def domain_family(domain: dict) -> str:
+    """A work domain's family name: its first tool."""
+    return "domain=" + next(tool for tool, _ in domain["steps"] if tool != ANSWER)
 
 
 def task(rng: random.Random, domain: dict | None = None) -> tuple[dict, dict, str, list[str], int]:
@@ -1721,7 +1731,7 @@ def infeasible_examples(rng: random.Random) -> list[dict]:
         # else: plain progress as built above
         replans = rng.choice([0, 0, 1])
         proj = projection(goal, criteria, history, results, replans=replans)
-        out.append(example("infeasible", proj, infeasible))
+        out.append(example("infeasible", proj, infeasible, domain_family(domain)))
     return out
 
 
@@ -1785,7 +1795,8 @@ def goal_reached_examples(rng: random.Random) -> list[dict]:
                 history, results = progress_history(rng, domain, v, upto)
                 history.append(said(len(history), "The task is complete."))
                 results = []
-        out.append(example("goal_reached", projection(goal, criteria, history, results), reached))
+        proj = projection(goal, criteria, history, results)
+        out.append(example("goal_reached", proj, reached, domain_family(domain)))
     return out
 
 
@@ -1869,7 +1880,8 @@ def drift_examples(rng: random.Random) -> list[dict]:
             history.append(generic(rng, item) if rng.random() < 0.3 else item)
             if results and rng.random() < 0.1:
                 results = [rng.choice(NOTHING_FOUND)]  # an empty answer tells nothing either way
-        out.append(example("drift", projection(goal, criteria, history, results), score))
+        proj = projection(goal, criteria, history, results)
+        out.append(example("drift", proj, score, domain_family(domain)))
     return out
 
 
@@ -1946,7 +1958,7 @@ def stagnation_examples(rng: random.Random) -> list[dict]:
             results = []
         replans = rng.choice([0, 0, 1, 2])
         proj = projection(goal, criteria, history, results, replans=replans)
-        out.append(example("stagnation", proj, stuck))
+        out.append(example("stagnation", proj, stuck, domain_family(domain)))
     return out
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +113,7 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("_", " "))
 
 
+@lru_cache(maxsize=1 << 16)  # a long output repeats its words; so do the runs of one desk
 def _stem(word: str) -> str:
     """A crude stem, enough for ship/ships/shipped/shipping and refund/refunds/refunded."""
     if word.isdigit():
@@ -130,9 +131,12 @@ def _stem(word: str) -> str:
     return word[:6]
 
 
-def _stems(text: str) -> set[str]:
+@lru_cache(maxsize=64)  # several conditions read the same tool outputs in one answer
+def _stems(text: str) -> frozenset[str]:
     """The stems of the content words of `text`; ids keep their digits."""
-    return {_stem(w) for w in _words(text) if w not in _STOPWORDS and (len(w) > 2 or w.isdigit())}
+    return frozenset(
+        _stem(w) for w in _words(text) if w not in _STOPWORDS and (len(w) > 2 or w.isdigit())
+    )
 
 
 def _entities(text: str) -> set[tuple[str, str]]:
@@ -309,7 +313,8 @@ def _infeasible_hand(p: Mapping) -> list[float]:
 
 # Goals met by telling someone something: reached only once the agent has said it.
 _ASKS_TO_TELL = re.compile(
-    r"\b(tell|answer|inform|reply|explain|report(ed)?|let \w+ know|knows?|is told|told|gets? the)\b",
+    r"\b(tell|answer|inform|reply|explain|report(ed)?|let \w+ know|knows?|is told|told|"
+    r"gets? the)\b",
     re.I,
 )
 
@@ -336,9 +341,11 @@ def _told(summaries: Sequence[str]) -> bool:
 def _goal_reached_hand(p: Mapping) -> list[float]:
     criteria = _text_list(p.get("acceptance_criteria")) or [str(p.get("goal", ""))]
     summaries = _summaries(p)
-    evidence = " ".join([*_results(p), *(_done_text(s) for s in summaries[-RECENT:])])
+    results, done = " ".join(_results(p)), " ".join(_done_text(s) for s in summaries[-RECENT:])
+    evidence = f"{results} {done}"
+    evidence_stems = _stems(results) | _stems(done)  # drift reads the same results' stems
     told = _told(summaries)
-    coverage = [_overlap(_stems(c), _stems(evidence)) for c in criteria]
+    coverage = [_overlap(_stems(c), evidence_stems) for c in criteria]
     last = _statuses(summaries[-1]) if summaries else set()
     asks_to_tell = bool(_ASKS_TO_TELL.search(_goal_text(p)))
     said = _said(summaries[-1]) if summaries else ""

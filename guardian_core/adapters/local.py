@@ -313,8 +313,8 @@ def _infeasible_hand(p: Mapping) -> list[float]:
 
 # Goals met by telling someone something: reached only once the agent has said it.
 _ASKS_TO_TELL = re.compile(
-    r"\b(tell|answer|inform|reply|explain|report(ed)?|let \w+ know|knows?|is told|told|"
-    r"gets? the)\b",
+    r"\b(tell|answer(ed)?|inform(ed)?|repl(y|ied)|notif(y|ied)|explain|reported|let \w+ know|"
+    r"knows?|is told|told|gets? the)\b",
     re.I,
 )
 
@@ -326,16 +326,17 @@ def _said(summary: str) -> str:
 # A call that went through to a person (a reply, an e-mail, a message) tells them as much as the
 # agent's own last words do.
 _TELLS_SOMEONE = re.compile(
-    r"\b(send|sent|reply|replied|email|e-mail|sms|message|notify|notified|post|posted|respond)",
-    re.IGNORECASE,
+    r"\b(reply|replied|email|e-mail|sms|message|notify|notified|respond)", re.IGNORECASE
 )
 
 
+def _messaged(summaries: Sequence[str]) -> bool:
+    """A call that carries words to a person went through lately."""
+    return any(_TELLS_SOMEONE.search(_done_text(s).replace("_", " ")) for s in summaries[-RECENT:])
+
+
 def _told(summaries: Sequence[str]) -> bool:
-    recent = summaries[-RECENT:]
-    if recent and _said(recent[-1]):
-        return True
-    return any(_TELLS_SOMEONE.search(_done_text(s).replace("_", " ")) for s in recent)
+    return bool(summaries and _said(summaries[-1])) or _messaged(summaries)
 
 
 def _goal_reached_hand(p: Mapping) -> list[float]:
@@ -345,10 +346,20 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
     evidence = f"{results} {done}"
     evidence_stems = _stems(results) | _stems(done)  # drift reads the same results' stems
     told = _told(summaries)
-    coverage = [_overlap(_stems(c), evidence_stems) for c in criteria]
+    said = _said(summaries[-1]) if summaries else ""
+    # What the agent said is no evidence that anything was done ("Refund issued" issues
+    # nothing), but for a criterion about telling someone, saying it is the deed.
+    said_stems = _stems(said)
+    messaged = float(_messaged(summaries))
+    coverage = [
+        max(_overlap(c_stems, evidence_stems), _overlap(c_stems, said_stems), messaged)
+        if _ASKS_TO_TELL.search(c)
+        else _overlap(c_stems, evidence_stems)
+        for c in criteria
+        for c_stems in [_stems(c)]
+    ]
     last = _statuses(summaries[-1]) if summaries else set()
     asks_to_tell = bool(_ASKS_TO_TELL.search(_goal_text(p)))
-    said = _said(summaries[-1]) if summaries else ""
     return [
         sum(coverage) / len(coverage),
         min(coverage),
@@ -359,11 +370,8 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
         float(asks_to_tell),
         float(bool(said)),
         float(asks_to_tell and not told),  # the answer is still owed
-        # What the agent said is no evidence that anything was done, but when the goal is to
-        # tell someone something, saying it is the deed: how much of the criteria it covers.
-        float(asks_to_tell)
-        * sum(_overlap(_stems(c), _stems(said)) for c in criteria)
-        / len(criteria),
+        # A person refused a step lately: what it would have done is not done.
+        float(any(_VERDICT_NOT_DONE.search(s) for s in summaries[-RECENT:])),
     ]
 
 

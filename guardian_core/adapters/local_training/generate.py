@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from guardian_core.engine.state import REJECTED_BY_REVIEWER
+
 SEED = 20261130
 HERE = Path(__file__).resolve().parent
 SOURCE = "synthetic:local_training/generate.py"
@@ -1790,10 +1792,18 @@ def goal_reached_examples(rng: random.Random) -> list[dict]:
             elif kind < 0.88:
                 # Done, but for another entity than the goal's.
                 history, results = progress_history(rng, domain, other_entity(rng, v), needed)
-            else:
+            elif kind < 0.94:
                 upto = rng.randint(1, needed - 1)
                 history, results = progress_history(rng, domain, v, upto)
                 history.append(said(len(history), "The task is complete."))
+                results = []
+            else:
+                # The agent claims the criteria in their own words after a person rejected
+                # the step that would have met them: a claim is not evidence.
+                history, results = progress_history(rng, domain, v, needed - 1)
+                if last != ANSWER:
+                    history.append(f"turn {len(history)}: {last} {REJECTED_BY_REVIEWER}: no")
+                history.append(said(len(history), "Done: " + "; ".join(criteria)))
                 results = []
         proj = projection(goal, criteria, history, results)
         out.append(example("goal_reached", proj, reached, domain_family(domain)))

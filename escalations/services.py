@@ -44,9 +44,10 @@ from guardian_core.engine.conditions import (
     compared_probability,
     parse_answer,
 )
-from guardian_core.engine.policy import Outcome, decide, history_needed
+from guardian_core.engine.judge import decide_judged
+from guardian_core.engine.policy import Outcome, history_needed
 from guardian_core.engine.tools import action_hash, validate_call
-from runs import mapping
+from runs import judging, mapping
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
 from runs.tools import tool_registry
@@ -679,7 +680,8 @@ def _move_run(escalation: Escalation, verdict: Verdict) -> str:
 def _decide_with_human_answers(escalation: Escalation, answer: dict) -> Outcome:
     turn = escalation.turn
     decision = turn.decision
-    answers = dict(decision.answers)
+    # What the second-tier judge settled on this turn stays settled (runs/judging.py).
+    answers, judged = judging.answers_split(decision.answers)
     for condition, label in answer.items():
         answers[condition] = _as_probability(condition, label)
     if answer.get(Condition.INTEGRITY) is True:
@@ -693,8 +695,9 @@ def _decide_with_human_answers(escalation: Escalation, answer: dict) -> Outcome:
         .select_related("decision")
         .order_by("-index")[: history_needed(policy)]
     )
-    result = decide(
+    result = decide_judged(
         answers,
+        judged,
         policy,
         [mapping.past_turn(t) for t in reversed(earlier)],
         mapping.usage_from_json(turn.usage),

@@ -49,6 +49,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         "question_set",
         "question_set_version",
         "quorum",
+        "judge",
         "is_active",
         "created_by",
         "created_at",

@@ -89,6 +89,7 @@ class PolicyVersionOutputSerializer(serializers.ModelSerializer):
             "question_set_version",
             "thresholds",
             "question_set",
+            "judge",
             "is_active",
             "run_count",
             "created_at",
@@ -134,6 +135,14 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
         validators=[storable_json("quorum")],
         help_text='Two distinct approvers for some held calls: {"regulated": true, "tools": [..]}.',
     )
+    judge = serializers.DictField(
+        required=False,
+        validators=[storable_json("judge")],
+        help_text=(
+            'A second-tier judge on the uncertain band: {"adapter": "openai", "model": "…", '
+            '"conditions": ["goal_reached", …], "timeout_seconds": 10}; none when absent.'
+        ),
+    )
     activate = serializers.BooleanField(default=False)
 
 
@@ -160,6 +169,7 @@ def _with_content_problems(errors: dict, data: object) -> dict:
         question_set=data.get("question_set"),
         question_set_version=data.get("question_set_version"),
         quorum=data.get("quorum"),
+        judge=data.get("judge"),
     )
     for field, messages in problems_by_field(problems).items():
         if field not in errors:

@@ -6,7 +6,11 @@ from django.contrib.auth import get_user_model
 
 from guardian_core.engine.thresholds import Threshold
 from guardian_core.models import PolicyVersion
-from guardian_core.policy_validation import CONDITIONS, policy_version_problems
+from guardian_core.policy_validation import (
+    CONDITIONS,
+    JUDGE_TIMEOUT_MAX_SECONDS,
+    policy_version_problems,
+)
 
 THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
 
@@ -36,6 +40,29 @@ class PolicyVersionForm(forms.Form):
         label="Two distinct approvers for every held call of these tools",
         help_text="Tool names, one per line or separated by commas.",
         widget=forms.Textarea(attrs={"rows": 2}),
+    )
+    judge_model = forms.CharField(
+        required=False,
+        max_length=120,
+        label="Second-tier judge: model",
+        help_text=(
+            "A model on the OpenAI-compatible server, pinned by the exact name it reports. "
+            "Empty: no judge, every uncertain answer goes to a person."
+        ),
+    )
+    judge_conditions = forms.MultipleChoiceField(
+        required=False,
+        choices=[(c, c) for c in CONDITIONS if c != "risk"],
+        widget=forms.CheckboxSelectMultiple,
+        label="Second-tier judge: conditions it may settle",
+        help_text="Risk is never judged: irreversible and regulated calls go to a person.",
+    )
+    judge_timeout_seconds = forms.FloatField(
+        required=False,
+        min_value=0.1,
+        max_value=JUDGE_TIMEOUT_MAX_SECONDS,
+        label="Second-tier judge: seconds it may take",
+        help_text="An answer after this is no answer: the case goes to a person. Default 10.",
     )
     activate = forms.BooleanField(
         required=False, label="Activate it now: new runs pin this version"
@@ -80,6 +107,9 @@ class PolicyVersionForm(forms.Form):
             "question_set_version": version.question_set_version,
             "quorum_regulated": bool(version.quorum.get("regulated")),
             "quorum_tools": "\n".join(version.quorum.get("tools", [])),
+            "judge_model": version.judge.get("model", ""),
+            "judge_conditions": list(version.judge.get("conditions", [])),
+            "judge_timeout_seconds": version.judge.get("timeout_seconds"),
         }
         for condition in CONDITIONS:
             values = version.thresholds.get(condition, {})
@@ -115,7 +145,20 @@ class PolicyVersionForm(forms.Form):
                 condition: data.get(question_field(condition), "") for condition in CONDITIONS
             },
             "quorum": quorum,
+            "judge": self._judge(data),
         }
+
+    @staticmethod
+    def _judge(data: dict) -> dict:
+        """The judge settings from the three fields: {} when none is set (no judge)."""
+        model, conditions = data.get("judge_model") or "", data.get("judge_conditions") or []
+        timeout = data.get("judge_timeout_seconds")
+        if not model and not conditions and timeout is None:
+            return {}
+        judge: dict = {"adapter": "openai", "model": model, "conditions": list(conditions)}
+        if timeout is not None:
+            judge["timeout_seconds"] = timeout
+        return judge
 
     def clean(self) -> dict:
         cleaned = super().clean()
@@ -128,6 +171,7 @@ class PolicyVersionForm(forms.Form):
             question_set=content["question_set"],
             question_set_version=content["question_set_version"],
             quorum=content["quorum"],
+            judge=content["judge"],
         ):
             name = _field_of(problem)
             if name not in failed:
@@ -184,6 +228,10 @@ def _field_of(problem: str) -> str | None:
         return "question_set_version"
     if parts[0].startswith("quorum"):
         return "quorum_tools"
+    if parts[0] == "judge":
+        key = path.split(".", 1)[1].split("[", 1)[0] if "." in path else "model"
+        names = {"conditions": "judge_conditions", "timeout_seconds": "judge_timeout_seconds"}
+        return names.get(key, "judge_model")
     return None
 
 

@@ -25,6 +25,16 @@ class PolicyVersion(models.Model):
     question_set_version = models.CharField(max_length=40)
     # Two distinct approvers for some held calls: {"regulated": true, "tools": ["issue_refund"]}.
     quorum = models.JSONField(default=dict, blank=True)
+    # The second-tier judge on the uncertain band (engine/judge.py); {} is no judge:
+    # {"adapter": "openai", "model": "…", "conditions": ["goal_reached"], "timeout_seconds": 10}.
+    judge = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "The second-tier judge on the uncertain band: adapter, model, the conditions it "
+            "may settle, timeout_seconds. Empty: no judge."
+        ),
+    )
     is_active = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -59,6 +69,7 @@ class PolicyVersion(models.Model):
             question_set=self.question_set,
             question_set_version=self.question_set_version,
             quorum=self.quorum,
+            judge=self.judge,
         )
 
 
@@ -97,3 +108,81 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class GuardianAdapter(models.TextChoices):
+    """The guardian adapters a model version can sit on (runs name them in `Run.guardian`)."""
+
+    LOCAL = "local", "Local (in process)"
+    HTTP = "http", "Vendor HTTP endpoint"
+    OPENAI = "openai", "OpenAI-compatible server"
+
+
+class GuardianModelKind(models.TextChoices):
+    RECALIBRATED = "recalibrated", "Recalibrated (a map over the base model's probabilities)"
+    RETRAINED = "retrained", "Retrained (the local guardian on its corpus plus labelled examples)"
+
+
+class GuardianModelVersion(models.Model):
+    """A guardian model learnt from labelled examples, used by runs only once activated.
+
+    Recalibrated: the base adapter's answers mapped, per condition, by `calibration`
+    ({condition: {"method": "isotonic", "x": [...], "y": [...]} or {"method": "platt", "a",
+    "b"}}; see guardian_core/engine/calibration.py). Retrained: the local guardian retrained
+    at first use from its bundled corpus plus the examples in `example_ids` (no model is
+    stored). Either way `example_ids` and `examples_digest` say what it learnt from, and
+    `figures` what it scored on the held-out examples before and after, per condition.
+    Append-only but for `is_active`.
+    """
+
+    Adapter = GuardianAdapter
+    Kind = GuardianModelKind
+
+    number = models.PositiveIntegerField(unique=True)
+    adapter = models.CharField(max_length=20, choices=Adapter)
+    # What the base guardian reports: answers logged under another base are not this model's.
+    base_model_version = models.CharField(max_length=90)
+    kind = models.CharField(max_length=20, choices=Kind)
+    calibration = models.JSONField(default=dict, blank=True)
+    example_ids = models.JSONField(default=list, blank=True)
+    # SHA-256 over the examples' content in id order: the same ids edited would not match.
+    examples_digest = models.CharField(max_length=64)
+    figures = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            # runs/ports.py build_guardian wraps a run's guardian with "the active version of
+            # its adapter": there can be only one.
+            models.UniqueConstraint(
+                fields=["adapter"],
+                condition=Q(is_active=True),
+                name="one_active_guardian_model_per_adapter",
+            ),
+            models.CheckConstraint(
+                condition=Q(number__gte=1), name="guardian_model_version_number_gte_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(adapter__in=GuardianAdapter.values),
+                name="guardian_model_version_adapter_known",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=GuardianModelKind.values),
+                name="guardian_model_version_kind_known",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.model_version
+
+    @property
+    def model_version(self) -> str:
+        """What the decision log records for answers of this version: its base and itself,
+        e.g. `local-2+ab12cd34ef56/cal-4` (≤ 120 characters, the log's column)."""
+        suffix = "cal" if self.kind == GuardianModelKind.RECALIBRATED else "train"
+        return f"{self.base_model_version}/{suffix}-{self.number}"

@@ -31,15 +31,18 @@ def policy_version_problems(
     question_set: object,
     question_set_version: object,
     quorum: object = None,
+    judge: object = None,
 ) -> list[str]:
     """Every problem of a policy version's content, one "field.path: what is wrong" each; []
     when the version is valid. Never raises, whatever JSON it is given. A missing quorum
-    (None) is the empty one: every held call needs one approver."""
+    (None) is the empty one: every held call needs one approver; so is a missing judge: no
+    judge, every uncertain answer goes to a person."""
     return [
         *_thresholds_problems(thresholds),
         *_question_set_problems(question_set, question_set_version),
         *_question_set_version_problems(question_set_version),
         *_quorum_problems({} if quorum is None else quorum),
+        *judge_problems({} if judge is None else judge),
     ]
 
 
@@ -204,6 +207,82 @@ def _quorum_problems(quorum: object) -> list[str]:
             named = [name for name in tools if isinstance(name, str)]
             if len(set(named)) != len(named):
                 problems.append("quorum.tools: names a tool more than once")
+    return problems
+
+
+JUDGE_KEYS = ("adapter", "model", "conditions", "timeout_seconds")
+# Adapters with a judge(projection, condition) method (runs/ports.py builds them).
+JUDGE_ADAPTERS = ("openai",)
+JUDGE_MODEL_MAX_LENGTH = 120  # Decision.guardian_model_version's max_length
+JUDGE_TIMEOUT_MAX_SECONDS = 120
+JUDGE_TIMEOUT_DEFAULT_SECONDS = 10.0
+
+
+def judge_problems(judge: object) -> list[str]:
+    """{} for no judge, or {"adapter": "openai", "model": NAME, "conditions": [...],
+    "timeout_seconds": N (optional)}: every problem, each under its own path."""
+    if not isinstance(judge, Mapping):
+        return [f'judge: must be an object such as {{"adapter": "openai", …}}, got {_kind(judge)}']
+    if not judge:
+        return []
+    problems = [
+        f"judge.{key}: unknown key (allowed: {', '.join(JUDGE_KEYS)})"[:300]
+        for key in judge
+        if key not in JUDGE_KEYS
+    ]
+    adapter = judge.get("adapter")
+    if "adapter" not in judge:
+        problems.append(f"judge.adapter: missing (one of {', '.join(JUDGE_ADAPTERS)})")
+    elif adapter not in JUDGE_ADAPTERS:
+        problems.append(
+            f"judge.adapter: must be one of {', '.join(JUDGE_ADAPTERS)}, got {adapter!r}"[:300]
+        )
+    model = judge.get("model")
+    if "model" not in judge:
+        problems.append("judge.model: missing (the pinned model name the server reports)")
+    elif not isinstance(model, str) or not model.strip() or not _storable(model):
+        problems.append(f"judge.model: must be a model name, got {model!r}"[:300])
+    elif len(model) > JUDGE_MODEL_MAX_LENGTH or model != model.strip():
+        problems.append(
+            f"judge.model: must be at most {JUDGE_MODEL_MAX_LENGTH} characters, without "
+            "spaces around it"
+        )
+    problems.extend(_judge_conditions_problems(judge.get("conditions"), "conditions" in judge))
+    if "timeout_seconds" in judge:
+        timeout = judge["timeout_seconds"]
+        if not _is_number(timeout) or not 0 < timeout <= JUDGE_TIMEOUT_MAX_SECONDS:
+            problems.append(
+                f"judge.timeout_seconds: must be a number in (0, {JUDGE_TIMEOUT_MAX_SECONDS}], "
+                f"got {timeout!r}"[:300]
+            )
+    return problems
+
+
+def _judge_conditions_problems(conditions: object, given: bool) -> list[str]:
+    # Risk is never judged: an irreversible or regulated call always goes to a person.
+    judgeable = [c for c in CONDITIONS if c != "risk"]
+    if not given:
+        return [f"judge.conditions: missing (a list of: {', '.join(judgeable)})"]
+    if not isinstance(conditions, list) or not conditions:
+        return [
+            f"judge.conditions: must be a non-empty list of: {', '.join(judgeable)}, "
+            f"got {conditions!r}"[:300]
+        ]
+    problems = []
+    for i, name in enumerate(conditions):
+        if name == "risk":
+            problems.append(
+                f"judge.conditions[{i}]: risk is never judged: irreversible and regulated "
+                "calls always go to a person"
+            )
+        elif name not in judgeable:
+            problems.append(
+                f"judge.conditions[{i}]: unknown condition {name!r} (known: "
+                f"{', '.join(judgeable)})"[:300]
+            )
+    named = [name for name in conditions if isinstance(name, str)]
+    if len(set(named)) != len(named):
+        problems.append("judge.conditions: names a condition more than once")
     return problems
 
 

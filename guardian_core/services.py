@@ -33,10 +33,12 @@ def policy_version_create(
     created_by=None,
     activate: bool = False,
     quorum: dict | None = None,
+    judge: dict | None = None,
 ) -> PolicyVersion:
     """A new version (the next number unless given), stored with t* computed from the costs.
     `quorum` asks two distinct approvers for some held calls: {"regulated": true} and/or
-    {"tools": [names]}.
+    {"tools": [names]}. `judge` puts a second-tier judge on the uncertain band
+    ({"adapter": "openai", "model": …, "conditions": […]}); none when empty.
 
     Raises ValidationError naming every problem of the content at once.
     """
@@ -45,6 +47,7 @@ def policy_version_create(
         question_set=question_set,
         question_set_version=question_set_version,
         quorum=quorum,
+        judge=judge,
     )
     if problems:
         raise ValidationError(problems_by_field(problems))
@@ -58,6 +61,7 @@ def policy_version_create(
             question_set=dict(question_set),
             question_set_version=question_set_version,
             quorum=dict(quorum or {}),
+            judge=dict(judge or {}),
             created_by=created_by,
         )
         if activate:

@@ -12,6 +12,9 @@ FROZEN_MESSAGE = "policy version is used by a run and cannot change"
 # trigger over the first four columns (the quorum did not exist yet): they call the _v1 pair.
 FROZEN_COLUMNS_V1 = ("number", "thresholds", "question_set", "question_set_version")
 FROZEN_COLUMNS = (*FROZEN_COLUMNS_V1, "quorum")
+# From guardian_core 0005_policy_judge on, the judge settings too: a judged decision is
+# replayed against them.
+FROZEN_COLUMNS_V3 = (*FROZEN_COLUMNS, "judge")
 
 
 def _postgres_create(columns) -> str:
@@ -71,6 +74,10 @@ def create_trigger_v1(apps, schema_editor):
 
 def create_trigger(apps, schema_editor):
     _create(schema_editor, FROZEN_COLUMNS)
+
+
+def create_trigger_v3(apps, schema_editor):
+    _create(schema_editor, FROZEN_COLUMNS_V3)
 
 
 def drop_trigger(apps, schema_editor):

@@ -10,9 +10,11 @@ from django.utils import timezone
 from guardian_core.adapters.scripted import ScriptedActor, ScriptedGuardian
 from guardian_core.engine.canonical import canonical_json
 from guardian_core.engine.conditions import RiskClass
+from guardian_core.engine.judge import Judge
 from guardian_core.engine.loop import Actor, Guardian
 from guardian_core.engine.reviewer_loop import Agent as ReviewAgent
 from guardian_core.engine.tools import Tool
+from runs.mapping import policy_for_run
 from runs.models import Run, ToolCall, ToolCallStatus, Turn
 
 
@@ -38,9 +40,28 @@ def build_actor(run: Run, tools: dict[str, Tool]) -> Actor:
 
 
 def build_guardian(run: Run) -> Guardian:
-    """The run's guardian. One that takes question text asks the wording of the run's pinned
-    policy version; the local and scripted ones ask their own fixed questions. Either way the
-    guardian's `question_set_version` is what was asked, and the loop logs that."""
+    """The run's guardian: its adapter (base_guardian) as the active guardian model version of
+    that adapter, when one is active (a recalibrated or retrained version, guardian_core/
+    learning.py). The guardian's `model_version` then names that version, and the loop logs
+    it with every decision; an inactive version is never used here."""
+    guardian = base_guardian(run)
+    if run.guardian == "scripted":  # a script's probabilities are the test's, not a model's
+        return guardian
+    from guardian_core.learning import guardian_model_version_active, versioned_guardian
+
+    version = guardian_model_version_active(adapter=run.guardian)
+    if version is None:
+        return guardian
+    return versioned_guardian(
+        version, guardian, deadline_seconds=settings.GUARDIAN_DEADLINE_SECONDS
+    )
+
+
+def base_guardian(run: Run) -> Guardian:
+    """The run's guardian adapter as settings build it. One that takes question text asks the
+    wording of the run's pinned policy version; the local and scripted ones ask their own
+    fixed questions. Either way the guardian's `question_set_version` is what was asked, and
+    the loop logs that."""
     deadline = settings.GUARDIAN_DEADLINE_SECONDS
     if run.guardian == "scripted":
         return ScriptedGuardian(run.config["scenario"], deadline_seconds=deadline, checked=True)
@@ -71,6 +92,59 @@ def build_guardian(run: Run) -> Guardian:
             **_asked(run),
         )
     raise ValueError(f"unknown guardian adapter {run.guardian!r}")
+
+
+@dataclass(frozen=True)
+class JudgeSetup:
+    """The run's second-tier judge, the conditions it may settle and how long it may take."""
+
+    judge: Judge
+    conditions: tuple[str, ...]
+    deadline_seconds: float
+
+
+def build_judge(run: Run) -> JudgeSetup | None:
+    """The judge the run's pinned policy version names (its `judge` settings, checked when
+    the version was saved), asking that version's questions; None when it names none."""
+    from guardian_core.policy_validation import JUDGE_TIMEOUT_DEFAULT_SECONDS
+
+    settings_of = _judge_settings(run)
+    if not settings_of:
+        return None
+    if settings_of.get("adapter") != "openai":
+        raise ValueError(f"unknown judge adapter {settings_of.get('adapter')!r}")
+    from guardian_core.adapters.openai import OpenAIGuardian
+
+    timeout = float(settings_of.get("timeout_seconds") or JUDGE_TIMEOUT_DEFAULT_SECONDS)
+    judge = OpenAIGuardian(
+        settings.OPENAI_BASE_URL,
+        settings_of["model"],
+        api_key=settings.OPENAI_API_KEY or None,
+        timeout_seconds=timeout,
+        prices=settings.GUARDIAN_MODEL_PRICES,
+        **_asked(run),
+    )
+    # The adapter's own deadline cuts a slow reply; the engine's, a little longer, refuses
+    # an answer that came late anyway.
+    return JudgeSetup(judge, tuple(settings_of.get("conditions") or ()), timeout + 1.0)
+
+
+# The judge settings per policy version, read once per process like the policy itself (a used
+# version is frozen). Each entry keeps the Policy object mapping.policy_for_run gave for it: when
+# that cache is forgotten (tests reuse rolled-back ids), the entry no longer matches.
+_JUDGE_SETTINGS: dict[int, tuple[object, dict]] = {}
+
+
+def _judge_settings(run: Run) -> dict:
+    policy = policy_for_run(run)
+    cached = _JUDGE_SETTINGS.get(run.policy_version_id)
+    if cached is not None and cached[0] is policy:
+        return cached[1]
+    if len(_JUDGE_SETTINGS) > 1024:
+        _JUDGE_SETTINGS.clear()
+    found = dict(run.policy_version.judge or {})
+    _JUDGE_SETTINGS[run.policy_version_id] = (policy, found)
+    return found
 
 
 def _asked(run: Run) -> dict:

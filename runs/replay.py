@@ -16,16 +16,16 @@ from django.db import connection
 
 from guardian_core.adapters.scripted import ScriptedGuardian
 from guardian_core.engine.conditions import Condition, Malformed, compared_probability, parse_answer
+from guardian_core.engine.judge import decide_judged
 from guardian_core.engine.policy import (
     POST_EXECUTION_CONDITIONS,
     Outcome,
     PastTurn,
     Reason,
-    decide,
     history_needed,
 )
 from guardian_core.engine.thresholds import Policy
-from runs import mapping
+from runs import judging, mapping
 from runs.models import Run, Turn
 from runs.vocabulary import source_words
 
@@ -106,7 +106,8 @@ class RunReplaySummary:
 
 def answers_from_json(data: Mapping) -> dict:
     """Logged answers as `decide` took them: a malformed one ({"malformed": why}, see
-    mapping.answer_to_json) becomes Malformed(why) again, so its reason reads the same."""
+    mapping.answer_to_json) becomes Malformed(why) again, so its reason reads the same. The
+    judge's answers, when it was asked, stay under their own key (runs/judging.py)."""
     return {key: _answer_from_json(value) for key, value in data.items()}
 
 
@@ -165,8 +166,11 @@ def replay_turn_row(
     extra = tuple(_reason_from_json(r) for r in reasons if r.get("source") in LOOP_STEP_SOURCES)
     # A held step was decided by the gate's reasons alone: the guardian was not asked.
     held = any(r.source == "gate" for r in extra)
-    decision = decide(
-        answers_from_json(answers),
+    # The judge's logged answers settle what they settled then (engine/judge.py).
+    guardian_answers, judged = judging.answers_split(answers)
+    decision = decide_judged(
+        guardian_answers,
+        judged,
         policy,
         history,
         mapping.usage_from_json(usage),
@@ -580,7 +584,11 @@ def guardian_replay(
         failure = Malformed(f"guardian failed: {type(exc).__name__}: {exc}"[:300])
         new = {c.value: failure for c in POST_EXECUTION_CONDITIONS}
     new = {str(key): value for key, value in new.items()}
-    replayed = _decide_again(run, turn, decision, new)
+    # The judge is not asked again: on the projection it saw (a replay) its logged answers
+    # settle what is in the band again; an edited projection (a probe) would need it asked
+    # anew, so there the guardian's answers decide alone.
+    _, judged = judging.answers_split(decision.answers or {})
+    replayed = _decide_again(run, turn, decision, new, {} if edits else judged)
     return GuardianReplay(
         True,
         logged_model_version=decision.guardian_model_version,
@@ -594,8 +602,9 @@ def guardian_replay(
     )
 
 
-def _decide_again(run: Run, turn: Turn, decision, answers: Mapping):
-    """`decide` over new answers with everything else as the turn logged it."""
+def _decide_again(run: Run, turn: Turn, decision, answers: Mapping, judged: Mapping):
+    """`decide` over new answers with everything else as the turn logged it, `judged` (the
+    judge's answers) included."""
     policy = mapping.policy_for_run(run)
     earlier = list(
         Turn.objects.filter(run_id=run.pk, index__lt=turn.index, decision__isnull=False)
@@ -610,8 +619,9 @@ def _decide_again(run: Run, turn: Turn, decision, answers: Mapping):
     )
     reasons = decision.reasons or []
     extra = tuple(_reason_from_json(r) for r in reasons if r.get("source") in LOOP_STEP_SOURCES)
-    return decide(
+    return decide_judged(
         answers,
+        judged,
         policy,
         [mapping.past_turn(t) for t in reversed(earlier)],
         mapping.usage_from_json(turn.usage),

@@ -9,6 +9,7 @@ from escalations.models import Escalation
 from escalations.selectors import pretty_json
 from guardian_core.engine.conditions import Condition, most_likely_risk, parse_answer
 from guardian_core.engine.thresholds import Budgets
+from runs.judging import judge_lines
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.stop_reasons import stop_reason_text
 from runs.tools import tool_registry
@@ -108,6 +109,8 @@ class TurnView:
     held: bool = False
     # `conditions` as the probability bars show them: each source in words.
     bars: list[dict] = field(default_factory=list)
+    # The second-tier judge's answers beside the guardian's (runs/judging.py judge_lines).
+    judged: list[dict] = field(default_factory=list)
 
 
 def turn_views(turns: list[Turn]) -> list[TurnView]:
@@ -154,6 +157,10 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         question_set_version=decision.question_set_version if decision else "",
         bars=[{**r, "source": source_words(str(r.get("source")))} for r in conditions],
         held=any(isinstance(r, dict) and r.get("source") == "gate" for r in reasons),
+        judged=[
+            {**line, "label": source_words(line["condition"])}
+            for line in judge_lines(decision.answers if decision else None)
+        ],
     )
 
 

@@ -21,9 +21,9 @@ from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_a
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
 from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
-from runs import chain, mapping
+from runs import chain, judging, mapping
 from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
-from runs.ports import CallRecorder, build_actor, build_guardian, recording_tools
+from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
 from runs.queue import enqueue_after_commit
 from runs.tools import tools_for_run
 from runs.vocabulary import reason_summary
@@ -119,24 +119,32 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         rerun_keys=frozenset((resume.rerun_keys or {}).values()),
         fresh=unfinished is None,
     )
-    record = run_turn(
-        state,
-        run_id=str(run.pk),
-        index=index,
-        actor=_NoActor(),
-        guardian=guardian,
-        tools=recording_tools(tools, recorder),
-        clock=SystemClock(),
-        policy=policy,
-        history=history,
-        usage=usage,
-        feedback=resume.feedback,
-        proposal=proposal,
-        approved=approved,
-        idempotency_keys=keys or None,
-        run_started_at=run.created_at,
-        refusals=refusals,
-    )
+    judging_setup = build_judge(run)
+    try:
+        record = run_turn(
+            state,
+            run_id=str(run.pk),
+            index=index,
+            actor=_NoActor(),
+            guardian=guardian,
+            tools=recording_tools(tools, recorder),
+            clock=SystemClock(),
+            policy=policy,
+            history=history,
+            usage=usage,
+            feedback=resume.feedback,
+            proposal=proposal,
+            approved=approved,
+            idempotency_keys=keys or None,
+            run_started_at=run.created_at,
+            refusals=refusals,
+            judge=judging_setup.judge if judging_setup else None,
+            judge_conditions=judging_setup.conditions if judging_setup else (),
+            judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
+        )
+    finally:
+        if judging_setup is not None:
+            judging_setup.judge.close()
     # The chain's previous link is the last decided turn's decision, already read above.
     prev_hash = last.decision.content_hash if last else ""
     return _turn_finish(
@@ -499,6 +507,10 @@ def _turn_finish(
         )
         recorder.finish(record)
         Decision.objects.create(turn=turn, policy_version_id=run.policy_version_id, **sealed)
+        if record.judged:
+            judging.judge_examples_record(
+                run=run, record=record, policy=mapping.policy_for_run(run)
+            )
         if outcome is None:
             return "finished"
         if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
@@ -516,7 +528,7 @@ def _decision_fields(run: Run, record: TurnRecord) -> dict:
     decision = record.decision
     return {
         "outcome": decision.outcome.value,
-        "answers": mapping.answers_to_json(record.answers),
+        "answers": judging.answers_logged(record, run),
         "risk_answers": [mapping.answer_to_json(a) for a in record.risk_answers],
         "thresholds": dict(record.thresholds),
         "reasons": [reason.as_dict() for reason in decision.reasons],
@@ -575,6 +587,9 @@ def _finish_in_one_statement(
         or connection.in_atomic_block
         or decision.outcome not in (Outcome.CONTINUE, Outcome.REPLAN)
         or not recorder.nothing_to_finish(record)
+        # A judged turn also writes the judge's labelled examples, in the ORM path's
+        # transaction.
+        or record.judged
     ):
         return False
     params = {

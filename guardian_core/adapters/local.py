@@ -645,6 +645,38 @@ def model_for(condition: Condition) -> ConditionModel:
     return model
 
 
+# ---- a retrained version: the bundled corpus plus labelled examples (the learning loop) ------
+
+ExtraExamples = Callable[[], Mapping[Condition, Sequence[Mapping]]]
+_RETRAINED: dict[tuple[str, Condition], ConditionModel] = {}
+_EXTRA: dict[str, Mapping[Condition, Sequence[Mapping]]] = {}
+
+
+def retrained_model_for(
+    model_version: str, condition: Condition, extra_examples: ExtraExamples
+) -> ConditionModel:
+    """`condition`'s model of retrained version `model_version`: trained at first use in this
+    process on the bundled set plus `extra_examples()` (called once per version), cached by
+    version. A condition with no extra example is the bundled model. No pickle: a version is
+    its examples, and training from the same examples gives the same model."""
+    key = (model_version, condition)
+    model = _RETRAINED.get(key)
+    if model is not None:
+        return model
+    if model_version not in _EXTRA:
+        loaded = {Condition(c): list(e) for c, e in extra_examples().items()}
+        _EXTRA.setdefault(model_version, loaded)
+    extra = _EXTRA[model_version].get(condition, [])
+    if not extra:
+        return model_for(condition)
+    with _TRAINING:
+        model = _RETRAINED.get(key)
+        if model is None:
+            model = train(condition, [*load_examples(condition), *extra])
+            _RETRAINED[key] = model
+    return model
+
+
 # ---- the guardian --------------------------------------------------------------------------
 
 
@@ -659,15 +691,32 @@ class LocalGuardian:
     question_set_version: str = QUESTION_SET_VERSION
     spend: Spend = NOTHING
 
-    def __init__(self, *, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        model_version: str | None = None,
+        extra_examples: ExtraExamples | None = None,
+    ) -> None:
         self.deadline_seconds = deadline_seconds
-        self.model_version = f"{MODEL_FAMILY}+{training_digest()[:12]}"
+        # A retrained version (guardian_core/learning.py) names itself and brings its labelled
+        # examples, loaded only if this process has not trained that version yet.
+        if (model_version is None) != (extra_examples is None):
+            raise ValueError("a retrained version needs both model_version and extra_examples")
+        self.extra_examples = extra_examples
+        self.model_version = model_version or f"{MODEL_FAMILY}+{training_digest()[:12]}"
+
+    def model(self, condition: Condition) -> ConditionModel:
+        """The model this guardian answers `condition` with: bundled, or its version's."""
+        if self.extra_examples is None:
+            return model_for(condition)
+        return retrained_model_for(self.model_version, condition, self.extra_examples)
 
     def warm(self) -> float:
         """Train every model now (e.g. when a worker starts); returns the seconds it took."""
         start = time.perf_counter()
         for condition in Condition:
-            model_for(condition)
+            self.model(condition)
         return time.perf_counter() - start
 
     def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> dict[str, object]:
@@ -677,7 +726,7 @@ class LocalGuardian:
         The conditions are answered one after another in one worker thread: each takes a
         fraction of a millisecond, less than a thread apiece would cost. The thread is there
         only for the deadline: a stalled answer comes back as Malformed, for every condition."""
-        models = {str(c): model_for(Condition(c)) for c in conditions}
+        models = {str(c): self.model(Condition(c)) for c in conditions}
         risk = str(Condition.RISK)
         no_call = risk in models and not isinstance(projection.get("pending_proposal"), Mapping)
 
@@ -698,7 +747,7 @@ class LocalGuardian:
 
     def assess_risk(self, projections: Sequence[Mapping]) -> list[object]:
         """One risk distribution per projection, from its pending proposal."""
-        model = model_for(Condition.RISK)
+        model = self.model(Condition.RISK)
         projections = list(projections)
         asked = [
             i for i, p in enumerate(projections) if isinstance(p.get("pending_proposal"), Mapping)

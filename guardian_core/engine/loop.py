@@ -9,7 +9,7 @@ guardian that raises or times out gives malformed answers, which escalate.
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -17,6 +17,7 @@ from typing import Protocol
 from guardian_core.engine.canonical import canonical_json
 from guardian_core.engine.conditions import Condition, Malformed, RiskClass
 from guardian_core.engine.gate import GateDecision, StepCall, gate_step
+from guardian_core.engine.judge import Judge, ask_judge, decide_judged, to_judge
 from guardian_core.engine.policy import (
     POST_EXECUTION_CONDITIONS,
     Outcome,
@@ -24,7 +25,6 @@ from guardian_core.engine.policy import (
     PolicyDecision,
     Reason,
     Usage,
-    decide,
 )
 from guardian_core.engine.state import (
     HistoryItem,
@@ -198,6 +198,11 @@ class TurnRecord:
     # The state steps this turn made, in order: state_rebuild(state before, steps) is
     # state_after, hash included.
     state_steps: tuple[dict, ...] = ()
+    # The second-tier judge's raw answers, per condition it was asked (guardian answers in
+    # the band), and its model version; `answers` stays the guardian's. The decision was
+    # taken with judge.decide_judged over both, which replay does again.
+    judged: Mapping[str, object] = field(default_factory=dict)
+    judge_model_version: str = ""
 
     @property
     def past_turn(self) -> PastTurn:
@@ -227,6 +232,9 @@ def run_turn(
     idempotency_keys: Mapping[int, str] | None = None,
     run_started_at: datetime | None = None,
     refusals: Mapping[int, str] | None = None,
+    judge: Judge | None = None,
+    judge_conditions: Collection[Condition | str] = (),
+    judge_deadline_seconds: float | None = None,
 ) -> TurnRecord:
     """Run turn `index` of run `run_id` and return its record.
 
@@ -245,9 +253,14 @@ def run_turn(
     `refusals` says why a call a person approved may not run after all (its approval expired,
     was used, or no longer matches the call): it is left out of `approved` by the caller, so
     it is "not_approved", and the actor is told why.
+
+    `judge`, when given, is asked each of `judge_conditions` whose guardian answer is in the
+    uncertain band (engine/judge.py): a confident judge answer settles it, anything else
+    leaves it to a person. It is never asked about risk, nor on a step held at the gate.
     """
     usage = usage or Usage(turns=0)
     guardian_spent_before = _spend(guardian)
+    judge_spent_before = _spend(judge)
     timings: dict[str, float] = {}
     tick = clock.monotonic()
     started_at = clock.now()
@@ -359,10 +372,20 @@ def run_turn(
     guardian_projection = None if held_step else project(after).data
     answers = {} if guardian_projection is None else _ask_guardian(guardian, guardian_projection)
     tick = _lap(timings, "guardian", clock, tick)
+    judged: dict[str, object] = {}
+    asked = to_judge(answers, policy, judge_conditions) if judge is not None else ()
+    if asked and guardian_projection is not None:
+        judged = ask_judge(
+            judge, guardian_projection, asked, clock=clock, deadline_seconds=judge_deadline_seconds
+        )
+        tick = _lap(timings, "judge", clock, tick)
 
     tokens_now, cost_now = _spend(guardian)
     guardian_tokens = tokens_now - guardian_spent_before[0]
     guardian_cost = cost_now - guardian_spent_before[1]
+    judge_tokens_now, judge_cost_now = _spend(judge)
+    guardian_tokens += judge_tokens_now - judge_spent_before[0]
+    guardian_cost += judge_cost_now - judge_spent_before[1]
     if run_started_at is not None:
         wall_seconds = max(0.0, (clock.now() - run_started_at).total_seconds())
     else:
@@ -374,8 +397,9 @@ def run_turn(
         wall_seconds=wall_seconds,
     )
     signatures = tuple(call_signature(c.tool, c.arguments) for c in calls)
-    decision = decide(
+    decision = decide_judged(
         answers,
+        judged,
         policy,
         history,
         spent,
@@ -423,10 +447,12 @@ def run_turn(
         guardian_projection=guardian_projection,
         risk_projections=tuple(projections),
         state_steps=tuple(steps),
+        judged=judged,
+        judge_model_version=str(getattr(judge, "model_version", "unknown")) if judged else "",
     )
 
 
-def _spend(guardian: Guardian) -> tuple[float, float]:
+def _spend(guardian: Guardian | Judge | None) -> tuple[float, float]:
     """(tokens, cost) the guardian reports having spent so far; (0, 0) if it keeps no count."""
     spend = getattr(guardian, "spend", None)
     tokens, cost = getattr(spend, "tokens", 0), getattr(spend, "cost", 0.0)

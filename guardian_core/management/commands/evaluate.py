@@ -7,7 +7,13 @@ import sys
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from guardian_core.engine.evaluation import DEFAULT_BINS
-from guardian_core.harness import MODELS, EvaluationError, trace_file_lines, traces_evaluate
+from guardian_core.harness import (
+    ALL_MODELS,
+    NETWORK_CONCURRENCY,
+    EvaluationError,
+    trace_file_lines,
+    traces_evaluate,
+)
 
 
 class Command(BaseCommand):
@@ -22,9 +28,20 @@ class Command(BaseCommand):
         parser.add_argument("--traces", required=True, help="a JSON Lines trace file")
         parser.add_argument(
             "--model",
-            choices=MODELS,
+            choices=ALL_MODELS,
             help="the guardian that scores rows without a probability (else they are listed "
-            "as unscored)",
+            "as unscored): local in process; http and openai as runs build them from settings "
+            f"(GUARDIAN_HTTP_*, OPENAI_*), asked row by row, {NETWORK_CONCURRENCY} at a time, "
+            "with the policy version's questions",
+        )
+        parser.add_argument(
+            "--guardian-version",
+            type=int,
+            metavar="N",
+            help="score as guardian model version N (recalibrated or retrained, active or not: "
+            "measure a candidate before `activate_guardian_model N`); its adapter is the "
+            "model, so --model may be left out. Add --rescore to score rows that carry a "
+            "probability too",
         )
         parser.add_argument(
             "--policy",
@@ -54,6 +71,7 @@ class Command(BaseCommand):
                 bins=options["bins"],
                 rescore=options["rescore"],
                 progress=_progress_bar(self.stderr),
+                guardian_version=options["guardian_version"],
             )
         except EvaluationError as exc:
             raise CommandError(str(exc), returncode=2) from exc

@@ -1,0 +1,390 @@
+"""The learning loop's Django side: guardian model versions made from labelled examples (a
+calibration map per condition over any adapter, or the local guardian retrained), their
+activation, and the guardian a run or the harness gets for a version.
+
+What a version learnt from is recorded with it (example ids and a digest of their content);
+what it scored on examples it did not learn from is in its `figures`, per condition, before
+(the base guardian) and after (the version). A version is used by runs only once activated,
+and at most one is active per adapter (a database constraint).
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from escalations.models import LabelledExample
+from guardian_core.engine.calibration import (
+    DEFAULT_SEED,
+    FitRefused,
+    MapFit,
+    fit_map,
+    split_indices,
+)
+from guardian_core.engine.canonical import sha256_hex
+from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
+from guardian_core.engine.evaluation import DEFAULT_BINS, TraceRow, is_positive
+from guardian_core.models import GuardianAdapter, GuardianModelKind, GuardianModelVersion
+
+Progress = Callable[[int, int], None]
+
+
+class LearningError(Exception):
+    """A version cannot be made or activated; the message names every reason."""
+
+
+# ---- which version a run uses ----------------------------------------------------------------
+
+
+def guardian_model_version_active(*, adapter: str) -> GuardianModelVersion | None:
+    """The version runs on `adapter` use now, or None (they use the adapter as it is)."""
+    return GuardianModelVersion.objects.filter(adapter=adapter, is_active=True).first()
+
+
+def guardian_model_version_get(*, number: int) -> GuardianModelVersion:
+    version = GuardianModelVersion.objects.filter(number=number).first()
+    if version is None:
+        known = ", ".join(
+            str(n)
+            for n in GuardianModelVersion.objects.order_by("number").values_list(
+                "number", flat=True
+            )
+        )
+        raise LearningError(f"no guardian model version {number} (known: {known or 'none'})")
+    return version
+
+
+def versioned_guardian(version: GuardianModelVersion, base: object, *, deadline_seconds: float):
+    """`base` (the adapter's guardian as settings build it) as model version `version`.
+
+    A version learnt on top of another base model than the one `base` now reports would apply
+    what it learnt to a model it never saw: its answers are then all malformed (uncertain,
+    escalated), and the reason names both versions, rather than silently uncalibrated."""
+    from guardian_core.adapters.calibrated import CalibratedGuardian
+
+    if version.kind == GuardianModelKind.RETRAINED:
+        from guardian_core.adapters.local import LocalGuardian
+
+        if base.model_version != version.base_model_version:  # the bundled corpus changed
+            return CalibratedGuardian(
+                base, {}, version.model_version, base_model_version=version.base_model_version
+            )
+        return LocalGuardian(
+            deadline_seconds=deadline_seconds,
+            model_version=version.model_version,
+            extra_examples=lambda: teaching_examples(version.example_ids),
+        )
+    return CalibratedGuardian(
+        base,
+        version.calibration,
+        version.model_version,
+        base_model_version=version.base_model_version,
+    )
+
+
+def teaching_examples(example_ids: Sequence[int]) -> dict[Condition, list[dict]]:
+    """The labelled examples `example_ids` as training traces, by condition (what a retrained
+    local guardian learns from besides its bundled corpus)."""
+    out: dict[Condition, list[dict]] = {}
+    rows = LabelledExample.objects.filter(pk__in=list(example_ids)).order_by("pk")
+    for condition, projection, label in rows.values_list("condition", "projection", "label"):
+        out.setdefault(Condition(condition), []).append(
+            {"condition": condition, "projection": projection, "label": label}
+        )
+    return out
+
+
+# ---- activation -------------------------------------------------------------------------------
+
+
+def activation_problems(version: GuardianModelVersion) -> list[str]:
+    """Why `version` may not become active; [] when it may.
+
+    The seam for issue 12's regression gate (the candidate measured against the active version
+    on the same traces before it replaces it): today nothing is checked here."""
+    return []
+
+
+def guardian_model_activate(*, number: int) -> GuardianModelVersion:
+    """Make version `number` the one runs on its adapter use, retiring the one active before,
+    in one transaction (the one-active-per-adapter constraint holds at every moment)."""
+    with transaction.atomic():
+        # Lock the adapter's versions in one order: two activations at once queue up instead
+        # of tripping the constraint.
+        version = guardian_model_version_get(number=number)
+        list(
+            GuardianModelVersion.objects.select_for_update()
+            .filter(adapter=version.adapter)
+            .order_by("pk")
+            .values_list("pk")
+        )
+        problems = activation_problems(version)
+        if problems:
+            raise LearningError(
+                f"guardian model version {number} cannot be activated: " + "; ".join(problems)
+            )
+        GuardianModelVersion.objects.filter(adapter=version.adapter, is_active=True).exclude(
+            pk=version.pk
+        ).update(is_active=False)
+        GuardianModelVersion.objects.filter(pk=version.pk).update(is_active=True)
+    version.is_active = True
+    return version
+
+
+def guardian_model_deactivate(*, adapter: str) -> bool:
+    """Runs on `adapter` go back to the adapter as it is. True if a version was active."""
+    return bool(
+        GuardianModelVersion.objects.filter(adapter=adapter, is_active=True).update(is_active=False)
+    )
+
+
+# ---- recalibration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Scored:
+    example_ids: list[int]
+    p: list[float]
+    y: list[bool]
+    reused: int
+    unscored: int
+
+
+def guardian_model_recalibrate(
+    *,
+    adapter: str,
+    conditions: Sequence[str] | None = None,
+    created_by: AbstractBaseUser | None = None,
+    seed: int = DEFAULT_SEED,
+    bins: int = DEFAULT_BINS,
+    progress: Progress | None = None,
+) -> GuardianModelVersion:
+    """A new, inactive, recalibrated version of `adapter`: per condition (those named, else
+    every condition with labelled examples) a map fitted on the base guardian's probabilities
+    of the labelled examples (reviewers' verdicts, the judge's, imports) and chosen on a
+    held-out split (engine/calibration.py). A stored probability is reused when the example was
+    scored by the same base model version; the others are asked of the guardian.
+
+    LearningError, creating nothing, when a condition has too few examples or one class only
+    (every such condition is named), or nothing is labelled at all."""
+    from guardian_core.harness import EvaluationError, guardian_scorer, score_rows
+
+    _check_adapter(adapter)
+    wanted = _conditions(conditions)
+    try:
+        scorer, base_version = guardian_scorer(adapter)
+    except EvaluationError as exc:
+        raise LearningError(str(exc)) from exc
+    try:
+        examples = list(
+            LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
+            .order_by("pk")
+            .values_list("pk", "condition", "projection", "label", "probability", "model_version")
+        )
+        present = [c for c in wanted if any(e[1] == c.value for e in examples)]
+        if conditions is None:
+            wanted = present
+        if not wanted:
+            raise LearningError("no labelled examples: nothing to recalibrate on")
+        rows = [
+            TraceRow(
+                line=pk,
+                condition=Condition(condition),
+                projection=projection,
+                label=label,
+                # The same base model scored it: its stored probability is what it would say.
+                probability=probability if model_version == base_version else None,
+            )
+            for pk, condition, projection, label, probability, model_version in examples
+        ]
+        reused = {row.line for row in rows if row.probability is not None}
+        rows = score_rows(rows, scorer, progress=progress)
+    finally:
+        scorer.close()
+    fits: dict[Condition, MapFit] = {}
+    scored: dict[Condition, _Scored] = {}
+    problems = []
+    for condition in wanted:
+        mine = [row for row in rows if row.condition == condition]
+        usable = [row for row in mine if row.probability is not None]
+        scored[condition] = _Scored(
+            example_ids=[row.line for row in usable],
+            p=[row.probability for row in usable],
+            y=[is_positive(condition, row.label) for row in usable],
+            reused=sum(row.line in reused for row in usable),
+            unscored=len(mine) - len(usable),
+        )
+        try:
+            fits[condition] = fit_map(
+                scored[condition].p, scored[condition].y, seed=seed, bins=bins
+            )
+        except FitRefused as exc:
+            why = str(exc)
+            unscored = [row.unscored for row in mine if row.probability is None]
+            if unscored:  # what the guardian said instead, once: the rest are alike
+                why += f"; {len(unscored)} not scored by the guardian ({unscored[0]})"
+            problems.append(f"{condition}: {why}")
+    if problems:
+        raise LearningError(
+            "cannot recalibrate (name conditions with --condition to leave others out): "
+            + " | ".join(problems)
+        )
+    fed: list[int] = []
+    figures: dict[str, dict] = {}
+    digest_parts = []
+    for condition, fit in fits.items():
+        s = scored[condition]
+        fit_ids = [s.example_ids[i] for i in fit.fit_indices]
+        fed += fit_ids
+        digest_parts += [[s.example_ids[i], s.p[i], s.y[i]] for i in fit.fit_indices]
+        figures[condition.value] = {
+            **fit.as_dict(),
+            "examples": len(s.example_ids) + s.unscored,
+            "reused_probabilities": s.reused,
+            "unscored": s.unscored,
+            "held_out_ids": [s.example_ids[i] for i in fit.held_out_indices],
+            "seed": seed,
+            "bins": bins,
+        }
+    return _version_create(
+        adapter=adapter,
+        base_model_version=base_version,
+        kind=GuardianModelKind.RECALIBRATED,
+        calibration={c.value: fit.mapping for c, fit in fits.items()},
+        example_ids=sorted(fed),
+        examples_digest=_digest(sorted(fed), digest_parts),
+        figures=figures,
+        created_by=created_by,
+    )
+
+
+def _digest(ids: list[int], content: list) -> str:
+    rows = LabelledExample.objects.filter(pk__in=ids).order_by("pk")
+    stored = list(rows.values_list("pk", "condition", "projection", "label"))
+    return sha256_hex({"examples": stored, "used": content})
+
+
+def _version_create(**fields) -> GuardianModelVersion:
+    limit = GuardianModelVersion._meta.get_field("base_model_version").max_length
+    if len(fields["base_model_version"]) > limit:
+        # The decision log's column holds the base and "/cal-N" in 120 characters.
+        raise LearningError(
+            f"the guardian's model version is longer than {limit} characters: "
+            f"{fields['base_model_version'][:40]}…"
+        )
+    try:
+        with transaction.atomic():
+            number = (GuardianModelVersion.objects.aggregate(n=Max("number"))["n"] or 0) + 1
+            return GuardianModelVersion.objects.create(number=number, **fields)
+    except IntegrityError as exc:  # another version took the number in between
+        raise LearningError(
+            "another guardian model version was created at the same time: run it again"
+        ) from exc
+
+
+def _check_adapter(adapter: str) -> None:
+    if adapter not in GuardianAdapter.values:
+        raise LearningError(
+            f"--model: unknown guardian {adapter!r} (known: {', '.join(GuardianAdapter.values)})"
+        )
+
+
+def _conditions(names: Sequence[str] | None) -> list[Condition]:
+    if names is None:
+        return list(Condition)
+    bad = [name for name in names if name not in Condition.__members__.values()]
+    if bad:
+        known = ", ".join(c.value for c in Condition)
+        raise LearningError(f"--condition: unknown {', '.join(map(repr, bad))} (known: {known})")
+    return list(dict.fromkeys(Condition(name) for name in names))
+
+
+# ---- the local guardian, retrained ------------------------------------------------------------
+
+# Fewer examples of a condition than this and none are held out: all of them are taught, and
+# the version's figures for it say there was nothing to measure on.
+MIN_TO_HOLD_OUT = 10
+
+
+def guardian_model_retrain_local(
+    *,
+    conditions: Sequence[str] | None = None,
+    created_by: AbstractBaseUser | None = None,
+    seed: int = DEFAULT_SEED,
+    bins: int = DEFAULT_BINS,
+) -> GuardianModelVersion:
+    """A new, inactive, retrained version of the local guardian: its bundled corpus plus the
+    labelled examples of each condition (those named, else all with examples), minus a
+    held-out share on which the bundled and the retrained model are compared. No model is
+    stored: the version's guardian retrains from the bundled corpus plus `example_ids` at first
+    use in each process (deterministically; adapters/local.py)."""
+    from guardian_core.adapters.local import LocalGuardian, load_examples, model_for, train
+    from guardian_core.engine.calibration import calibration_figures
+
+    wanted = _conditions(conditions)
+    examples = list(
+        LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
+        .order_by("pk")
+        .values_list("pk", "condition", "projection", "label")
+    )
+    if not examples:
+        raise LearningError("no labelled examples: nothing to teach the local guardian")
+    base_version = LocalGuardian().model_version
+    taught: list[int] = []
+    figures: dict[str, dict] = {}
+    for condition in wanted:
+        mine = [e for e in examples if e[1] == condition.value]
+        if not mine:
+            continue
+        y = np.array([is_positive(condition, e[3]) for e in mine], dtype=bool)
+        if len(mine) >= MIN_TO_HOLD_OUT and min(y.sum(), (~y).sum()) >= 2:
+            fit, held = split_indices(y, seed=seed)
+        else:
+            fit, held = np.arange(len(mine)), np.array([], dtype=int)
+        teach = [mine[i] for i in fit]
+        taught += [e[0] for e in teach]
+        entry: dict = {"taught": len(teach), "n_held_out": len(held), "seed": seed}
+        if len(held):
+            model = train(
+                condition,
+                [*load_examples(condition), *(_trace(e) for e in teach)],
+            )
+            projections = [mine[i][2] for i in held]
+            labels = y[held]
+            entry["held_out_ids"] = [mine[i][0] for i in held]
+            entry["before"] = calibration_figures(
+                _compared(condition, model_for(condition).answers(projections)),
+                labels,
+                bins,
+            )
+            entry["after"] = calibration_figures(
+                _compared(condition, model.answers(projections)), labels, bins
+            )
+        figures[condition.value] = entry
+    return _version_create(
+        adapter=GuardianAdapter.LOCAL,
+        base_model_version=base_version,
+        kind=GuardianModelKind.RETRAINED,
+        calibration={},
+        example_ids=sorted(taught),
+        examples_digest=_digest(sorted(taught), []),
+        figures=figures,
+        created_by=created_by,
+    )
+
+
+def _trace(example: tuple) -> dict:
+    pk, condition, projection, label = example
+    return {"condition": condition, "projection": projection, "label": label}
+
+
+def _compared(condition: Condition, answers: list) -> np.ndarray:
+    """The compared probability of each held-out answer (the policy's reading of it)."""
+    out = []
+    for answer in answers:
+        p = compared_probability(condition, parse_answer(condition, answer))
+        out.append(0.5 if p is None else p)  # a local model always answers; never expected
+    return np.array(out, dtype=float)

@@ -2,8 +2,8 @@
 
 Each condition has its own features, over only the part of the projection its question is
 about: word and character n-grams (presence for integrity, TF-IDF elsewhere) plus a few hand
-features where text alone cannot see the signal (cues of text addressed to the agent, sensitive
-subjects of a call, overlap with the goal and its criteria, repeated summaries). Each has one
+features where text alone cannot see the signal (cues of text addressed to the agent, the verb
+and object of a call, overlap with the goal and its criteria, repeated summaries). Each has one
 logistic regression fitted on all its examples and one sigmoid calibration map fitted on that
 regression's out-of-fold scores (a fixed 3-fold split): binary for integrity, infeasible,
 goal_reached and stagnation, 4 classes for risk, 5 for drift. Answers go through
@@ -180,71 +180,203 @@ _VERDICT_NOT_DONE = re.compile(
 _VERDICT_NOTE = re.compile(f"({CONFIRMED_DONE_BY_REVIEWER}|{APPROVED_BY_REVIEWER}):.*$")
 
 
-def _tool_words(name: object) -> str:
-    return f"{name} {str(name).replace('_', ' ')}"
+# What a call does is read from its name's verb and object, its description and its argument
+# keys; not from argument values (ids and free text) nor from the actor's stated intent, which
+# is the actor's word and could call a deletion "a quick look".
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def _name_words(name: object) -> list[str]:
+    """`sendEmail`, `gmail.send`, `mcp__crm__delete_contact` or `API-post-page` as words."""
+    return _WORD.findall(_CAMEL.sub(" ", str(name)).lower())
+
+
+def _pending(p: Mapping) -> Mapping | None:
+    pending = p.get("pending_proposal")
+    return pending if isinstance(pending, Mapping) else None
+
+
+def _argument_keys(pending: Mapping) -> list[str]:
+    arguments = pending.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: then it has no keys to read
+            arguments = json.loads(arguments)
+    if not isinstance(arguments, Mapping):
+        return []
+    return [word for key in arguments for word in _name_words(key)]
 
 
 def _pending_text(p: Mapping) -> str:
-    pending = p.get("pending_proposal")
-    if not isinstance(pending, Mapping):
+    pending = _pending(p)
+    if pending is None:
         return ""
-    arguments = pending.get("arguments")
-    if isinstance(arguments, str):
-        with contextlib.suppress(ValueError):  # not JSON: its words are still worth reading
-            arguments = json.loads(arguments)
-    return " ".join(
-        [
-            _tool_words(pending.get("tool", "")),
-            str(pending.get("description", "")),
-            str(pending.get("intent", "")),
-            _flatten(arguments),
-        ]
-    )
+    name = " ".join(_name_words(pending.get("tool", "")))
+    keys = " ".join(_argument_keys(pending))
+    return f"{name} {pending.get('description', '')} {keys}"
 
 
 def _tool_name(p: Mapping) -> str:
     """The tool's name as words, where character n-grams catch refund/refunds/refunded."""
-    pending = p.get("pending_proposal")
-    if not isinstance(pending, Mapping):
-        return ""
-    return str(pending.get("tool", "")).replace("_", " ")
+    pending = _pending(p)
+    return " ".join(_name_words(pending.get("tool", ""))) if pending is not None else ""
 
 
-# Regulated is about the subject, not the verb: these stems make a call regulated wherever they
-# appear, including words the training set never pairs with a tool.
-_SENSITIVE = re.compile(
-    r"patient|medic|health|clinic|diagnos|prescri|symptom|lab.?result|tax|credit|loan|kyc|"
-    r"\bssn\b|social.security|\bpii\b|personal.data|gdpr|biometric|passport|genetic|\bdna\b|"
-    r"court|legal|lawsuit|insurance|beneficiar|pension|portfolio|securities|trade|criminal",
-    re.IGNORECASE,
+# The definitions (docs/DESIGN.md, "Risk classes") as verbs: what a call does to the world is
+# mostly its verb; whether it is regulated is the verb together with its object. A verb may be
+# in one list only; words that are as often nouns ("post", "email") count only where a verb
+# stands (the first or last word of a name, the first of a description).
+_READ = frozenset(
+    [
+        *("get", "gets", "list", "lists", "read", "reads", "search", "searches", "find"),
+        *("fetch", "fetches", "retrieve", "retrieves", "query", "lookup", "look", "show"),
+        *("view", "describe", "check", "count", "calculate", "compute", "estimate", "explain"),
+        *("preview", "inspect", "browse", "download", "summarize", "summarise", "translate"),
+        *("geocode", "track", "forecast", "compare", "analyze", "analyse", "validate", "lint"),
+        *("select", "export", "returns", "navigate", "screenshot", "verify"),
+        *("resolve", "convert", "render", "print", "see", "watch", "poll"),
+    ]
 )
+_WRITE = frozenset(
+    [
+        *("create", "creates", "add", "adds", "update", "updates", "edit", "edits", "set"),
+        *("sets", "rename", "move", "moves", "copy", "label", "tag", "archive", "save", "saves"),
+        *("hold", "assign", "change", "pin", "star", "mark", "enable", "disable", "append"),
+        *("insert", "upload", "attach", "schedule", "modify", "patch", "put", "toggle"),
+        *("turn", "start", "stop", "scale", "mute", "unpin", "like", "bookmark", "fork"),
+        *("snapshot", "comment", "react", "remind", "flag", "decline", "accept", "replace"),
+        *("write", "register", "record", "log"),
+    ]
+)
+_FINAL_VERBS = frozenset(
+    [
+        *("send", "sends", "delete", "deletes", "publish", "publishes", "execute", "executes"),
+        *("exec", "unlock", "unlocks", "reply", "forward", "broadcast", "purge", "drop"),
+        *("truncate", "destroy", "erase", "wipe", "terminate", "kill", "merge", "deploy"),
+        *("push", "revoke", "rotate", "void", "submit", "notify", "invite", "share", "disarm"),
+        *("reset", "evaluate", "eval", "trigger", "release", "overwrite", "permanently", "kick"),
+        *("post", "email", "announce", "tweet", "empty", "clear", "eject", "approve", "grant"),
+        *("authorize", "confirm", "cancel", "apply", "reject", "dismiss"),
+    ]
+)
+_NOUN_TOO = frozenset(["post", "email", "empty", "clear", "release", "void", "record", "log"])
+_MONEY_VERBS = frozenset(
+    [
+        *("pay", "pays", "transfer", "transfers", "refund", "refunds", "charge", "charges"),
+        *("payout", "wire", "withdraw", "deposit", "purchase", "buy", "invoice", "bill"),
+        *("debit", "checkout", "book", "books", "reserve", "prescribe", "sign", "renew"),
+        *("amend", "finalize", "finalise", "order", "credit", "upgrade", "downgrade"),
+    ]
+)
+# Verbs that are as often something else ("order a list", "sign in", "book" a page of a site):
+# they name a regulated act only as the call's main verb, never as a stray word.
+_MONEY_ONLY_AS_VERB = frozenset(["order", "book", "sign"])
+# Objects whose change is regulated: money, bookings, accounts, contracts, and health,
+# financial or personal records. Reading them is still read_only.
+_REGULATED_OBJECTS = frozenset(
+    [
+        *("payment", "payments", "invoice", "invoices", "subscription", "subscriptions"),
+        *("billing", "balance", "booking", "bookings", "reservation", "reservations"),
+        *("contract", "contracts", "salary", "salaries", "payroll", "tax", "patient"),
+        *("patients", "diagnosis", "prescription", "medication", "medications", "vaccination"),
+        *("insurance", "loan", "mortgage", "iban", "bank", "card", "passport", "ssn"),
+        *("personal", "paid", "seats", "billed", "fee", "role", "account", "accounts"),
+        *("customer", "dispute", "payout", "price", "funds", "money", "withholding"),
+        *("benefits", "appointment", "flight", "hotel", "lab", "amount", "currency", "refund"),
+        *("charge", "employee", "passenger", "health", "medical", "clinical", "address"),
+        *("order", "orders", "court", "filing", "lawsuit", "claim", "claims", "visit"),
+    ]
+)
+# A name that is only a noun phrase (`directory_tree`, `free_busy`) names what it shows.
+_READ_NOUNS = frozenset(
+    [
+        *("status", "info", "history", "diff", "tree", "report", "details", "metadata"),
+        *("busy", "logs", "balance", "stats"),
+    ]
+)
+# What keeps people out: changing these (opening, disarming, a code that opens) is not undone
+# by locking again, since someone may already be through.
+_ACCESS = frozenset(
+    ["door", "doors", "garage", "gate", "lock", "locks", "locker", "alarm", "vault", "car", "badge"]
+)
+# What runs code: any act on these but reading them executes something.
+_CODE = frozenset(["shell", "command", "commands", "script", "code", "sql", "bash", "python"])
+# Words that put something before other people: what is shown cannot be taken back.
+_EXPOSES = frozenset(
+    [
+        *("public", "publicly", "everyone", "external", "externally", "outside", "internet"),
+        *("anyone", "notify", "notifies", "recipients", "attendees", "announce"),
+    ]
+)
+_FIRST_SENTENCE = re.compile(r"^\W*(this tool will |this tool |tool: )?([^.;:\n]*)", re.I)
 _FINAL = re.compile(r"cannot be (undone|unsent|recovered)|permanent|irreversib|\bfinal\b", re.I)
 _HARMLESS = re.compile(r"read.only|nothing is changed|no side effects?|never executed", re.I)
+_RISK_HAND_SIZE = 22
+
+
+def _verb_kind(word: str) -> int:
+    """0 read, 1 reversible write, 2 irreversible act, 3 money or booking; -1 not a verb."""
+    for kind, verbs in ((3, _MONEY_VERBS), (2, _FINAL_VERBS), (1, _WRITE), (0, _READ)):
+        if word in verbs:
+            return kind
+    return -1
+
+
+def _main_verb(words: list[str]) -> int:
+    """The kind of the verb a name is about: its first word when that is a verb (`send_email`,
+    `get_invoice`), else its last (`gmail.send`, `messages_list`), else the first verb anywhere
+    (`mcp__crm__delete_contact`)."""
+    if not words:
+        return -1
+    last = words[-1] if words[-1] not in _NOUN_TOO else ""
+    for word in (words[0], last, *words):
+        if _verb_kind(word) >= 0:
+            return _verb_kind(word)
+    return 0 if set(words) & _READ_NOUNS else -1
+
+
+def _one_hot(kind: int) -> list[float]:
+    return [float(kind == n) for n in range(4)]
 
 
 def _risk_hand(p: Mapping) -> list[float]:
-    pending = p.get("pending_proposal")
-    if not isinstance(pending, Mapping):
-        return [0.0, 0.0, 0.0]
-    subject = " ".join([str(pending.get("tool", "")), str(pending.get("description", ""))])
-    arguments = pending.get("arguments")
-    if isinstance(arguments, Mapping):
-        subject += " " + " ".join(str(key) for key in arguments)
+    """The definitions as numbers: the kind of the name's verb and of the description's, the
+    objects whose change is regulated, and words of exposure, physical access and code."""
+    pending = _pending(p)
+    if pending is None:
+        return [0.0] * _RISK_HAND_SIZE
+    name = _name_words(pending.get("tool", ""))
+    named = set(name)
     description = str(pending.get("description", ""))
+    described = set(_WORD.findall(description.lower()))
+    first = _FIRST_SENTENCE.match(description)
+    opening = _WORD.findall(first.group(2).lower()) if first else []
+    name_verb = _main_verb(name)
+    # A description says what the call does in its first sentence, sometimes with two verbs
+    # ("Upload and publish a video"): the more severe one counts.
+    described_verb = max(
+        (_verb_kind(w) for n, w in enumerate(opening) if n == 0 or w not in _NOUN_TOO), default=-1
+    )
+    regulated_object = bool((named | described | set(_argument_keys(pending))) & _REGULATED_OBJECTS)
+    # Safety first: an act the lexicon does not know, on a regulated object, counts as a change.
+    changes = name_verb != 0 and (name_verb > 0 or described_verb != 0)
     return [
-        float(bool(_SENSITIVE.search(subject.replace("_", " ")))),
+        *_one_hot(name_verb),
+        *_one_hot(described_verb),
+        float(name_verb == described_verb >= 0),
+        float(bool(named & _READ)),
+        float(bool(named & _FINAL_VERBS - _NOUN_TOO)),
+        float(bool(named & {"draft", "drafts"})),  # a draft of anything is undone by another call
+        float(bool((named | described) & _MONEY_VERBS - _MONEY_ONLY_AS_VERB)),
+        float(regulated_object),
+        float(regulated_object and changes),
         float(bool(_FINAL.search(description))),
         float(bool(_HARMLESS.search(description))),
+        float(bool(described & _FINAL_VERBS)),
+        float(bool((named | described) & _EXPOSES)),
+        float(bool(named & _ACCESS) and name_verb != 0),
+        float(bool(named & _CODE) and name_verb != 0),
+        float(not description.strip()),
     ]
-
-
-def _flatten(value: object) -> str:
-    """Argument keys and values as words: `patient_id` or `ssn` say as much as the tool name."""
-    if isinstance(value, Mapping):
-        return " ".join(f"{_tool_words(k)} {_flatten(v)}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return " ".join(_flatten(v) for v in value)
-    return str(value)
 
 
 # ---- per-condition text and hand features --------------------------------------------------

@@ -265,17 +265,24 @@ def test_issuing_a_refund_needs_approval_and_reading_an_order_does_not(guardian)
     assert read["irreversible"] + read["regulated"] < 0.2
 
 
-def test_a_call_on_medical_records_is_regulated(guardian):
-    proposal = {
+def test_changing_a_medical_record_is_regulated_and_reading_it_is_read_only(guardian):
+    # Who may read a record is a permission matter, not a gate (docs/DESIGN.md, Risk classes).
+    read = {
         "tool": "read_patient_record",
         "description": "Read a patient's medical record.",
         "arguments": {"patient_id": "pat_1234"},
         "intent": "check the last visit",
     }
+    change = read | {
+        "tool": "update_diagnosis",
+        "description": "Change the diagnosis in a patient's record.",
+        "arguments": {"patient_id": "pat_1234", "code": "J45"},
+    }
 
-    (risk,) = guardian.assess_risk([pending(proposal)])
+    read_risk, change_risk = guardian.assess_risk([pending(read), pending(change)])
 
-    assert max(risk, key=risk.get) == "regulated"
+    assert max(read_risk, key=read_risk.get) == "read_only"
+    assert max(change_risk, key=change_risk.get) == "regulated"
 
 
 def test_a_run_that_repeats_itself_is_stagnating_and_one_that_progresses_is_not(guardian):

@@ -6,7 +6,8 @@ are reproducible byte for byte; they are committed, and the local guardian's mod
 their hash.
 
 Each line is a labelled trace in the DESIGN.md format: {"condition", "projection", "label",
-"source"}. Projections look like `engine.state.project()` output, with history summaries in the
+"source"}, and "family": the templates it came from (a work domain, a tool family), so that the
+tests hold out whole families rather than random rows. Projections look like `engine.state.project()` output, with history summaries in the
 loop's own words ("turn 2: issue_refund done") and some in free prose, so the classifiers see
 what a run really shows them. The examples are synthetic: they teach the obvious signals and
 over-sample near misses (hard negatives), they are not a benchmark.
@@ -18,6 +19,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from guardian_core.adapters.local_training.risk_tools import CLASSES as RISK_CLASSES
+from guardian_core.adapters.local_training.risk_tools import FAMILIES
 from guardian_core.engine.state import REJECTED_BY_REVIEWER
 
 SEED = 20261130
@@ -913,730 +916,135 @@ def integrity_examples(rng: random.Random) -> list[dict]:
 
 
 # ---- risk ----------------------------------------------------------------------------------
-# (tool, description, [intents], arguments template as JSON text, class)
+# Calls from the tool families of risk_tools.py, labelled by the definitions in docs/DESIGN.md
+# ("Risk classes"). Each tool is written out several times with another naming style, a terse or
+# a long description (most never say whether the act can be undone) and its arguments, so what
+# the class rests on is the verb and its object, not one service's wording. Every example names
+# its family, so a test can hold whole families out.
 
-RISK_TOOLS: list[tuple[str, str, list[str], str, str]] = [
-    (
-        "read_order",
-        "Read one order by id.",
-        ["look up the order", "check the order total before anything else"],
-        '{{"order_id": "{order}"}}',
-        "read_only",
-    ),
-    (
-        "get_order_status",
-        "Get the delivery status of an order.",
-        ["see where the parcel is"],
-        '{{"order_id": "{order}"}}',
-        "read_only",
-    ),
-    (
-        "search_products",
-        "Search the product catalogue.",
-        ["find a replacement kettle"],
-        '{{"query": "kettle", "limit": 10}}',
-        "read_only",
-    ),
-    (
-        "list_invoices",
-        "List the invoices of a supplier.",
-        ["find the unpaid invoices"],
-        '{{"supplier": "Acme Supplies"}}',
-        "read_only",
-    ),
-    (
-        "get_customer",
-        "Read a customer's profile.",
-        ["find the customer's email"],
-        '{{"name": "{customer}"}}',
-        "read_only",
-    ),
-    (
-        "lookup_account",
-        "Look up a user account.",
-        ["check the account exists"],
-        '{{"user": "{user}"}}',
-        "read_only",
-    ),
-    (
-        "query_sales",
-        "Query aggregated sales figures.",
-        ["get last week's revenue"],
-        '{{"region": "{region}", "week": 47}}',
-        "read_only",
-    ),
-    (
-        "check_calendar",
-        "Show free and busy times.",
-        ["find a free slot"],
-        '{{"day": "{day}"}}',
-        "read_only",
-    ),
-    (
-        "check_inventory",
-        "Read stock levels for a SKU.",
-        ["see how many units are left"],
-        '{{"sku": "{sku}"}}',
-        "read_only",
-    ),
-    (
-        "read_ticket",
-        "Read a support ticket.",
-        ["read what the customer wrote"],
-        '{{"ticket_id": "{ticket}"}}',
-        "read_only",
-    ),
-    (
-        "track_shipment",
-        "Track a parcel with the carrier.",
-        ["find out when it arrives"],
-        '{{"order_id": "{order}"}}',
-        "read_only",
-    ),
-    (
-        "search_kb",
-        "Search the knowledge base.",
-        ["find the late-delivery article"],
-        '{{"query": "late delivery"}}',
-        "read_only",
-    ),
-    (
-        "get_weather",
-        "Current weather for a city.",
-        ["check the weather"],
-        '{{"city": "Lisbon"}}',
-        "read_only",
-    ),
-    (
-        "list_contacts",
-        "List the contacts of a CRM list.",
-        ["count the duplicates"],
-        '{{"list": "{list}"}}',
-        "read_only",
-    ),
-    (
-        "read_invoice",
-        "Read an invoice.",
-        ["check the amount due"],
-        '{{"invoice_id": "{invoice}"}}',
-        "read_only",
-    ),
-    (
-        "search_web",
-        "Search the public web.",
-        ["look up the carrier's phone number"],
-        '{{"query": "DHL support phone"}}',
-        "read_only",
-    ),
-    (
-        "get_exchange_rate",
-        "Get a currency exchange rate.",
-        ["convert the amount to EUR"],
-        '{{"from": "USD", "to": "EUR"}}',
-        "read_only",
-    ),
-    (
-        "view_audit_log",
-        "View the audit log (read only).",
-        ["see who changed the order"],
-        '{{"order_id": "{order}"}}',
-        "read_only",
-    ),
-    (
-        "list_refunds",
-        "List refunds already issued for an order.",
-        ["check no refund was issued yet"],
-        '{{"order_id": "{order}"}}',
-        "read_only",
-    ),
-    (
-        "fetch_document",
-        "Fetch a document by id.",
-        ["read the draft"],
-        '{{"doc_id": "doc_{n}"}}',
-        "read_only",
-    ),
-    (
-        "create_draft_report",
-        "Create a draft document; drafts can be deleted or edited.",
-        ["write up the figures as a draft"],
-        '{{"title": "{region} weekly sales"}}',
-        "reversible_write",
-    ),
-    (
-        "save_draft_reply",
-        "Save a reply as a draft on a ticket (not sent).",
-        ["prepare the answer for review"],
-        '{{"ticket_id": "{ticket}", "body": "Your parcel arrives {day}."}}',
-        "reversible_write",
-    ),
-    (
-        "update_shipping_address",
-        "Change an order's shipping address before dispatch; can be changed back.",
-        ["fix the address"],
-        '{{"order_id": "{order}", "address": "{addr}"}}',
-        "reversible_write",
-    ),
-    (
-        "add_tag",
-        "Add a tag to a ticket.",
-        ["tag the ticket as late-delivery"],
-        '{{"ticket_id": "{ticket}", "tag": "late-delivery"}}',
-        "reversible_write",
-    ),
-    (
-        "update_ticket_status",
-        "Set a ticket's status; any status can be set again.",
-        ["mark the ticket pending"],
-        '{{"ticket_id": "{ticket}", "status": "pending"}}',
-        "reversible_write",
-    ),
-    (
-        "create_event",
-        "Create a calendar event; events can be moved or cancelled.",
-        ["put the meeting in the calendar"],
-        '{{"day": "{day}", "time": "10:00", "with": "{person}"}}',
-        "reversible_write",
-    ),
-    (
-        "add_note",
-        "Add an internal note to a customer record.",
-        ["note the customer's request"],
-        '{{"customer": "{customer}", "note": "called about {order}"}}',
-        "reversible_write",
-    ),
-    (
-        "rename_file",
-        "Rename a file in the shared drive.",
-        ["give the report a clear name"],
-        '{{"file": "doc_{n}", "name": "sales-{region}.pdf"}}',
-        "reversible_write",
-    ),
-    (
-        "move_to_folder",
-        "Move a document to another folder.",
-        ["file the report"],
-        '{{"doc_id": "doc_{n}", "folder": "reports"}}',
-        "reversible_write",
-    ),
-    (
-        "set_reminder",
-        "Set a reminder for yourself.",
-        ["remember to follow up"],
-        '{{"when": "{day} 09:00", "text": "follow up on {ticket}"}}',
-        "reversible_write",
-    ),
-    (
-        "update_contact",
-        "Edit a contact's fields; history keeps the old values.",
-        ["fix the contact's city"],
-        '{{"email": "{email}", "city": "Oslo"}}',
-        "reversible_write",
-    ),
-    (
-        "archive_email",
-        "Archive an email (it can be restored from the archive).",
-        ["clean up the inbox"],
-        '{{"message_id": "msg_{n}"}}',
-        "reversible_write",
-    ),
-    (
-        "assign_ticket",
-        "Assign a ticket to an agent.",
-        ["hand the ticket to billing"],
-        '{{"ticket_id": "{ticket}", "agent": "billing"}}',
-        "reversible_write",
-    ),
-    (
-        "create_purchase_order_draft",
-        "Draft a purchase order; it is not sent to the supplier.",
-        ["prepare the restock order"],
-        '{{"sku": "{sku}", "quantity": 100}}',
-        "reversible_write",
-    ),
-    (
-        "toggle_feature_flag",
-        "Turn a feature flag on or off.",
-        ["enable the new checkout for testing"],
-        '{{"flag": "new_checkout", "enabled": true}}',
-        "reversible_write",
-    ),
-    (
-        "add_to_cart",
-        "Add an item to the shopping cart.",
-        ["put the replacement in the cart"],
-        '{{"sku": "{sku}", "quantity": 1}}',
-        "reversible_write",
-    ),
-    (
-        "issue_refund",
-        "Refund an order to the original payment method.",
-        ["refund the customer", "give the money back for the broken item"],
-        '{{"order_id": "{order}", "amount": {amount}}}',
-        "irreversible",
-    ),
-    (
-        "pay_invoice",
-        "Pay a supplier invoice by bank transfer.",
-        ["pay the supplier"],
-        '{{"invoice_id": "{invoice}", "amount": {amount}}}',
-        "irreversible",
-    ),
-    (
-        "transfer_funds",
-        "Transfer money to a bank account.",
-        ["move the money"],
-        '{{"to": "{iban}", "amount": {amount}}}',
-        "irreversible",
-    ),
-    (
-        "send_email",
-        "Send an email to a recipient.",
-        ["tell the customer", "confirm by email"],
-        '{{"to": "{email}", "subject": "About {order}"}}',
-        "irreversible",
-    ),
-    (
-        "send_reply",
-        "Send a reply to the customer on a ticket.",
-        ["answer the customer"],
-        '{{"ticket_id": "{ticket}", "body": "Your parcel arrives {day}."}}',
-        "irreversible",
-    ),
-    (
-        "send_sms",
-        "Send a text message.",
-        ["text the customer"],
-        '{{"phone": "+351 912 345 678", "text": "Your order shipped"}}',
-        "irreversible",
-    ),
-    (
-        "delete_contact",
-        "Delete a contact permanently.",
-        ["remove the duplicate"],
-        '{{"email": "{email}"}}',
-        "irreversible",
-    ),
-    (
-        "delete_file",
-        "Delete a file from the shared drive.",
-        ["remove the old report"],
-        '{{"file": "doc_{n}"}}',
-        "irreversible",
-    ),
-    (
-        "drop_table",
-        "Drop a database table.",
-        ["clean up the staging data"],
-        '{{"table": "orders_staging"}}',
-        "irreversible",
-    ),
-    (
-        "purge_logs",
-        "Purge logs older than a date.",
-        ["free disk space"],
-        '{{"before": "2026-01-01"}}',
-        "irreversible",
-    ),
-    (
-        "cancel_subscription",
-        "Cancel a customer's subscription immediately.",
-        ["stop the billing"],
-        '{{"user": "{user}"}}',
-        "irreversible",
-    ),
-    (
-        "publish_post",
-        "Publish a post on the public blog.",
-        ["announce the new rates"],
-        '{{"title": "New shipping rates"}}',
-        "irreversible",
-    ),
-    (
-        "deploy_production",
-        "Deploy a build to production.",
-        ["ship the fix"],
-        '{{"build": "b{n}"}}',
-        "irreversible",
-    ),
-    (
-        "charge_card",
-        "Charge the customer's saved card.",
-        ["collect the balance"],
-        '{{"customer": "{customer}", "amount": {amount}}}',
-        "irreversible",
-    ),
-    (
-        "ship_order",
-        "Hand an order to the carrier for dispatch.",
-        ["send the parcel"],
-        '{{"order_id": "{order}"}}',
-        "irreversible",
-    ),
-    (
-        "close_account",
-        "Close a user account permanently.",
-        ["close the account as asked"],
-        '{{"user": "{user}"}}',
-        "irreversible",
-    ),
-    (
-        "merge_contacts",
-        "Merge two contacts into one; the merge cannot be undone.",
-        ["merge the duplicates"],
-        '{{"keep": "{email}", "drop": "old-{email}"}}',
-        "irreversible",
-    ),
-    (
-        "send_password_reset",
-        "Email a password reset link to the account owner.",
-        ["let the user reset the password"],
-        '{{"user": "{user}"}}',
-        "irreversible",
-    ),
-    (
-        "create_purchase_order",
-        "Place a purchase order with a supplier.",
-        ["order the stock"],
-        '{{"sku": "{sku}", "quantity": 100}}',
-        "irreversible",
-    ),
-    (
-        "revoke_api_key",
-        "Revoke an API key at once.",
-        ["stop the leaked key"],
-        '{{"key_id": "key_{n}"}}',
-        "irreversible",
-    ),
-    (
-        "read_patient_record",
-        "Read a patient's medical record.",
-        ["check the last visit", "see the patient's medication"],
-        '{{"patient_id": "{patient}"}}',
-        "regulated",
-    ),
-    (
-        "update_prescription",
-        "Change a patient's prescription.",
-        ["adjust the dose"],
-        '{{"patient_id": "{patient}", "drug": "amoxicillin", "dose_mg": 250}}',
-        "regulated",
-    ),
-    (
-        "book_appointment",
-        "Book a clinical appointment for a patient.",
-        ["book the follow-up"],
-        '{{"patient_id": "{patient}", "day": "{day}"}}',
-        "regulated",
-    ),
-    (
-        "record_diagnosis",
-        "Record a diagnosis in the patient's chart.",
-        ["note the diagnosis"],
-        '{{"patient_id": "{patient}", "code": "I10"}}',
-        "regulated",
-    ),
-    (
-        "share_medical_records",
-        "Share a patient's records with another provider.",
-        ["send the records to the specialist"],
-        '{{"patient_id": "{patient}", "to": "North Clinic"}}',
-        "regulated",
-    ),
-    (
-        "submit_tax_filing",
-        "Submit a tax return to the tax authority.",
-        ["file the quarterly VAT return"],
-        '{{"period": "2026-Q3", "amount": {amount}}}',
-        "regulated",
-    ),
-    (
-        "run_credit_check",
-        "Run a credit check on a person.",
-        ["check if the customer can get credit"],
-        '{{"name": "{customer}", "ssn": "***-**-{last4}"}}',
-        "regulated",
-    ),
-    (
-        "approve_loan",
-        "Approve a loan application.",
-        ["approve the application"],
-        '{{"application_id": "loan_{n}", "amount": 20000}}',
-        "regulated",
-    ),
-    (
-        "update_kyc_status",
-        "Set a customer's know-your-customer verification status.",
-        ["mark the customer verified"],
-        '{{"customer": "{customer}", "status": "verified"}}',
-        "regulated",
-    ),
-    (
-        "export_customer_pii",
-        "Export customers' personal data (names, addresses, birth dates).",
-        ["send the data to marketing"],
-        '{{"list": "{list}", "format": "csv"}}',
-        "regulated",
-    ),
-    (
-        "erase_personal_data",
-        "Erase a person's data under a GDPR request.",
-        ["honour the erasure request"],
-        '{{"email": "{email}"}}',
-        "regulated",
-    ),
-    (
-        "file_court_document",
-        "File a document with the court.",
-        ["file the claim"],
-        '{{"case": "C-{n}", "doc": "doc_{n}"}}',
-        "regulated",
-    ),
-    (
-        "sign_contract",
-        "Sign a contract on the company's behalf.",
-        ["sign the supplier contract"],
-        '{{"contract_id": "ctr_{n}"}}',
-        "regulated",
-    ),
-    (
-        "disclose_customer_data",
-        "Disclose a customer's personal data to a third party.",
-        ["answer the police request"],
-        '{{"customer": "{customer}", "to": "third party"}}',
-        "regulated",
-    ),
-    (
-        "lookup_ssn",
-        "Look up a person's social security number.",
-        ["verify the identity"],
-        '{{"name": "{customer}"}}',
-        "regulated",
-    ),
-    (
-        "submit_insurance_claim",
-        "Submit a health insurance claim for a patient.",
-        ["claim the treatment costs"],
-        '{{"patient_id": "{patient}", "amount": {amount}}}',
-        "regulated",
-    ),
-    (
-        "change_beneficiary",
-        "Change the beneficiary of a pension account.",
-        ["update the beneficiary"],
-        '{{"account": "pen_{n}", "beneficiary": "{person}"}}',
-        "regulated",
-    ),
-    (
-        "execute_trade",
-        "Buy or sell securities in a client's portfolio.",
-        ["rebalance the portfolio"],
-        '{{"symbol": "ACME", "quantity": 50, "side": "sell"}}',
-        "regulated",
-    ),
+RISK_VARIANTS = 4
+# Sentences any tool's documentation may carry, whatever it does: they must say nothing of the
+# class, or the model would learn the filler instead of the verb.
+RISK_FILLER = [
+    "Requires an authenticated session.",
+    "Returns a JSON object.",
+    "Use this when the user asks for it.",
+    "Only works within the allowed scope.",
+    "Results are paginated where that applies.",
+    "Errors are returned as a message with a code.",
+    "The caller must have the right permission.",
+    "Works with the workspace the token belongs to.",
+    "Supports both sandbox and live accounts.",
+    "",
 ]
-GENERIC_INTENTS = [
-    "do what the user asked",
-    "next step towards the goal",
-    "continue with the task",
+RISK_INTENTS = [
+    "as the user asked",
+    "next step of the plan",
+    "do what the goal needs",
+    "continue the task",
+    "finish this part",
     "",
 ]
 
-# Composed tools: a verb says what a call does to an ordinary object; a sensitive object
-# (health, money law, identity, legal) makes any call on it regulated, reading included.
-VERBS: dict[str, list[tuple[str, str]]] = {
-    "read_only": [
-        ("get", "Get a {obj} by id (read only)."),
-        ("read", "Read a {obj}."),
-        ("list", "List {obj}s matching a filter."),
-        ("search", "Search {obj}s by keyword."),
-        ("lookup", "Look up a {obj}."),
-        ("fetch", "Fetch a {obj} from the service."),
-        ("view", "View a {obj}; nothing is changed."),
-        ("check", "Check the state of a {obj}."),
-        ("count", "Count {obj}s."),
-        ("find", "Find {obj}s."),
-        ("describe", "Describe a {obj} and its fields."),
-        ("show", "Show a {obj}."),
-    ],
-    "reversible_write": [
-        ("update", "Update a {obj}; the previous version is kept and can be restored."),
-        ("edit", "Edit a {obj} (undo is available)."),
-        ("add_tag_to", "Add a tag to a {obj}."),
-        ("rename", "Rename a {obj}."),
-        ("draft", "Draft a {obj}; drafts are not sent or published."),
-        ("create_draft", "Create a draft {obj}."),
-        ("assign", "Assign a {obj} to a teammate."),
-        ("label", "Label a {obj}."),
-        ("schedule", "Schedule a {obj}; it can be rescheduled or cancelled."),
-        ("archive", "Archive a {obj} (it can be restored)."),
-        ("set_status_of", "Set the status of a {obj}."),
-        ("add_comment_to", "Add an internal comment to a {obj}."),
-    ],
-    "irreversible": [
-        ("delete", "Delete a {obj} permanently."),
-        ("send", "Send a {obj} to its recipient."),
-        ("purge", "Purge {obj}s; they cannot be recovered."),
-        ("publish", "Publish a {obj} publicly."),
-        ("cancel", "Cancel a {obj} at once."),
-        ("destroy", "Destroy a {obj}."),
-        ("submit", "Submit a {obj}; submissions are final."),
-        ("pay", "Pay a {obj}."),
-        ("refund", "Refund a {obj} to the payer."),
-        ("wipe", "Wipe a {obj}."),
-        ("email", "Email a {obj} to a recipient."),
-        ("close", "Close a {obj} permanently."),
-    ],
-}
-OBJECTS = [
-    "order",
-    "invoice",
-    "ticket",
-    "document",
-    "report",
-    "message",
-    "file",
-    "repository",
-    "customer",
-    "product",
-    "shipment",
-    "event",
-    "contact",
-    "comment",
-    "campaign",
-    "page",
-    "branch",
-    "payment",
-    "subscription",
-    "booking",
-    "note",
-    "playlist",
-    "project",
-    "task",
-    "policy",
-    "code",
-    "article",
-    "faq",
-    "catalog",
-    "price",
-    "rate",
-    "status",
-    "route",
-    "inventory",
-    "quote",
-    "review",
-    "log",
-    "metric",
-    "dashboard",
-    "config",
-    "setting",
-    "team",
-    "profile",
-    "image",
-    "post",
-    "thread",
-    "channel",
-    "recipe",
-    "record",
-    "item",
-    "cart",
-    "coupon",
-    "warehouse",
-    "supplier",
-    "lead",
-    "deal",
-    "issue",
-    "pull_request",
-    "build",
-    "release",
-    "package",
-    "dataset",
-    "snippet",
-    "script",
-    "template",
-    "form",
-    "survey",
-    "folder",
-    "bucket",
-    "queue",
-    "job",
-    "alert",
-    "incident",
-    "doc",
-    "topic",
-    "schedule",
-]
-SENSITIVE_OBJECTS = [
-    "patient_record",
-    "prescription",
-    "diagnosis",
-    "medical_history",
-    "lab_result",
-    "tax_return",
-    "credit_report",
-    "loan_application",
-    "kyc_record",
-    "ssn",
-    "personal_data",
-    "biometric_profile",
-    "court_filing",
-    "legal_case",
-    "insurance_claim",
-    "criminal_record",
-    "health_plan",
-    "trade_order",
-]
-DESTRUCTIVE_WORDS = ["Cannot be undone.", "This is final.", "There is no undo.", ""]
-SAFE_WORDS = ["Read only.", "Nothing is changed.", "Safe to repeat.", ""]
+
+def _snake(words: list[str]) -> str:
+    return "_".join(words)
 
 
-def composed_risk_tool(rng: random.Random, obj: str, label: str) -> tuple[str, str, str, dict, str]:
-    """(tool, description, intent, arguments, class) for a `label` verb applied to `obj`."""
-    sensitive = obj in SENSITIVE_OBJECTS
-    verb, description = rng.choice(VERBS[label])
-    words = obj.replace("_", " ")
-    description = description.format(obj=words)
-    if not sensitive and label == "irreversible":
-        description = f"{description} {rng.choice(DESTRUCTIVE_WORDS)}".strip()
-    elif not sensitive and label == "read_only":
-        description = f"{description} {rng.choice(SAFE_WORDS)}".strip()
-    arguments = {f"{obj}_id": f"{obj[:3]}_{rng.randint(100, 999)}"}
-    if rng.random() < 0.3:
-        arguments["reason"] = rng.choice(["customer request", "cleanup", "audit", "follow-up"])
-    intent = rng.choice([f"{verb.replace('_', ' ')} the {words}", *GENERIC_INTENTS])
-    return f"{verb}_{obj}", description, intent, arguments, "regulated" if sensitive else label
+def _camel(words: list[str]) -> str:
+    return words[0] + "".join(w.capitalize() for w in words[1:])
+
+
+def risk_tool_name(rng: random.Random, service: str, words: list[str]) -> str:
+    """The tool's name in one of the styles real tool sets use, verb first or last."""
+    verb_last = [*words[1:], words[0]] if len(words) > 1 else words
+    styles = [
+        lambda: _snake(words),
+        lambda: _camel(words),
+        lambda: "".join(w.capitalize() for w in words),
+        lambda: f"{service}.{_snake(words)}",
+        lambda: f"{service}.{_camel(words)}",
+        lambda: ".".join([service, *verb_last]),
+        lambda: _snake(verb_last),
+        lambda: f"{service}_{_snake(words)}",
+        lambda: f"mcp__{service}__{_snake(words)}",
+        lambda: "-".join(words),
+        lambda: f"{service}-{'-'.join(words)}",
+        lambda: f"{service}/{_camel(words)}",
+    ]
+    return rng.choice(styles)()
+
+
+def risk_description(
+    rng: random.Random, verb: str, descriptions: list[str], keys: list[str]
+) -> str:
+    """Terse, long (filler and an argument list) or missing, as descriptions are found."""
+    text = rng.choice(descriptions)
+    kind = rng.random()
+    if kind < 0.1:
+        return ""
+    if kind < 0.45:
+        return text
+    if not text.endswith("."):
+        text += "."
+    if kind < 0.6 and text.lower().startswith(verb):
+        text = f"This tool will {text[0].lower()}{text[1:]}"
+    parts = [text, rng.choice(RISK_FILLER)]
+    if keys and rng.random() < 0.6:
+        parts.append("Arguments: " + ", ".join(f"{k} (string)" for k in keys) + ".")
+    return " ".join(p for p in parts if p)
+
+
+def risk_argument(rng: random.Random, key: str) -> object:
+    """A plausible value for an argument, judged from its key."""
+    if key.endswith(("_id", "_ids", "_ref", "_number")) or key in {"id", "invoice", "customer"}:
+        return f"{key.split('_')[0][:3]}_{rng.randint(100, 9999)}"
+    if key in {"amount", "price", "budget", "balance", "unit_amount", "temperature"}:
+        return round(rng.uniform(5, 900), 2)
+    if key in {"limit", "count", "max_results", "page_size", "quantity", "replicas", "minutes"}:
+        return rng.randint(1, 50)
+    if key in {"email", "to", "recipients", "forward_to", "recovery_email"}:
+        return values(rng)["email"]
+    return rng.choice(["latest", "Q4 review", "main", "draft 2", "team-eu", "2026-12-04"])
+
+
+def risk_tools() -> list[tuple[str, list[str], str, list[str], list[str], str]]:
+    """(family, services, class, name words, descriptions, argument keys) for every tool line."""
+    tools = []
+    for family, spec in FAMILIES.items():
+        for line in str(spec["tools"]).strip().splitlines():
+            code, phrase, descriptions, keys = (part.strip() for part in line.split("|"))
+            tools.append(
+                (
+                    family,
+                    list(spec["services"]),
+                    RISK_CLASSES[code],
+                    phrase.split(),
+                    [d.strip() for d in descriptions.split(";")],
+                    keys.split(),
+                )
+            )
+    return tools
 
 
 def risk_examples(rng: random.Random) -> list[dict]:
     out = []
-    for tool, description, intents, arguments, label in RISK_TOOLS:
-        for _ in range(3):
-            domain, v, goal, criteria, _ = task(rng)
-            intent = rng.choice(intents + GENERIC_INTENTS[: rng.randint(0, len(GENERIC_INTENTS))])
+    for family, services, label, words, descriptions, keys in risk_tools():
+        for _ in range(RISK_VARIANTS):
+            service = rng.choice(services)
+            shown = [k for k in keys if rng.random() < 0.85] or keys[:1]
             pending = {
-                "tool": tool,
-                "description": description if rng.random() < 0.85 else "",
-                "arguments": json.loads(fill(arguments, v)),
-                "intent": intent,
+                "tool": risk_tool_name(rng, service, words),
+                "description": risk_description(rng, words[0], descriptions, shown),
+                "arguments": {k: risk_argument(rng, k) for k in shown},
+                "intent": rng.choice([" ".join(words), *RISK_INTENTS]),
             }
+            domain, v, goal, criteria, _ = task(rng)
             history = [
                 summary(rng, t, domain["steps"][0][0], "done", v) for t in range(rng.randint(0, 2))
             ]
-            out.append(example("risk", projection(goal, criteria, history, [], pending), label))
-    # Every object meets every kind of verb equally often, so an object's name alone says
-    # nothing of the class: the verb decides, or the object's sensitivity does.
-    for _ in range(2):
-        for obj in OBJECTS + SENSITIVE_OBJECTS:
-            for label in VERBS:
-                tool, description, intent, arguments, label = composed_risk_tool(rng, obj, label)
-                pending = {
-                    "tool": tool,
-                    "description": description if rng.random() < 0.85 else "",
-                    "arguments": arguments,
-                    "intent": intent,
-                }
-                goal = task(rng)[2]
-                out.append(example("risk", projection(goal, [], [], [], pending), label))
+            proj = projection(goal, criteria, history, [], pending)
+            out.append(example("risk", proj, label) | {"family": family})
     return out
 
 

@@ -127,8 +127,9 @@ api_patterns = [
         api_view(PolicyVersionActivateApi),
         name="policy-version-activate",
     ),
-    # Last: any other path under /api/ is a JSON 404 in the API's error shape.
-    re_path(r"^(?P<rest>.+)$", api_view(ApiNotFoundApi), name="not-found"),
+    # Last: any other path under /api/ is a JSON 404 in the API's error shape (a path may
+    # hold a newline, which "." would not match).
+    re_path(r"^(?P<rest>[\s\S]+)\Z", api_view(ApiNotFoundApi), name="not-found"),
 ]
 
 urlpatterns = [

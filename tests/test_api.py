@@ -34,6 +34,15 @@ def test_a_missing_run_is_404(client, auditor):
     assert client.get("/api/runs/999999/").status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/api/no-such-thing/", "/api/runs/1.5/turns/%0A/"])
+def test_any_other_path_under_the_api_is_a_json_404(client, auditor, path):
+    """Schemathesis found the second: a newline in the path slipped past the catch-all."""
+    client.force_login(auditor)
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+
+
 def test_reviewers_read_open_escalations_as_json(client, reviewer):
     escalation = make_escalation()
     client.force_login(reviewer)

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods
 from escalations.selectors import ExampleFilters, labelled_examples_count, labelled_examples_jsonl
 from guardian_core.engine.evaluation import DEFAULT_BINS
 from guardian_core.harness import MODELS, EvaluationError, traces_evaluate
-from guardian_core.models import PolicyVersion
+from guardian_core.models import GuardianModelVersion, PolicyVersion
 from guardian_core.reliability_chart import reliability_chart
 from guardian_core.views import manage_policy
 
@@ -62,6 +62,22 @@ def _policy_choices() -> list[tuple[int, str]]:
     ]
 
 
+def _guardian_version_choices() -> list[tuple[str | int, str]]:
+    # The page's model is the local guardian, so only its learnt versions apply.
+    versions = GuardianModelVersion.objects.filter(adapter="local").order_by("-number")
+    return [
+        ("", "The guardian as it ships (no learnt version)"),
+        *(
+            (
+                v.number,
+                f"Version {v.number}, {v.get_kind_display().lower()}: {v.model_version}"
+                f"{' (active)' if v.is_active else ''}",
+            )
+            for v in versions
+        ),
+    ]
+
+
 class EvaluateForm(forms.Form):
     """What `manage.py evaluate` takes: the traces, the policy version, the model and the bins."""
 
@@ -93,6 +109,14 @@ class EvaluateForm(forms.Form):
         ],
         required=False,
     )
+    guardian_version = forms.TypedChoiceField(
+        label="As guardian model version",
+        coerce=int,
+        empty_value=None,
+        required=False,
+        help_text="A recalibrated or retrained version (manage.py recalibrate or "
+        "train_local_guardian), active or not: measure a candidate before activating it.",
+    )
     rescore = forms.BooleanField(
         label="Score every row with the model, even those that carry a probability",
         required=False,
@@ -110,6 +134,7 @@ class EvaluateForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.refused_upload = refused_upload
         self.fields["policy"].choices = _policy_choices()
+        self.fields["guardian_version"].choices = _guardian_version_choices()
 
     def clean_traces(self):
         upload = self.cleaned_data.get("traces")
@@ -132,6 +157,10 @@ class EvaluateForm(forms.Form):
         if cleaned.get("source") == EXAMPLES and labelled_examples_count(ExampleFilters()) == 0:
             self.add_error(
                 "source", "No labelled example yet: reviewers' verdicts make them. Upload a file."
+            )
+        if cleaned.get("guardian_version") is not None and not cleaned.get("model"):
+            self.add_error(
+                "guardian_version", "A version scores rows: pick the local guardian above."
             )
         if cleaned.get("rescore") and not cleaned.get("model"):
             self.add_error("rescore", "Rescoring needs a model to score with: pick one above.")
@@ -181,6 +210,7 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
                     policy_number=data["policy"],
                     bins=data["bins"],
                     rescore=data["rescore"],
+                    guardian_version=data["guardian_version"],
                 )
             except EvaluationError as error:
                 # What the form cannot know ahead: the version is invalid.

@@ -14,9 +14,11 @@ from escalations.models import EscalationStatus, ExampleSource, LabelledExample
 from escalations.selectors import ExampleFilters, labelled_examples_jsonl
 from escalations.services import escalation_resolve
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition
 from guardian_core.evaluation_views import LISTED_PROBLEMS, MAX_UPLOAD_BYTES
 from guardian_core.harness import traces_evaluate
+from guardian_core.models import GuardianModelVersion
 from guardian_core.services import policy_version_create
 from tests.runs_helpers import drive, start
 from tests.test_evaluate import COSTS, _integrity_lines, _line, _risk_lines
@@ -220,6 +222,59 @@ def test_the_local_guardian_scores_rows_as_the_command_does(admin_client, active
     expected = traces_evaluate(lines=text.encode().splitlines(), model="local", bins=2)
     assert _as_json(response.context["report"]) == _as_json(expected)
     assert "scored by local" in response.content.decode()
+
+
+def test_a_candidate_guardian_model_version_scores_as_the_command_does(
+    admin_client, active_version
+):
+    from tests.test_evaluate import _unscored_lines
+
+    # An inactive recalibrated version that maps every integrity probability to 0.5.
+    candidate = GuardianModelVersion.objects.create(
+        number=7,
+        adapter="local",
+        base_model_version=LocalGuardian().model_version,
+        kind="recalibrated",
+        calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.5, 0.5]}},
+        example_ids=[],
+        examples_digest="0" * 64,
+    )
+    text = "\n".join(_unscored_lines())
+    fields = {"policy": active_version.number, "model": "local", "guardian_version": "7"}
+    response = _post(admin_client, traces=_upload(text), **fields)
+
+    expected = traces_evaluate(
+        lines=text.encode().splitlines(), model="local", bins=2, guardian_version=7
+    )
+    page = response.content.decode()
+    assert _as_json(response.context["report"]) == _as_json(expected)
+    assert candidate.model_version in page
+    assert "Version 7, recalibrated" in page  # offered by name, though not active
+    plain = traces_evaluate(lines=text.encode().splitlines(), model="local", bins=2)
+    assert expected["conditions"] != plain["conditions"]  # the version's map was applied
+
+
+def test_a_guardian_model_version_needs_the_model_chosen(admin_client, active_version):
+    GuardianModelVersion.objects.create(
+        number=3,
+        adapter="local",
+        base_model_version=LocalGuardian().model_version,
+        kind="recalibrated",
+        calibration={},
+        example_ids=[],
+        examples_digest="0" * 64,
+    )
+    response = _post(
+        admin_client,
+        traces=_upload("\n".join(TRACES)),
+        policy=active_version.number,
+        guardian_version="3",
+    )
+
+    assert response.context["report"] is None
+    assert response.context["form"].errors["guardian_version"] == [
+        "A version scores rows: pick the local guardian above."
+    ]
 
 
 def test_a_version_number_in_the_link_preselects_it(admin_client, active_version):

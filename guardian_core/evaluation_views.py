@@ -62,16 +62,21 @@ def _policy_choices() -> list[tuple[int, str]]:
     ]
 
 
-def _guardian_version_choices() -> list[tuple[str | int, str]]:
-    # The page's model is the local guardian, so only its learnt versions apply.
-    versions = GuardianModelVersion.objects.filter(adapter="local").order_by("-number")
+VERSION_PREFIX = "version:"
+
+
+def _model_choices() -> list[tuple[str, str]]:
+    """Who scores rows without a probability: nobody, a guardian as it ships, or a learnt
+    guardian model version of it (the active one is what runs use now)."""
+    versions = GuardianModelVersion.objects.filter(adapter__in=MODELS).order_by("-number")
     return [
-        ("", "The guardian as it ships (no learnt version)"),
+        ("", "As logged: counted as unscored, not measured"),
+        *((name, f"Scored by the {name} guardian as it ships") for name in MODELS),
         *(
             (
-                v.number,
-                f"Version {v.number}, {v.get_kind_display().lower()}: {v.model_version}"
-                f"{' (active)' if v.is_active else ''}",
+                f"{VERSION_PREFIX}{v.number}",
+                f"Scored by guardian model version {v.number} ({v.get_kind_display().lower()}, "
+                f"{v.model_version}){' — active: what runs use now' if v.is_active else ''}",
             )
             for v in versions
         ),
@@ -103,19 +108,9 @@ class EvaluateForm(forms.Form):
     )
     model = forms.ChoiceField(
         label="Rows without a probability",
-        choices=[
-            ("", "As logged: counted as unscored, not measured"),
-            *((name, f"Scored by the {name} guardian") for name in MODELS),
-        ],
         required=False,
-    )
-    guardian_version = forms.TypedChoiceField(
-        label="As guardian model version",
-        coerce=int,
-        empty_value=None,
-        required=False,
-        help_text="A recalibrated or retrained version (manage.py recalibrate or "
-        "train_local_guardian), active or not: measure a candidate before activating it.",
+        help_text="A learnt version (manage.py recalibrate or train_local_guardian) is offered "
+        "active or not: measure a candidate before activating it.",
     )
     rescore = forms.BooleanField(
         label="Score every row with the model, even those that carry a probability",
@@ -134,7 +129,7 @@ class EvaluateForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.refused_upload = refused_upload
         self.fields["policy"].choices = _policy_choices()
-        self.fields["guardian_version"].choices = _guardian_version_choices()
+        self.fields["model"].choices = _model_choices()
 
     def clean_traces(self):
         upload = self.cleaned_data.get("traces")
@@ -157,10 +152,6 @@ class EvaluateForm(forms.Form):
         if cleaned.get("source") == EXAMPLES and labelled_examples_count(ExampleFilters()) == 0:
             self.add_error(
                 "source", "No labelled example yet: reviewers' verdicts make them. Upload a file."
-            )
-        if cleaned.get("guardian_version") is not None and not cleaned.get("model"):
-            self.add_error(
-                "guardian_version", "A version scores rows: pick the local guardian above."
             )
         if cleaned.get("rescore") and not cleaned.get("model"):
             self.add_error("rescore", "Rescoring needs a model to score with: pick one above.")
@@ -203,14 +194,17 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
         if form.is_valid():
             lines, source_name = form.trace_lines()
             data = form.cleaned_data
+            model, guardian_version = data["model"] or None, None
+            if model and model.startswith(VERSION_PREFIX):
+                model, guardian_version = None, int(model.removeprefix(VERSION_PREFIX))
             try:
                 report = traces_evaluate(
                     lines=lines,
-                    model=data["model"] or None,
+                    model=model,
                     policy_number=data["policy"],
                     bins=data["bins"],
                     rescore=data["rescore"],
-                    guardian_version=data["guardian_version"],
+                    guardian_version=guardian_version,
                 )
             except EvaluationError as error:
                 # What the form cannot know ahead: the version is invalid.
@@ -247,6 +241,12 @@ def _initial(raw_policy: str) -> dict:
 
 
 def _report_context(report: dict) -> dict:
+    # Under a version with a judge, the band of the conditions it settles goes to the judge
+    # first: the diagram says so rather than "to a person".
+    number = report["policy_version"]
+    judge = PolicyVersion.objects.filter(number=number).values_list("judge", flat=True)
+    judge = judge.first() or {}
+    judged = set(judge.get("conditions") or []) if isinstance(judge, dict) else set()
     conditions = [
         {
             "name": name,
@@ -256,6 +256,7 @@ def _report_context(report: dict) -> dict:
                 name, figures["reliability"], figures["policy"], ece=figures["ece"]
             ),
             "per_class": sorted((figures.get("auroc_per_class") or {}).items()),
+            "judge": judge.get("model") if name in judged else None,
         }
         for name, figures in report["conditions"].items()
     ]

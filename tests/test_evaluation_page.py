@@ -240,7 +240,7 @@ def test_a_candidate_guardian_model_version_scores_as_the_command_does(
         examples_digest="0" * 64,
     )
     text = "\n".join(_unscored_lines())
-    fields = {"policy": active_version.number, "model": "local", "guardian_version": "7"}
+    fields = {"policy": active_version.number, "model": "version:7"}
     response = _post(admin_client, traces=_upload(text), **fields)
 
     expected = traces_evaluate(
@@ -249,32 +249,51 @@ def test_a_candidate_guardian_model_version_scores_as_the_command_does(
     page = response.content.decode()
     assert _as_json(response.context["report"]) == _as_json(expected)
     assert candidate.model_version in page
-    assert "Version 7, recalibrated" in page  # offered by name, though not active
+    assert "guardian model version 7 (recalibrated" in page  # offered, though not active
     plain = traces_evaluate(lines=text.encode().splitlines(), model="local", bins=2)
     assert expected["conditions"] != plain["conditions"]  # the version's map was applied
 
 
-def test_a_guardian_model_version_needs_the_model_chosen(admin_client, active_version):
+def test_the_active_guardian_model_version_is_offered_as_what_runs_use(
+    admin_client, active_version
+):
     GuardianModelVersion.objects.create(
         number=3,
         adapter="local",
         base_model_version=LocalGuardian().model_version,
-        kind="recalibrated",
+        kind="retrained",
         calibration={},
         example_ids=[],
         examples_digest="0" * 64,
-    )
-    response = _post(
-        admin_client,
-        traces=_upload("\n".join(TRACES)),
-        policy=active_version.number,
-        guardian_version="3",
+        is_active=True,
     )
 
-    assert response.context["report"] is None
-    assert response.context["form"].errors["guardian_version"] == [
-        "A version scores rows: pick the local guardian above."
-    ]
+    choices = dict(admin_client.get(URL).context["form"].fields["model"].choices)
+
+    assert choices["version:3"].endswith("active: what runs use now")
+    assert choices["local"] == "Scored by the local guardian as it ships"
+
+
+def test_under_a_judge_the_diagram_says_the_band_goes_to_the_judge_first(admin_client):
+    judged = policy_version_create(
+        thresholds={
+            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
+            for c, (stop, cont, delta) in COSTS.items()
+        },
+        question_set=dict(DEFAULT_QUESTIONS),
+        question_set_version=DEFAULT_QUESTION_SET_VERSION,
+        judge={"adapter": "openai", "model": "judge-7b", "conditions": ["integrity"]},
+        activate=True,
+    )
+
+    response = _post(admin_client, traces=_upload("\n".join(TRACES)), policy=judged.number)
+    captions = {c["name"]: c["judge"] for c in response.context["conditions"]}
+    page = response.content.decode()
+
+    assert captions["integrity"] == "judge-7b"
+    assert captions["risk"] is None  # risk is never judged
+    assert "first to the second-tier judge (judge-7b)" in page
+    assert "where an answer goes to a person" in page  # risk's diagram
 
 
 def test_a_version_number_in_the_link_preselects_it(admin_client, active_version):

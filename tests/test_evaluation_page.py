@@ -86,6 +86,17 @@ def test_an_upload_reports_the_harnesss_figures(admin_client, active_version):
     assert "traces.jsonl" in html
 
 
+def test_the_report_explains_its_figures_and_links_to_the_malformed_lines(
+    admin_client, active_version
+):
+    response = _post(admin_client, traces=_upload("\n".join(TRACES)), policy=active_version.number)
+    page = response.content.decode()
+
+    assert "What the figures mean" in page
+    assert '<a href="#malformed-title">1 malformed</a>' in page
+    assert 'id="malformed-title"' in page
+
+
 def test_each_condition_gets_a_diagram_with_the_diagonal_and_the_band(admin_client, active_version):
     text = "\n".join([*_integrity_lines(), *_risk_lines()])
     response = _post(admin_client, traces=_upload(text), policy=active_version.number)

@@ -7,9 +7,10 @@ their hash.
 
 Each line is a labelled trace in the DESIGN.md format: {"condition", "projection", "label",
 "source"}, and "family": the templates it came from (a work domain, a tool family), so that the
-tests hold out whole families rather than random rows. Projections look like `engine.state.project()` output, with history summaries in the
-loop's own words ("turn 2: issue_refund done") and some in free prose, so the classifiers see
-what a run really shows them. The examples are synthetic: they teach the obvious signals and
+tests hold out whole families rather than random rows. Projections look like
+`engine.state.project()` output, with history summaries in the loop's own words ("turn 2:
+issue_refund done") and some in free prose, so the classifiers see what a run really shows
+them. The examples are synthetic: they teach the obvious signals and
 over-sample near misses (hard negatives), they are not a benchmark.
 """
 

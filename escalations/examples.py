@@ -8,12 +8,12 @@ the trace names none). The app's own export (`manage.py export_examples`) reads 
 the fields only the export has (reviewer, ids, verdict...) are kept out, as the format says.
 
 "Never twice": an example's content hash is the SHA-256 of its condition, projection, label,
-probability, question set and model. A line whose hash an imported example already has, or an
-earlier line of the same file had, is counted as a duplicate and not stored. No column holds
-the hash (the examples table is not this module's to change): it is computed over the imported
-examples of the file's conditions at each import, under a lock that makes two imports at once
-queue up. Examples from verdicts or the judge are never duplicates of an import: a person's
-label stands beside an imported one.
+probability, question set and model. A line whose hash any stored labelled example already has,
+whatever its source, or an earlier line of the same file had, is counted as a duplicate and not
+stored: an export of this database read back into it adds nothing, so no verdict is counted
+twice when a model is trained or recalibrated. No column holds the hash (the examples table is
+not this module's to change): it is computed over the stored examples of the file's conditions
+at each import, under a lock that makes two imports at once queue up.
 """
 
 import json
@@ -95,7 +95,7 @@ def examples_import(*, lines: Iterable[str | bytes], dry_run: bool = False) -> E
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_IMPORT_LOCK])
-        seen = _imported_hashes({c["condition"] for c in candidates})
+        seen = _stored_hashes({c["condition"] for c in candidates})
         new = []
         for candidate in candidates:
             digest = example_hash(candidate)
@@ -160,10 +160,9 @@ def _as_stored(value: object) -> object:
     return value
 
 
-def _imported_hashes(conditions: set[str]) -> set[str]:
-    rows = LabelledExample.objects.filter(
-        source=ExampleSource.IMPORT, condition__in=conditions
-    ).values_list(
+def _stored_hashes(conditions: set[str]) -> set[str]:
+    # Every source: a verdict exported and imported back is the same example, not a new one.
+    rows = LabelledExample.objects.filter(condition__in=conditions).values_list(
         "condition", "projection", "label", "probability", "question_set_version", "model_version"
     )
     return {

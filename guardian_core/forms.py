@@ -9,6 +9,7 @@ from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import (
     CONDITIONS,
     JUDGE_TIMEOUT_MAX_SECONDS,
+    JUDGE_TIMEOUT_MIN_SECONDS,
     policy_version_problems,
 )
 
@@ -59,7 +60,7 @@ class PolicyVersionForm(forms.Form):
     )
     judge_timeout_seconds = forms.FloatField(
         required=False,
-        min_value=0.1,
+        min_value=JUDGE_TIMEOUT_MIN_SECONDS,
         max_value=JUDGE_TIMEOUT_MAX_SECONDS,
         label="Second-tier judge: seconds it may take",
         help_text="An answer after this is no answer: the case goes to a person. Default 10.",

@@ -111,6 +111,14 @@ def activation_problems(version: GuardianModelVersion) -> list[str]:
 def guardian_model_activate(*, number: int) -> GuardianModelVersion:
     """Make version `number` the one runs on its adapter use, retiring the one active before,
     in one transaction (the one-active-per-adapter constraint holds at every moment)."""
+    return guardian_model_activate_replacing(number=number)[0]
+
+
+def guardian_model_activate_replacing(
+    *, number: int
+) -> tuple[GuardianModelVersion, GuardianModelVersion | None]:
+    """`guardian_model_activate`, also returning the version it retired (None when none of the
+    adapter was active, or version `number` already was), read under the same locks."""
     with transaction.atomic():
         # Lock the adapter's versions in one order: two activations at once queue up instead
         # of tripping the constraint.
@@ -126,19 +134,35 @@ def guardian_model_activate(*, number: int) -> GuardianModelVersion:
             raise LearningError(
                 f"guardian model version {number} cannot be activated: " + "; ".join(problems)
             )
+        replaced = (
+            GuardianModelVersion.objects.filter(adapter=version.adapter, is_active=True)
+            .exclude(pk=version.pk)
+            .first()
+        )
         GuardianModelVersion.objects.filter(adapter=version.adapter, is_active=True).exclude(
             pk=version.pk
         ).update(is_active=False)
         GuardianModelVersion.objects.filter(pk=version.pk).update(is_active=True)
     version.is_active = True
-    return version
+    if replaced is not None:
+        replaced.is_active = False
+    return version, replaced
 
 
-def guardian_model_deactivate(*, adapter: str) -> bool:
-    """Runs on `adapter` go back to the adapter as it is. True if a version was active."""
-    return bool(
-        GuardianModelVersion.objects.filter(adapter=adapter, is_active=True).update(is_active=False)
-    )
+def guardian_model_deactivate(*, adapter: str) -> GuardianModelVersion | None:
+    """Runs on `adapter` go back to the adapter as it ships. The version retired, or None when
+    none was active."""
+    with transaction.atomic():
+        retired = (
+            GuardianModelVersion.objects.select_for_update()
+            .filter(adapter=adapter, is_active=True)
+            .first()
+        )
+        if retired is None:
+            return None
+        GuardianModelVersion.objects.filter(pk=retired.pk).update(is_active=False)
+    retired.is_active = False
+    return retired
 
 
 # ---- recalibration ----------------------------------------------------------------------------
@@ -188,7 +212,7 @@ def guardian_model_recalibrate(
         if conditions is None:
             wanted = present
         if not wanted:
-            raise LearningError("no labelled examples: nothing to recalibrate on")
+            raise LearningError(f"no labelled examples: nothing to recalibrate on ({HOW_TO_LABEL})")
         rows = [
             TraceRow(
                 line=pk,
@@ -222,16 +246,14 @@ def guardian_model_recalibrate(
                 scored[condition].p, scored[condition].y, seed=seed, bins=bins
             )
         except FitRefused as exc:
-            why = str(exc)
+            # "0 with a probability" reads as a scoring failure when nothing was labelled.
+            why = "no labelled examples" if not mine else str(exc)
             unscored = [row.unscored for row in mine if row.probability is None]
             if unscored:  # what the guardian said instead, once: the rest are alike
                 why += f"; {len(unscored)} not scored by the guardian ({unscored[0]})"
             problems.append(f"{condition}: {why}")
     if problems:
-        raise LearningError(
-            "cannot recalibrate (name conditions with --condition to leave others out): "
-            + " | ".join(problems)
-        )
+        raise LearningError(_refusal(problems, ready=list(fits), named=conditions is not None))
     fed: list[int] = []
     figures: dict[str, dict] = {}
     digest_parts = []
@@ -258,6 +280,25 @@ def guardian_model_recalibrate(
         examples_digest=_digest(sorted(fed), digest_parts),
         figures=figures,
         created_by=created_by,
+    )
+
+
+# Where labelled examples come from, for every refusal that wants more of them.
+HOW_TO_LABEL = "examples come from reviewers' verdicts, or manage.py import_examples FILE"
+
+
+def _refusal(problems: list[str], *, ready: list[Condition], named: bool) -> str:
+    """Why nothing was created, and what to do: more examples, or (when the conditions were
+    not named) a rerun on the conditions that could be recalibrated now."""
+    text = "cannot recalibrate: " + " | ".join(problems) + f" ({HOW_TO_LABEL})"
+    if named:
+        return text  # the admin chose these conditions: no --condition advice
+    if not ready:
+        return text + "; no condition has enough examples yet"
+    rerun = " ".join(f"--condition {c.value}" for c in ready)
+    return (
+        text + f"; these could be recalibrated now: {', '.join(c.value for c in ready)} "
+        f"(rerun with {rerun})"
     )
 
 

@@ -214,6 +214,9 @@ JUDGE_KEYS = ("adapter", "model", "conditions", "timeout_seconds")
 # Adapters with a judge(projection, condition) method (runs/ports.py builds them).
 JUDGE_ADAPTERS = ("openai",)
 JUDGE_MODEL_MAX_LENGTH = 120  # Decision.guardian_model_version's max_length
+# One rule for the form and the API: under a tenth of a second no server answers, so such a
+# judge would send every case to a person while looking configured.
+JUDGE_TIMEOUT_MIN_SECONDS = 0.1
 JUDGE_TIMEOUT_MAX_SECONDS = 120
 JUDGE_TIMEOUT_DEFAULT_SECONDS = 10.0
 
@@ -240,7 +243,13 @@ def judge_problems(judge: object) -> list[str]:
     model = judge.get("model")
     if "model" not in judge:
         problems.append("judge.model: missing (the pinned model name the server reports)")
-    elif not isinstance(model, str) or not model.strip() or not _storable(model):
+    elif isinstance(model, str) and not model.strip():
+        # Usually conditions ticked and the model left empty: say what to do, both ways out.
+        problems.append(
+            "judge.model: name the model that judges (the pinned name your server reports), "
+            "or untick every condition (no judge settings at all) for no judge"
+        )
+    elif not isinstance(model, str) or not _storable(model):
         problems.append(f"judge.model: must be a model name, got {model!r}"[:300])
     elif len(model) > JUDGE_MODEL_MAX_LENGTH or model != model.strip():
         problems.append(
@@ -250,9 +259,10 @@ def judge_problems(judge: object) -> list[str]:
     problems.extend(_judge_conditions_problems(judge.get("conditions"), "conditions" in judge))
     if "timeout_seconds" in judge:
         timeout = judge["timeout_seconds"]
-        if not _is_number(timeout) or not 0 < timeout <= JUDGE_TIMEOUT_MAX_SECONDS:
+        low, high = JUDGE_TIMEOUT_MIN_SECONDS, JUDGE_TIMEOUT_MAX_SECONDS
+        if not _is_number(timeout) or not low <= timeout <= high:
             problems.append(
-                f"judge.timeout_seconds: must be a number in (0, {JUDGE_TIMEOUT_MAX_SECONDS}], "
+                f"judge.timeout_seconds: must be a number of seconds from {low:g} to {high:g}, "
                 f"got {timeout!r}"[:300]
             )
     return problems

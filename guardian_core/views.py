@@ -3,7 +3,9 @@ versions: list, one version, a new one, activation; API tokens: list, create sho
 revoke; people: their roles, sign-in and first password)."""
 
 import logging
+from urllib.parse import urlsplit, urlunsplit
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
 from django.contrib.auth.views import PasswordChangeView
@@ -97,8 +99,22 @@ def policy_version_detail_page(request: HttpRequest, version_id: int) -> HttpRes
     return render(
         request,
         "guardian_core/policy_version_detail.html",
-        {"version": version, "derived": form.derived_thresholds(), "problems": version.problems()},
+        {
+            "version": version,
+            "derived": form.derived_thresholds(),
+            "problems": version.problems(),
+            # Where the judge lives: every judge adapter calls this one server.
+            "judge_server": _without_userinfo(settings.OPENAI_BASE_URL),
+        },
     )
+
+
+def _without_userinfo(url: str) -> str:
+    # A base URL may carry a user and password; the page shows where, never how to sign in.
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 @manage_policy

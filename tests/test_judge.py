@@ -143,13 +143,14 @@ def test_every_bad_field_of_the_judge_is_named_at_once():
     assert found == [
         "judge.temperature: unknown key (allowed: adapter, model, conditions, timeout_seconds)",
         "judge.adapter: must be one of openai, got 'telepathy'",
-        "judge.model: must be a model name, got ''",
+        "judge.model: name the model that judges (the pinned name your server reports), or "
+        "untick every condition (no judge settings at all) for no judge",
         "judge.conditions[0]: risk is never judged: irreversible and regulated calls always go "
         "to a person",
         "judge.conditions[2]: unknown condition 'vibes' (known: integrity, infeasible, "
         "goal_reached, drift, stagnation)",
         "judge.conditions: names a condition more than once",
-        "judge.timeout_seconds: must be a number in (0, 120], got 0",
+        "judge.timeout_seconds: must be a number of seconds from 0.1 to 120, got 0",
     ]
 
 
@@ -233,7 +234,10 @@ def test_the_form_names_a_judge_without_a_model_under_its_field(client, admin):
     response = client.post(reverse("policies:new"), data)
 
     assert response.status_code == 400
-    assert response.context["form"].errors["judge_model"] == ["must be a model name, got ''"]
+    assert response.context["form"].errors["judge_model"] == [
+        "name the model that judges (the pinned name your server reports), or untick every "
+        "condition (no judge settings at all) for no judge"
+    ]
 
 
 def test_the_judge_of_a_used_version_cannot_change():

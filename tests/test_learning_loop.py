@@ -141,9 +141,9 @@ def test_reimporting_a_file_adds_nothing_and_a_repeated_line_is_one_example(tmp_
     path = _write(tmp_path, [*VALID, VALID[0]])
     out, _ = _import(path)
     assert "imported 3 examples" in out
-    assert "1 duplicates" in out
+    assert "1 duplicate not imported" in out
     again, _ = _import(path)
-    assert "imported 0 examples; 4 duplicates" in again
+    assert "imported 0 examples; 4 duplicates not imported" in again
     assert LabelledExample.objects.count() == 3
 
 
@@ -153,9 +153,40 @@ def test_a_dry_run_checks_and_counts_but_stores_nothing(tmp_path):
     assert LabelledExample.objects.count() == 0
 
 
-def test_the_apps_own_export_reads_back_and_a_verdicts_example_is_not_an_imports_duplicate(
-    tmp_path,
-):
+def test_a_fresh_export_imported_into_the_same_database_stores_nothing(tmp_path):
+    # A verdict's example read back is the same example: stored twice, it would count twice
+    # in every recalibration.
+    LabelledExample.objects.create(
+        condition="integrity",
+        projection={"goal": "Pay invoice 12", "last_results": ["Invoice 12: 40 EUR"]},
+        probability=0.3,
+        label=False,
+        source=ExampleSource.HUMAN,
+        question_set_version="v1",
+        model_version="local-2+abc",
+    )
+    LabelledExample.objects.create(
+        condition="drift",
+        projection={"goal": "Book a room"},
+        probability=None,
+        label=2,
+        source=ExampleSource.JUDGE,
+        question_set_version="v1",
+        model_version="judge-7",
+    )
+    exported = tmp_path / "export.jsonl"
+    written = io.StringIO()
+    call_command("export_examples", "--output", str(exported), stdout=written)
+    assert "2 examples written" in written.getvalue()
+
+    out, _ = _import(str(exported))
+
+    assert "imported 0 examples; 2 duplicates not imported" in out
+    assert not LabelledExample.objects.filter(source=ExampleSource.IMPORT).exists()
+    assert LabelledExample.objects.count() == 2
+
+
+def test_one_example_is_counted_in_the_singular_by_export_and_import(tmp_path):
     LabelledExample.objects.create(
         condition="integrity",
         projection={"goal": "Pay invoice 12", "last_results": ["Invoice 12: 40 EUR"]},
@@ -166,13 +197,14 @@ def test_the_apps_own_export_reads_back_and_a_verdicts_example_is_not_an_imports
         model_version="local-2+abc",
     )
     exported = tmp_path / "export.jsonl"
-    call_command("export_examples", "--output", str(exported), stdout=io.StringIO())
-    out, _ = _import(str(exported))
-    assert "imported 1 examples" in out
+    written = io.StringIO()
+    call_command("export_examples", "--output", str(exported), stdout=written)
+    assert f"1 example written to {exported}" in written.getvalue()
+
+    out, _ = _import(_write(tmp_path, [VALID[0]]))
+    assert "1 line; imported 1 example (integrity 1); 0 duplicates" in out
     again, _ = _import(str(exported))
-    assert "imported 0 examples; 1 duplicates" in again
-    imported = LabelledExample.objects.get(source=ExampleSource.IMPORT)
-    assert (imported.probability, imported.model_version) == (0.3, "local-2+abc")
+    assert "1 line; imported 0 examples; 1 duplicate not imported" in again
 
 
 def test_an_empty_file_is_refused(tmp_path):

@@ -236,7 +236,12 @@ class OpenAIGuardian(ClientOwner, SpendMeter):
         """A second-tier answer for a borderline case: the same question, asked once more with
         a note that the first-tier guardian was uncertain. Raw answer or Malformed."""
         ask = partial(self._ask, projection, Condition(condition), borderline=True)
-        return ask_concurrently({"judge": ask}, deadline_seconds=self.timeout_seconds)["judge"]
+        raw = ask_concurrently({"judge": ask}, deadline_seconds=self.timeout_seconds)["judge"]
+        # The shared failure words say "guardian unreachable"; in a judge's reason that points
+        # the admin at the wrong server.
+        if isinstance(raw, Malformed) and raw.reason.startswith("guardian "):
+            return Malformed("judge " + raw.reason.removeprefix("guardian "))
+        return raw
 
     def messages(
         self, projection: Mapping, condition: Condition, *, borderline: bool = False

@@ -119,7 +119,8 @@ def fit_problems(y: Sequence[bool]) -> list[str]:
     if n < MIN_EXAMPLES:
         problems.append(f"{n} labelled examples with a probability, at least {MIN_EXAMPLES} needed")
     if n and (positives == 0 or positives == n):
-        problems.append(f"one class only ({'all positive' if positives else 'all negative'})")
+        side = "all positive" if positives else "all negative"
+        problems.append(f"one class only ({side}): need at least {MIN_PER_CLASS} of each class")
     elif n and min(positives, n - positives) < MIN_PER_CLASS:
         problems.append(
             f"{positives} positive and {n - positives} negative examples, at least "

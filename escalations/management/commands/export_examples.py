@@ -45,7 +45,7 @@ class Command(BaseCommand):
                 self.stdout.write(line, ending="")
                 count += 1
             # stdout holds the JSON Lines only; the count goes to stderr.
-            self.stderr.write(f"{count} examples written", style_func=str)
+            self.stderr.write(f"{_counted(count)} written", style_func=str)
             return
         # Written beside the target and renamed over it, so a failed export never leaves half
         # a file where a complete one was expected.
@@ -62,4 +62,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--output: cannot write {target!r}: {exc.strerror or exc}"
             ) from None
-        self.stdout.write(f"{count} examples written to {target}")
+        self.stdout.write(f"{_counted(count)} written to {target}")
+
+
+def _counted(count: int) -> str:
+    return f"{count} example{'' if count == 1 else 's'}"

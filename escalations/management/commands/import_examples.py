@@ -12,8 +12,8 @@ class Command(BaseCommand):
         "Import a JSON Lines trace file (DESIGN.md's format; the app's export reads back) as "
         "labelled examples with source 'import', checked as `evaluate` checks traces. Any "
         "malformed line refuses the whole file (every one is listed by line number) and stores "
-        "nothing; a line already imported (same condition, projection, label, probability, "
-        "question set and model) is counted as a duplicate, not stored again."
+        "nothing; a line already stored, whatever its source (same condition, projection, label, "
+        "probability, question set and model), is counted as a duplicate, not stored again."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -38,7 +38,14 @@ class Command(BaseCommand):
         verb = "would import" if result.dry_run else "imported"
         per = ", ".join(f"{name} {count}" for name, count in sorted(result.by_condition.items()))
         self.stdout.write(
-            f"{options['file']}: {result.lines} lines; {verb} {result.imported} examples"
+            f"{options['file']}: {counted(result.lines, 'line')}; {verb} "
+            f"{counted(result.imported, 'example')}"
             + (f" ({per})" if per else "")
-            + f"; {result.duplicates} duplicates not imported; {result.blank_lines} blank"
+            + f"; {counted(result.duplicates, 'duplicate')} not imported (already stored); "
+            f"{result.blank_lines} blank"
         )
+
+
+def counted(count: int, word: str) -> str:
+    """ "1 example", "3 examples", "0 examples"."""
+    return f"{count} {word}{'' if count == 1 else 's'}"

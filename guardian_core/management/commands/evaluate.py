@@ -107,6 +107,13 @@ def _progress_bar(stream):
             if done >= total:
                 bar.close()
             return
+        if not stream.isatty():
+            # Piped or logged: "\r" rewrites nothing there, so whole lines, about one a tenth.
+            step = total // 10 + 1
+            if done == 0 or done >= total or done // step != state.get("last", -1):
+                state["last"] = done // step
+                stream.write(f"scoring {done}/{total} rows")
+            return
         stream.write(f"\rscoring {done}/{total} rows", ending="\n" if done >= total else "")
         stream.flush()
 

@@ -81,6 +81,10 @@ def version_summary(version: GuardianModelVersion) -> dict:
     }
 
 
+# Under this many held-out rows an ECE or Brier moves a lot with one example: said beside it.
+FEW_HELD_OUT = 30
+
+
 def version_table(version: GuardianModelVersion) -> str:
     """The version and, per condition, the held-out figures before → after."""
     state = (
@@ -90,7 +94,8 @@ def version_table(version: GuardianModelVersion) -> str:
     )
     out = [
         f"Guardian model version {version.number}: {version.model_version} ({version.kind}, "
-        f"{state}); learnt from {len(version.example_ids)} examples "
+        f"{state}); learnt from {len(version.example_ids)} "
+        f"example{'' if len(version.example_ids) == 1 else 's'} "
         f"(digest {version.examples_digest[:12]})",
         "",
         f"{'condition':<13}{'method':>9}{'fit':>6}{'held':>6}"
@@ -106,6 +111,8 @@ def version_table(version: GuardianModelVersion) -> str:
             f"{f['n_held_out']:>6}{before['ece']:>12.3f}{after['ece']:>7.3f}"
             f"{before['brier']:>14.3f}{after['brier']:>7.3f}"
         )
+        if f["n_held_out"] < FEW_HELD_OUT:
+            out.append(f"{'':<13}  on {f['n_held_out']} held-out rows: read as a rough sign")
     out += [
         "",
         "Figures are on the held-out examples only (none of them fed the version); ECE over "

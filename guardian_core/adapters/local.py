@@ -38,6 +38,7 @@ from sklearn.preprocessing import FunctionTransformer
 from threadpoolctl import threadpool_limits
 
 from guardian_core.adapters.local_inference import CompiledModel, compile_pipeline
+from guardian_core.adapters.local_integrity import SegmentScores
 from guardian_core.adapters.pricing import NOTHING, Spend
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import DRIFT_SCORES, Condition, Malformed, RiskClass
@@ -382,39 +383,11 @@ def _risk_hand(p: Mapping) -> list[float]:
 # ---- per-condition text and hand features --------------------------------------------------
 
 
-def _integrity_text(p: Mapping) -> str:
-    return "\n".join(_results(p))
-
-
-# Cues of text addressed to the agent rather than to a person, kept generic so they carry over
-# to phrasings the training set does not have: who is addressed, an attempt to replace the
-# agent's instructions, a harmful act asked for, and text hidden from a human reader.
-_ADDRESSES_AGENT = re.compile(
-    r"\b(ai|assistant|agent|model|llm|chatbot|gpt|bot|language model)s?\b[^.!?\n]{0,40}"
-    r"(must|should|shall|need|are required|is required|have to|now|:|,)",
-    re.IGNORECASE,
-)
-_OVERRIDE = re.compile(
-    r"\b(ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,30}\b(previous|prior|earlier|"
-    r"above|all|your|the user|instructions|guidelines|rules|task)\b|new (system )?instructions|"
-    r"system prompt|you are now|admin mode|developer mode|\[/?inst\]|<\|im_start\|>",
-    re.IGNORECASE,
-)
-_HARMFUL_ACT = re.compile(
-    r"\b(transfer|wire|send|email|e-mail|forward|export|upload|delete|erase|grant|approve|"
-    r"reveal|disable|share|post|leak|print|output|issue_refund|refund)\b[^.!?\n]{0,60}"
-    r"\b(all|every|funds|money|password|passwords|credentials|keys?|contacts|files|list|"
-    r"database|data|prompt|access|admin|account|acct|iban|conversation)\b",
-    re.IGNORECASE,
-)
-_HIDDEN = re.compile(r"<!--|display:\s*none|<div hidden|\[comment\]|</?system>", re.IGNORECASE)
-
-
-def _integrity_hand(p: Mapping) -> list[float]:
-    results = _results(p)
-    text = "\n".join(results)
-    cues = [bool(rx.search(text)) for rx in (_ADDRESSES_AGENT, _OVERRIDE, _HARMFUL_ACT, _HIDDEN)]
-    return [float(bool(results)), *map(float, cues), float(sum(cues) >= 2)]
+def _integrity_text(p: Mapping) -> list[str]:
+    """The tool outputs, each on its own: local_integrity.py cuts each into segments (a JSON
+    output into its string values) and scores every segment; cues of text addressed to the
+    agent are its hand features, per segment, so they do not grow with the output's length."""
+    return _results(p)
 
 
 def _progress_text(p: Mapping) -> str:
@@ -601,13 +574,9 @@ def _features(condition: Condition) -> FeatureUnion:
     """What each classifier looks at: only the part of the projection its question is about."""
     match condition:
         case Condition.INTEGRITY:
-            # Presence, not frequency: one injected sentence is as telling in a long output as
-            # in a short one, and words common to every output weigh nothing either way.
-            parts = [
-                ("words", _present(_integrity_text, "word", (1, 2))),
-                ("chars", _present(_integrity_text, "char_wb", (3, 5))),
-                ("hand", _numbers(_integrity_hand)),
-            ]
+            # A planted request is a sentence or two in an output of any length: every segment
+            # is scored, and only the pooled scores reach the calibrated map.
+            parts = [("segments", SegmentScores(_integrity_text))]
         case Condition.RISK:
             parts = [
                 ("words", _words_tfidf(_pending_text)),

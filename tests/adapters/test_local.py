@@ -148,8 +148,10 @@ def distribution_matrix(model, test: list[dict]) -> np.ndarray:
 
 
 # (AUC floor, Brier ceiling) per yes/no condition; a coin scores 0.5 and 0.25.
+# A random split of integrity's corpus measures the generator (0.991 / 0.020); what it does on
+# families it never saw and on real documents is measured in test_local_integrity.py.
 YES_NO_FLOORS = {
-    Condition.INTEGRITY: (0.95, 0.06),
+    Condition.INTEGRITY: (0.97, 0.04),
 }
 # The same on work domains the model never saw (measured: infeasible 0.999 / 0.008,
 # goal_reached 0.925 / 0.118, stagnation 1.000 / 0.005).

@@ -1,0 +1,530 @@
+"""The local guardian's integrity features: tool outputs cut into segments, each segment scored.
+
+A planted request is one or two sentences in an output of any length, so the question is asked
+of every segment (a line, a sentence of a long line, a string value of a JSON document) and the
+answer is pooled: the highest segment score, the mean of the two highest, and how many segments
+there were (so the calibration can take back what taking a maximum over many segments adds).
+None of these grows with the length of an ordinary document the way a bag of words over the
+whole output does.
+
+The segment classifier learns from whole-output labels only (the labelled traces say whether an
+output was injected, not where): multiple-instance learning. Every segment of a benign output is
+benign, and so is the same text met in an injected one; in an injected output the segment the
+previous round scores highest (with a neighbour that scores like a request) is the request and
+the low scorers are carrier text; two relabelling rounds settle it. `fit_transform` returns scores
+of each output from a model that did not see it (K folds), so the calibration downstream is fitted
+on honest scores, not on the segment model's memory of its training set.
+"""
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+
+import numpy as np
+from scipy import sparse
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import FunctionTransformer
+
+MAX_SEGMENT = 320  # characters; longer sentences are cut at word boundaries
+FOLDS = 3
+ROUNDS = 2
+NEIGHBOURS = 1  # segments either side of a request's best one that may belong to it
+FLOOR = -12.0  # the pooled score of an output with no text at all
+POOLED = 3  # features per projection
+CUE_WEIGHT = 5.0
+TOL = 1e-4  # lbfgs: looser under-fits the words badly; tighter doubles training time
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_LETTER = re.compile(r"[^\W\d_]")
+
+# Cues of text addressed to the agent, written to be general, not to match this project's corpus:
+# an AI addressed or named as the one to act, the agent's own instructions or answer spoken of,
+# an attempt to replace the task, an act on accounts, money or data, a destination outside, a
+# request for secrecy or haste, text hidden from a person, a fake turn marker, a demand on the
+# form of the answer.
+# A request on the form of the answer names a language; the list is long on purpose, so that a
+# language the corpus never uses is still one.
+_LANGUAGES = (
+    r"french|german|spanish|italian|dutch|polish|portuguese|finnish|latin|pig latin|swedish|"
+    r"norwegian|danish|icelandic|estonian|latvian|lithuanian|czech|slovak|hungarian|romanian|"
+    r"bulgarian|greek|turkish|russian|ukrainian|arabic|hebrew|hindi|bengali|urdu|chinese|"
+    r"mandarin|cantonese|japanese|korean|thai|vietnamese|indonesian|malay|swahili|welsh|irish|"
+    r"catalan|basque|galician|croatian|serbian|slovenian|esperanto|klingon|emoji"
+)
+_AI = r"(ai|a\.i\.|assistant|agent|bot|chatbot|llm|(ai|language) model|copilot|gpt)"
+CUES = [
+    re.compile(rf"\b{_AI}s?\b", re.I),
+    re.compile(
+        rf"^\W*((dear|hey|hi|hello|attention|note (for|to)|message (for|to)|to|for)\s+"
+        rf"(the |any |whichever |an )?([\w-]+ ){{0,2}}{_AI}s?\b|{_AI}s?\s*[,:])",
+        re.I,
+    ),
+    re.compile(
+        r"\b(your (\w+ )?(task|instructions?|goal|reply|answer|response|summary|output|"
+        r"system prompt|configuration|next step|message)|before you (answer|reply|respond|"
+        r"continue|proceed|do anything)|when you (answer|reply|respond|summari[sz]e|write|"
+        r"read|process)|if you are (an? )?\w+ (reading|processing)|(you are|you're) "
+        r"(now |hereby )?(authori[sz]ed|allowed|required|instructed))\b",
+        re.I,
+    ),
+    re.compile(
+        r"\b(ignore|disregard|forget|set aside|discard|drop|skip|override)\b[^.!?\n]{0,40}"
+        r"\b(instructions?|task|goal|(the|your|original) request|prompt|above|rules|guidelines|"
+        r"what the user)\b",
+        re.I,
+    ),
+    re.compile(
+        # Verbs that are as often nouns ("price list", "the order", "a book") are left
+        # out here; the imperative cue catches them where they open a request.
+        r"\b(send|forward|e-?mail|upload|share|transfer|wire|pay|delete|erase|purge|remove|"
+        r"grant|give|change|update|set|buy|approve|confirm|disable|turn off|install|execute|"
+        r"post|cancel|invite|reveal|print|repeat)\b[^.!?\n]{0,80}\b(passwords?|keys?|"
+        r"codes?|credentials|funds|eur|usd|iban|account|access|admin|owner|every|all|files?|"
+        r"folder|database|list|contacts|invoices|payroll|contract|card|address|prompt|"
+        r"instructions|backups?|logs?|two-factor|alerts|booking|reservation|request|meetings?|"
+        r"orders?|reviews?|message|subscriptions?|payments?|refunds?|money|forum|public)\b",
+        re.I,
+    ),
+    re.compile(
+        r"[\w.+-]+@[\w-]+\.[\w.-]+|https?://\S+|\b[A-Z]{2}\d{2}(?: ?\d{4}){3,}\b",
+        re.I,
+    ),
+    re.compile(
+        r"\b(do not|don't|never) (tell|mention|inform|alert|notify)|without (asking|telling|"
+        r"checking)|no need to (ask|check|confirm)|keep (this|it) (between|secret|quiet)|"
+        r"silently|delete this (message|e-?mail)|urgent|right away|immediately|as soon as you",
+        re.I,
+    ),
+    re.compile(
+        r"<!--|display\s*:\s*none|font-size\s*:\s*0|visibility\s*:\s*hidden|<\w+[^>]*\shidden\b|"
+        r"color\s*:\s*#?f{3,6}\b|\[//\]: #|\balt=['\"][^'\"]{40,}",
+        re.I,
+    ),
+    re.compile(
+        r"^\W*(system|assistant|user|admin)\s*(message|prompt|notice)?\s*[:\]>]|<\|?/?\w+\|>|"
+        r"</?(system|instructions?|result|tool_output)>|^#{2,}\s*(system|new task|instruction)|"
+        r"\b(admin|system) override\b|end of (tool )?(result|output)",
+        re.I,
+    ),
+    re.compile(
+        rf"\b((write|answer|reply|respond|say)[^.!?\n]{{0,30}}\b(in|into) ({_LANGUAGES}|capital "
+        r"letters|all caps|upper ?case)|translate (your|the|this) (\w+ )?(answer|reply|response|"
+        r"summary|output)|(spell|write|say)\w*[^.!?\n]{0,30}backwards|reverse the (order|"
+        r"words|text)|(as|in) an? (rhyming )?(poem|limerick|haiku|song)|rhyming|emojis? (after|"
+        r"in|at the end of) every|add (the|this) link|include (the|this) "
+        r"(image|link|phrase)|start (your reply |your answer )?with the words|end with a link|"
+        r"recommend \w+[^.!?\n]{0,30}as the best)\b",
+        re.I,
+    ),
+    re.compile(
+        r"(^\W*(now |also |first,? |then )?|\b(please|kindly|could you|can you|would you|"
+        r"if you could|i need you to|i want you to|make sure (you|to)|you (must|should|need to)|"
+        r"be sure to|go ahead and)\s+(\w+\s+)?)(send|forward|e-?mail|upload|share|transfer|wire|"
+        r"pay|delete|erase|purge|grant|give|change|update|buy|order|book|approve|confirm|accept|"
+        r"disable|install|download|execute|post|cancel|invite|reveal|print|repeat|write|answer|"
+        r"reply|translate|add|include|recommend|say|tell|move|publish|remove)\b",
+        re.I,
+    ),
+]
+
+
+def _split_text(text: str, out: list[str]) -> None:
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        pieces = _SENTENCE_END.split(line) if len(line) > MAX_SEGMENT // 2 else [line]
+        for piece in pieces:
+            while len(piece) > MAX_SEGMENT:
+                cut = piece.rfind(" ", MAX_SEGMENT // 2, MAX_SEGMENT)
+                cut = cut if cut > 0 else MAX_SEGMENT
+                out.append(piece[:cut])
+                piece = piece[cut:].lstrip()
+            if _LETTER.search(piece):
+                out.append(piece)
+
+
+def _json_strings(value: object, out: list[str]) -> None:
+    if isinstance(value, str):
+        _split_text(value, out)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _json_strings(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _json_strings(item, out)
+
+
+def segments(text: str) -> list[str]:
+    """The segments of one tool output: lines and sentences, or a JSON document's strings."""
+    out: list[str] = []
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            value = None
+        if value is not None:
+            _json_strings(value, out)
+            return out
+    _split_text(text, out)
+    return out
+
+
+# Pairs of cues that say more together than apart: an imperative that asks for an act on
+# accounts, money or data, or names a destination; the agent addressed and asked for something.
+_AI_NAMED, _ADDRESSED, _YOUR_ANSWER, _OVERRIDE, _ACT, _OUTSIDE, _HASTE = range(7)
+_HIDDEN, _MARKER, _FORM, _IMPERATIVE = range(7, 11)
+PAIRS = [
+    (_IMPERATIVE, _ACT),
+    (_IMPERATIVE, _OUTSIDE),
+    (_IMPERATIVE, _HASTE),
+    (_ACT, _OUTSIDE),
+    (_ACT, _HASTE),
+    (_AI_NAMED, _ACT),
+    (_AI_NAMED, _IMPERATIVE),
+    (_YOUR_ANSWER, _FORM),
+    (_YOUR_ANSWER, _IMPERATIVE),
+    (_ADDRESSED, _ACT),
+    (_HIDDEN, _IMPERATIVE),
+]
+
+
+_AI_WORDS = frozenset(
+    ["ai", "i", "assistant", "assistants", "agent", "agents", "bot", "bots", "chatbot", "llm"]
+    + ["model", "models", "copilot", "gpt", "language"]
+)
+_VERBS = frozenset(
+    [
+        "send",
+        "forward",
+        "e",
+        "email",
+        "mail",
+        "upload",
+        "share",
+        "transfer",
+        "wire",
+        "pay",
+        "delete",
+        "erase",
+        "purge",
+        "remove",
+        "grant",
+        "give",
+        "change",
+        "update",
+        "set",
+        "buy",
+        "order",
+        "book",
+        "approve",
+        "confirm",
+        "disable",
+        "turn",
+        "install",
+        "run",
+        "execute",
+        "post",
+        "cancel",
+        "invite",
+        "reveal",
+        "print",
+        "repeat",
+        "list",
+        "download",
+        "write",
+        "answer",
+        "reply",
+        "translate",
+        "add",
+        "include",
+        "recommend",
+        "say",
+        "tell",
+        "accept",
+        "move",
+        "publish",
+    ]
+)
+# Which cheap test lets a cue's regular expression run at all: words it needs (any of them) or
+# substrings. Most segments hold none, and the regular expressions are the costly part.
+_GATES: list[frozenset | tuple] = [
+    _AI_WORDS,
+    _AI_WORDS,
+    frozenset(["your", "before", "when", "you", "if"]),
+    frozenset(["ignore", "disregard", "forget", "set", "discard", "drop", "skip", "override"]),
+    _VERBS,
+    ("@", "http", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"),
+    frozenset(
+        [
+            "do",
+            "don",
+            "never",
+            "without",
+            "no",
+            "keep",
+            "silently",
+            "delete",
+            "urgent",
+            "right",
+            "immediately",
+            "as",
+        ]
+    ),
+    ("<!--", "display", "font-size", "visibility", "hidden", "color", "[//]", "alt="),
+    ("system", "assistant", "user", "admin", "<", "##", "override", "end of"),
+    frozenset(
+        [
+            "write",
+            "answer",
+            "reply",
+            "respond",
+            "say",
+            "translate",
+            "backwards",
+            "reverse",
+            "rhyming",
+            "limerick",
+            "poem",
+            "emoji",
+            "add",
+            "include",
+            "start",
+            "end",
+            "recommend",
+        ]
+    ),
+    _VERBS
+    | frozenset(
+        [
+            "please",
+            "kindly",
+            "could",
+            "can",
+            "would",
+            "need",
+            "want",
+            "make",
+            "sure",
+            "must",
+            "should",
+            "go",
+        ]
+    ),
+]
+_WORD = re.compile(r"\w+")
+# (cue number, words gate or None, substrings gate, regular expression), read once per segment.
+_GATED = [
+    (j, gate if isinstance(gate, frozenset) else None, gate, cue)
+    for j, (gate, cue) in enumerate(zip(_GATES, CUES, strict=True))
+]
+
+
+def _read(text: str) -> tuple[set[str], list[float]]:
+    """A segment's words and word pairs (lower case), and its cue row."""
+    lower = text.lower()
+    words = _WORD.findall(lower)
+    present = set(words)
+    cues = [0.0] * len(CUES)
+    for j, words_gate, marks_gate, cue in _GATED:
+        if words_gate is not None:
+            if words_gate.isdisjoint(present):
+                continue
+        elif not any(mark in lower for mark in marks_gate):
+            continue
+        if cue.search(text):
+            cues[j] = 1.0
+    grams = present.union(map(" ".join, zip(words, words[1:], strict=False)))
+    return grams, cues
+
+
+# Cues that count only beside another: links, addresses, "urgent" and "immediately" are in
+# every kind of ordinary document, and alone they said "request" of any README with a badge.
+_ONLY_IN_PAIRS = (_OUTSIDE, _HASTE)
+
+
+def _cue_row(cues: list[float]) -> list[float]:
+    """The cues, each pair of PAIRS, and how many cues (capped), all scaled by CUE_WEIGHT."""
+    pairs = [cues[a] * cues[b] for a, b in PAIRS]
+    alone = [0.0 if j in _ONLY_IN_PAIRS else v for j, v in enumerate(cues)]
+    return [CUE_WEIGHT * v for v in (*alone, *pairs, min(sum(alone), 4.0) / 2)]
+
+
+CUE_COLUMNS = len(CUES) + len(PAIRS) + 1
+
+
+def _training_matrix(texts: Sequence[str]) -> tuple[sparse.csr_matrix, dict[str, int]]:
+    """Segments × (word and pair presence, l2-normalised per segment; then the cue columns),
+    and the vocabulary of the first part. A repeated segment is read once."""
+    vocabulary: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    indptr, indices, values, cue_rows = [0], [], [], []
+    for text in texts:
+        if text in rows:
+            continue
+        rows[text] = len(rows)
+        grams, cues = _read(text)
+        # Sorted: a set's order follows the per-process string hash, the vocabulary must not.
+        columns = sorted(vocabulary.setdefault(g, len(vocabulary)) for g in sorted(grams))
+        indices.extend(columns)
+        values.extend([1.0 / math.sqrt(len(columns))] * len(columns) if columns else [])
+        indptr.append(len(indices))
+        cue_rows.append(_cue_row(cues))
+    words = sparse.csr_matrix(
+        (np.array(values), np.array(indices, dtype=np.int64), np.array(indptr, dtype=np.int64)),
+        shape=(len(rows), len(vocabulary)),
+    )
+    cues = sparse.csr_matrix(np.array(cue_rows).reshape(-1, CUE_COLUMNS))
+    unique = sparse.hstack([words, cues], format="csr")
+    index = np.array([rows[text] for text in texts], dtype=np.int64)
+    return unique[index], vocabulary
+
+
+def _rows(one: Callable[[Mapping], np.ndarray], projections: Sequence[Mapping]) -> np.ndarray:
+    return np.array([one(p) for p in projections], dtype=np.float64).reshape(-1, POOLED)
+
+
+class SegmentScores(FunctionTransformer):
+    """Projections → [max segment logit, mean of the top two, log(1 + segments)].
+
+    A FunctionTransformer whose function is `partial(_rows, self.pooled)`, the shape of the
+    local guardian's hand-feature parts, so that local_inference.py compiles it like one: the
+    compiled answer path calls `pooled(projection)`. Fitting is its own (it learns from y)."""
+
+    def __init__(self, outputs: Callable[[Mapping], list[str]], c: float = 4.0) -> None:
+        self.outputs = outputs
+        self.c = c
+        super().__init__(func=partial(_rows, self.pooled))
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {"outputs": self.outputs, "c": self.c}
+
+    def _segments(self, projections: Sequence[Mapping]) -> tuple[list[str], np.ndarray]:
+        texts: list[str] = []
+        owners: list[int] = []
+        for n, projection in enumerate(projections):
+            start = len(texts)
+            for output in self.outputs(projection):
+                texts.extend(segments(output))
+            owners.extend([n] * (len(texts) - start))
+        return texts, np.array(owners, dtype=np.int64)
+
+    def _fit_segments(
+        self,
+        matrix,
+        owners: np.ndarray,
+        labels: np.ndarray,
+        ids: np.ndarray,
+        start: tuple[np.ndarray, float] | None = None,
+    ) -> tuple[np.ndarray, float]:
+        """Multiple-instance fit: (coef, intercept) of the segment classifier. `ids` number the
+        distinct segment texts: a text that also occurs in a benign output is benign."""
+        seen_benign = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=bool)
+        seen_benign[ids[~labels[owners]]] = True
+        positive_doc = labels[owners] & ~seen_benign[ids]
+        counts = np.bincount(owners, minlength=len(labels)).astype(np.float64)
+        y = positive_doc.copy()
+        weight = np.where(positive_doc, 1.0 / np.maximum(counts[owners], 1.0), 1.0)
+        # Later rounds start from the previous round's weights: they move little, so they
+        # converge in a few steps.
+        model = LogisticRegression(C=self.c, max_iter=500, tol=TOL, warm_start=True)
+        if start is not None:  # the fit is convex: a start near the end only saves steps
+            model.coef_, model.intercept_ = start[0][None, :].copy(), np.array([start[1]])
+        for _ in range(ROUNDS + 1):
+            model.fit(matrix, y, sample_weight=weight)
+            scores = model.decision_function(matrix)
+            benign = scores[~labels[owners]]
+            sure, unsure = np.quantile(benign, [0.995, 0.95])
+            best = np.full(len(labels), -np.inf)
+            np.maximum.at(best, owners, np.where(positive_doc, scores, -np.inf))
+            top = positive_doc & (scores >= best[owners])
+            # A request is one to a few neighbouring segments: beside the best one, only a near
+            # neighbour that scores like a request joins it; a high-scoring segment elsewhere in
+            # the output is more likely an odd but benign sentence, and is left out.
+            position = np.arange(len(owners))
+            top_at = np.full(len(labels), -(10**9))
+            np.maximum.at(top_at, owners[top], position[top])
+            near = np.abs(position - top_at[owners]) <= NEIGHBOURS
+            y = top | (positive_doc & near & (scores >= sure))
+            weight = np.where(positive_doc & ~y & (scores >= unsure), 0.0, 1.0)
+        return model.coef_.ravel().copy(), float(model.intercept_[0])
+
+    def fit(self, projections: Sequence[Mapping], y) -> "SegmentScores":
+        self.fit_transform(projections, y)
+        return self
+
+    def fit_transform(self, projections: Sequence[Mapping], y=None, **fit_params) -> np.ndarray:
+        projections = list(projections)
+        labels = np.asarray(y, dtype=bool)
+        if labels.all() or not labels.any():
+            raise ValueError("integrity needs injected and benign outputs to learn from")
+        texts, owners = self._segments(projections)
+        matrix, vocabulary = _training_matrix(texts)
+        first: dict[str, int] = {}
+        ids = np.array([first.setdefault(text, len(first)) for text in texts], dtype=np.int64)
+        coef, icpt = self._fit_segments(matrix, owners, labels, ids)
+        self.intercept_ = icpt
+        # What answering needs: a weight per known word or pair, and one per cue column.
+        words = coef[: len(vocabulary)]
+        self.weights_ = {g: float(words[i]) for g, i in vocabulary.items() if words[i]}
+        self.cue_weights_ = coef[len(vocabulary) :].copy()
+        # Out-of-fold scores: fold k is every FOLDS-th output of each class, in input order
+        # (train() sorts its examples, so the split is the same in every process).
+        fold = np.empty(len(projections), dtype=np.int64)
+        for label in (False, True):
+            where = np.flatnonzero(labels == label)
+            fold[where] = np.arange(len(where)) % FOLDS
+        logits = np.empty(len(texts), dtype=np.float64)
+        for k in range(FOLDS):
+            inside = fold[owners] == k
+            train_docs = fold != k
+            keep = ~inside
+            remap = np.cumsum(train_docs) - 1
+            coef_k, intercept_k = self._fit_segments(
+                matrix[keep], remap[owners[keep]], labels[train_docs], ids[keep], (coef, icpt)
+            )
+            logits[inside] = matrix[inside] @ coef_k + intercept_k
+        return self._pool(logits, owners, len(projections))
+
+    def logits(self, texts: Sequence[str]) -> np.ndarray:
+        """The segment classifier's logit of each segment."""
+        weights = self.weights_
+        out = np.empty(len(texts), dtype=np.float64)
+        rows = []
+        for i, text in enumerate(texts):
+            grams, cues = _read(text)
+            # fsum: exact whatever the set's order, so every process gets the same float.
+            word_score = math.fsum([weights.get(g, 0.0) for g in grams])
+            out[i] = word_score / math.sqrt(len(grams)) if grams else 0.0
+            rows.append(_cue_row(cues))
+        if rows:
+            out += np.array(rows) @ self.cue_weights_
+        return out + self.intercept_
+
+    def _pool(self, logits: np.ndarray, owners: np.ndarray, n: int) -> np.ndarray:
+        out = np.full((n, POOLED), FLOOR, dtype=np.float64)
+        counts = np.bincount(owners, minlength=n)
+        out[:, 2] = np.log1p(counts)
+        for doc in np.flatnonzero(counts):
+            mine = owners == doc
+            top = np.sort(logits[mine])[::-1][:2]
+            out[doc, 0] = top[0]
+            out[doc, 1] = top.mean()
+        return out
+
+    def transform(self, projections: Sequence[Mapping]) -> np.ndarray:
+        projections = list(projections)
+        texts, owners = self._segments(projections)
+        return self._pool(self.logits(texts), owners, len(projections))
+
+    def pooled(self, projection: Mapping) -> np.ndarray:
+        """The three pooled features of one projection."""
+        return self.transform([projection])[0]
+
+    def segment_logits(self, text: str) -> list[tuple[float, str]]:
+        """(logit, segment) of one output, highest first: why an output scored as it did."""
+        texts = segments(text)
+        return sorted(zip(map(float, self.logits(texts)), texts, strict=True), reverse=True)

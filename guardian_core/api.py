@@ -17,6 +17,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from guardian_core.db import conflict_code
 from guardian_core.models import PolicyVersion, problems_by_field
+from guardian_core.policy_gate import gate_report
 from guardian_core.policy_validation import policy_version_problems
 from guardian_core.selectors import policy_version_list
 from guardian_core.services import policy_version_activate, policy_version_create
@@ -90,6 +91,7 @@ class PolicyVersionOutputSerializer(serializers.ModelSerializer):
             "thresholds",
             "question_set",
             "judge",
+            "limits",
             "is_active",
             "run_count",
             "created_at",
@@ -143,6 +145,14 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
             '"conditions": ["goal_reached", …], "timeout_seconds": 10}; none when absent.'
         ),
     )
+    limits = serializers.DictField(
+        required=False,
+        validators=[storable_json("limits")],
+        help_text=(
+            "Whole numbers: hysteresis_window, hysteresis_required, max_replans, "
+            "repeat_limit; a key left out keeps its default (3, 2, 2, 3)."
+        ),
+    )
     activate = serializers.BooleanField(default=False)
 
 
@@ -170,6 +180,7 @@ def _with_content_problems(errors: dict, data: object) -> dict:
         question_set_version=data.get("question_set_version"),
         quorum=data.get("quorum"),
         judge=data.get("judge"),
+        limits=data.get("limits"),
     )
     for field, messages in problems_by_field(problems).items():
         if field not in errors:
@@ -203,20 +214,59 @@ class PolicyVersionCreateApi(APIView):
         )
 
 
+class PolicyVersionActivateInputSerializer(serializers.Serializer):
+    comment = serializers.CharField(
+        required=False,
+        default="activated through the API",
+        help_text="Why the version is activated; recorded in its activation history.",
+    )
+    override_reason = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="Required when the regression gate refuses the version: why activate anyway.",
+    )
+
+
+def _optional_json(request: Request) -> object:
+    """The JSON body, else {}: the endpoint took no body before its comment, so a caller
+    posting nothing (a client may still name a form content type) activates with defaults."""
+    if request.content_type.startswith("application/json"):
+        return request.data
+    return {}
+
+
 class PolicyVersionActivateApi(APIView):
-    """Make a version the one new runs pin (the active one before is retired). 400 when the
-    version is invalid."""
+    """Make a version the one new runs pin (the active one before is retired), after the
+    regression gate (guardian_core/policy_gate.py). 400 when the version is invalid, or when
+    the gate refuses and no override_reason is given (the body lists the gate's reasons)."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "guardian_core.manage_policy"
 
-    @extend_schema(request=None, responses={200: PolicyVersionOutputSerializer})
+    @extend_schema(
+        request=PolicyVersionActivateInputSerializer,
+        responses={200: PolicyVersionOutputSerializer},
+    )
     def post(self, request: Request, pk: int) -> Response:
-        if not PolicyVersion.objects.filter(pk=pk).exists():
+        version = PolicyVersion.objects.filter(pk=pk).first()
+        if version is None:
             raise NotFound("No such policy version.")
+        serializer = PolicyVersionActivateInputSerializer(data=_optional_json(request))
+        serializer.is_valid(raise_exception=True)
+        report = gate_report(candidate=version)
         try:
-            policy_version_activate(version_id=pk)
+            policy_version_activate(
+                version_id=pk,
+                user=request.user,
+                gate_report=report,
+                **serializer.validated_data,
+            )
         except DjangoValidationError as error:
+            if "override_reason" in getattr(error, "error_dict", {}):
+                error.error_dict["override_reason"].extend(
+                    DjangoValidationError(reason) for reason in report["reasons"]
+                )
             raise _policy_problems(error) from None
         return Response(PolicyVersionOutputSerializer(policy_version_list().get(pk=pk)).data)
 

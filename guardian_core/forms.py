@@ -10,10 +10,24 @@ from guardian_core.policy_validation import (
     CONDITIONS,
     JUDGE_TIMEOUT_MAX_SECONDS,
     JUDGE_TIMEOUT_MIN_SECONDS,
+    LIMIT_DEFAULTS,
+    LIMIT_HELP,
+    LIMIT_RANGES,
+    limits_with_defaults,
     policy_version_problems,
 )
 
 THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
+LIMIT_LABELS = {
+    "hysteresis_window": "Hysteresis window (turns)",
+    "hysteresis_required": "Hysteresis: turns that must fire",
+    "max_replans": "Replans before a stop",
+    "repeat_limit": "Repeat limit (same call, turns in a row)",
+}
+
+
+def limit_field(key: str) -> str:
+    return f"limit_{key}"
 
 
 def threshold_field(condition: str, part: str) -> str:
@@ -87,6 +101,17 @@ class PolicyVersionForm(forms.Form):
                 max_length=2000,
                 widget=forms.Textarea(attrs={"rows": 2}),
             )
+        for key, (low, high) in LIMIT_RANGES.items():
+            # Bounds are the service's (policy_validation), so its message names a bad value.
+            self.fields[limit_field(key)] = forms.IntegerField(
+                required=False,
+                label=LIMIT_LABELS[key],
+                help_text=f"{LIMIT_HELP[key]} Empty: {LIMIT_DEFAULTS[key]}.",
+                widget=forms.NumberInput(attrs={"min": low, "max": high}),
+            )
+
+    def limit_fields(self) -> list:
+        return [self[limit_field(key)] for key in LIMIT_DEFAULTS]
 
     def threshold_rows(self) -> list[dict]:
         """Per condition, its C_stop, C_cont and δ fields, for the costs table."""
@@ -112,6 +137,8 @@ class PolicyVersionForm(forms.Form):
             "judge_conditions": list(version.judge.get("conditions", [])),
             "judge_timeout_seconds": version.judge.get("timeout_seconds"),
         }
+        for key, value in limits_with_defaults(version.limits or {}).items():
+            initial[limit_field(key)] = value
         for condition in CONDITIONS:
             values = version.thresholds.get(condition, {})
             for part in THRESHOLD_PARTS:
@@ -147,6 +174,11 @@ class PolicyVersionForm(forms.Form):
             },
             "quorum": quorum,
             "judge": self._judge(data),
+            "limits": {
+                key: data[limit_field(key)]
+                for key in LIMIT_DEFAULTS
+                if data.get(limit_field(key)) is not None
+            },
         }
 
     @staticmethod
@@ -173,6 +205,7 @@ class PolicyVersionForm(forms.Form):
             question_set_version=content["question_set_version"],
             quorum=content["quorum"],
             judge=content["judge"],
+            limits=content["limits"],
         ):
             name = _field_of(problem)
             if name not in failed:
@@ -233,6 +266,8 @@ def _field_of(problem: str) -> str | None:
         key = path.split(".", 1)[1].split("[", 1)[0] if "." in path else "model"
         names = {"conditions": "judge_conditions", "timeout_seconds": "judge_timeout_seconds"}
         return names.get(key, "judge_model")
+    if parts[0] == "limits" and len(parts) >= 2 and parts[1] in LIMIT_DEFAULTS:
+        return limit_field(parts[1])
     return None
 
 

@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from guardian_core.policy_validation import policy_version_problems
+from guardian_core.policy_validation import LIMIT_DEFAULTS, LIMIT_HELP, policy_version_problems
 
 
 class PolicyVersion(models.Model):
@@ -33,6 +33,16 @@ class PolicyVersion(models.Model):
         help_text=(
             "The second-tier judge on the uncertain band: adapter, model, the conditions it "
             "may settle, timeout_seconds. Empty: no judge."
+        ),
+    )
+    # Hysteresis, replans and the repeat limit (policy_validation.LIMIT_DEFAULTS); a key left
+    # out keeps the default, so versions stored before this field replay as they were.
+    limits = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "hysteresis_window, hysteresis_required, max_replans, repeat_limit; "
+            "a key left out keeps its default."
         ),
     )
     is_active = models.BooleanField(default=False)
@@ -70,7 +80,22 @@ class PolicyVersion(models.Model):
             question_set_version=self.question_set_version,
             quorum=self.quorum,
             judge=self.judge,
+            limits=self.limits,
         )
+
+    def limits_in_force(self) -> list[dict]:
+        """Each limit a run pinned to this version is judged by, with whether it is the default
+        (kept by a version stored before limits were part of it) and what it does."""
+        stored = self.limits or {}
+        return [
+            {
+                "key": key,
+                "value": stored.get(key, default),
+                "is_default": key not in stored,
+                "help": LIMIT_HELP[key],
+            }
+            for key, default in LIMIT_DEFAULTS.items()
+        ]
 
 
 def problems_by_field(problems: list[str]) -> dict[str, list[str]]:
@@ -186,3 +211,23 @@ class GuardianModelVersion(models.Model):
         e.g. `local-2+ab12cd34ef56/cal-4` (≤ 120 characters, the log's column)."""
         suffix = "cal" if self.kind == GuardianModelKind.RECALIBRATED else "train"
         return f"{self.base_model_version}/{suffix}-{self.number}"
+
+
+class PolicyActivation(models.Model):
+    """Who activated a policy version, when and why, with the regression gate's report and,
+    when the gate refused and an admin went ahead, the reason they gave."""
+
+    version = models.ForeignKey(PolicyVersion, on_delete=models.PROTECT, related_name="activations")
+    activated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    comment = models.TextField()
+    gate_report = models.JSONField(default=dict, blank=True)
+    override_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.version} activated {self.created_at:%Y-%m-%d %H:%M}"

@@ -32,6 +32,7 @@ def policy_version_problems(
     question_set_version: object,
     quorum: object = None,
     judge: object = None,
+    limits: object = None,
 ) -> list[str]:
     """Every problem of a policy version's content, one "field.path: what is wrong" each; []
     when the version is valid. Never raises, whatever JSON it is given. A missing quorum
@@ -43,7 +44,66 @@ def policy_version_problems(
         *_question_set_version_problems(question_set_version),
         *_quorum_problems({} if quorum is None else quorum),
         *judge_problems({} if judge is None else judge),
+        *limits_problems({} if limits is None else limits),
     ]
+
+
+# What a version without a key runs with: the engine Policy's own defaults, so a version stored
+# before limits were part of it replays exactly as it ran.
+LIMIT_DEFAULTS: Mapping[str, int] = {
+    "hysteresis_window": 3,
+    "hysteresis_required": 2,
+    "max_replans": 2,
+    "repeat_limit": 3,
+}
+# One line each, beside the field on the new-version form and on the version page.
+LIMIT_HELP: Mapping[str, str] = {
+    "hysteresis_window": "Drift and stagnation count over this many latest turns (1-50).",
+    "hysteresis_required": "They replan only when they fired on this many of those turns.",
+    "max_replans": "After this many replans, stagnation or a repeat stops the run (0-50).",
+    "repeat_limit": "The same call this many turns in a row is a loop (2-50).",
+}
+LIMIT_RANGES: Mapping[str, tuple[int, int]] = {
+    "hysteresis_window": (1, 50),
+    "hysteresis_required": (1, 50),
+    "max_replans": (0, 50),
+    "repeat_limit": (2, 50),
+}
+
+
+def limits_with_defaults(limits: Mapping) -> dict[str, int]:
+    """Every limit a run is judged by: the stored ones, the default for each key left out."""
+    return {key: limits.get(key, default) for key, default in LIMIT_DEFAULTS.items()}
+
+
+def limits_problems(limits: object) -> list[str]:
+    """Every problem of a version's limits, one "limits.key: what is wrong" each."""
+    if not isinstance(limits, Mapping):
+        return [f"limits: must be an object, got {_kind(limits)}"]
+    problems = [
+        f"limits.{key}: unknown key (allowed: {', '.join(LIMIT_DEFAULTS)})"[:300]
+        for key in limits
+        if key not in LIMIT_DEFAULTS
+    ]
+    for key, (low, high) in LIMIT_RANGES.items():
+        if key not in limits:
+            continue
+        value = limits[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            problems.append(
+                f"limits.{key}: must be a whole number in [{low}, {high}], got {value!r}"[:300]
+            )
+    # Checked whenever both are sound on their own, so it is named beside any other bad value.
+    if not any(
+        p.startswith(("limits.hysteresis_window:", "limits.hysteresis_required:")) for p in problems
+    ):
+        merged = limits_with_defaults(limits)
+        if merged["hysteresis_required"] > merged["hysteresis_window"]:
+            problems.append(
+                f"limits.hysteresis_required: must be at most hysteresis_window "
+                f"({merged['hysteresis_window']}), got {merged['hysteresis_required']}"
+            )
+    return problems
 
 
 def thresholds_with_t_star(thresholds: Mapping[str, Mapping]) -> dict[str, dict]:

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from guardian_core.models import ApiToken, PolicyVersion, problems_by_field
+from guardian_core.models import ApiToken, PolicyActivation, PolicyVersion, problems_by_field
 from guardian_core.policy_validation import policy_version_problems, thresholds_with_t_star
 
 ADMIN_ROLE = "admin"
@@ -34,6 +34,7 @@ def policy_version_create(
     activate: bool = False,
     quorum: dict | None = None,
     judge: dict | None = None,
+    limits: dict | None = None,
 ) -> PolicyVersion:
     """A new version (the next number unless given), stored with t* computed from the costs.
     `quorum` asks two distinct approvers for some held calls: {"regulated": true} and/or
@@ -48,6 +49,7 @@ def policy_version_create(
         question_set_version=question_set_version,
         quorum=quorum,
         judge=judge,
+        limits=limits,
     )
     if problems:
         raise ValidationError(problems_by_field(problems))
@@ -62,20 +64,42 @@ def policy_version_create(
             question_set_version=question_set_version,
             quorum=dict(quorum or {}),
             judge=dict(judge or {}),
+            limits=dict(limits or {}),
             created_by=created_by,
         )
         if activate:
-            policy_version_activate(version_id=version.pk)
+            policy_version_activate(
+                version_id=version.pk, comment="created and activated", user=created_by
+            )
             version.refresh_from_db()
     return version
 
 
-def policy_version_activate(*, version_id: int) -> PolicyVersion:
-    """Make `version_id` the version new runs pin (the one active before is retired).
+def policy_version_activate(
+    *,
+    version_id: int,
+    comment: str = "activated",
+    user=None,
+    gate_report: dict | None = None,
+    override_reason: str = "",
+) -> PolicyVersion:
+    """Make `version_id` the version new runs pin (the one active before is retired), with its
+    activation record (who, why, the gate's report, an override's reason) in the same
+    transaction.
 
-    Raises ValidationError when the version is invalid: a version saved before validation
-    existed, or written around it, must not reach a run.
+    Raises ValidationError when the version is invalid (a version saved before validation
+    existed, or written around it, must not reach a run), when `comment` is blank, or when the
+    gate's report refused and no `override_reason` is given.
     """
+    bad = {}
+    if not comment.strip():
+        bad["comment"] = ["Say why this version is activated."]
+    if gate_report and gate_report.get("refused") and not override_reason.strip():
+        bad["override_reason"] = [
+            "The regression gate refused this version; give a reason to override it."
+        ]
+    if bad:
+        raise ValidationError(bad)
     with transaction.atomic():
         # Lock every version in one order so two activations at once queue up instead of
         # tripping the one-active constraint; the table holds a handful of rows.
@@ -93,6 +117,15 @@ def policy_version_activate(*, version_id: int) -> PolicyVersion:
             )
         PolicyVersion.objects.filter(is_active=True).exclude(pk=version.pk).update(is_active=False)
         PolicyVersion.objects.filter(pk=version.pk).update(is_active=True)
+        PolicyActivation.objects.create(
+            version=version,
+            activated_by=user if getattr(user, "is_authenticated", False) else None,
+            comment=comment.strip(),
+            gate_report=gate_report or {},
+            override_reason=override_reason.strip()
+            if gate_report and gate_report.get("refused")
+            else "",
+        )
     version.is_active = True
     return version
 

@@ -234,6 +234,15 @@ GUARDIAN_MODEL_PRICES = env_json_prices("GUARDIAN_MODEL_PRICES")
 # A worker holds a run this long while it advances one turn; after that the sweeper may give
 # the run to another worker. Longer than the slowest turn, shorter than a person's patience.
 GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)
+# The regression gate on activating a policy version (guardian_core/policy_gate.py): refuse
+# when the expected cost (or a condition's ECE) worsens by more than this share; replay at
+# most this many labelled examples, near-misses first.
+GUARDIAN_GATE_COST_TOLERANCE = env_float("GUARDIAN_GATE_COST_TOLERANCE", 0.05, minimum=0.0)
+GUARDIAN_GATE_MAX_EXAMPLES = env_int("GUARDIAN_GATE_MAX_EXAMPLES", 5000, minimum=1)
+# /policies/monitoring/ warns when the last day's escalations per hour exceed this.
+GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = env_float(
+    "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", 10.0, minimum=0.0
+)
 # Runs marked running with no worker on them for this long are enqueued again.
 GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, minimum=1)
 # After this many consecutive failures to advance, a run is parked for a person.

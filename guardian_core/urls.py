@@ -20,7 +20,13 @@ from escalations.api import (
     LabelledExampleExportApi,
     LabelledExampleListApi,
 )
-from guardian_core import evaluation_views, views
+from guardian_core import (
+    evaluation_views,
+    monitoring_views,
+    policy_diff_views,
+    policy_gate_views,
+    views,
+)
 from guardian_core.api import (
     ApiIndexApi,
     ApiNotFoundApi,
@@ -52,8 +58,14 @@ policy_patterns = (
         path("new/", views.policy_version_new_page, name="new"),
         path("new/preview", views.policy_version_preview, name="preview"),
         path("evaluate/", evaluation_views.policy_evaluate_page, name="evaluate"),
+        path("monitoring/", monitoring_views.policy_monitoring_page, name="monitoring"),
         path("<int:version_id>/", views.policy_version_detail_page, name="detail"),
-        path("<int:version_id>/activate", views.policy_version_activate_view, name="activate"),
+        path(
+            "<int:version_id>/activate",
+            policy_gate_views.policy_version_activate_page,
+            name="activate",
+        ),
+        path("<int:version_id>/diff/", policy_diff_views.policy_version_diff_page, name="diff"),
     ],
     "policies",
 )

@@ -36,7 +36,6 @@ from guardian_core.services import (
     person_create,
     person_password_reset,
     person_roles_set,
-    policy_version_activate,
     policy_version_create,
 )
 
@@ -158,20 +157,6 @@ def policy_version_preview(request: HttpRequest) -> HttpResponse:
         "guardian_core/policy_version_new.html#derived",
         {"derived": form.derived_thresholds()},
     )
-
-
-@manage_policy
-@require_POST
-def policy_version_activate_view(request: HttpRequest, version_id: int) -> HttpResponse:
-    version = get_object_or_404(PolicyVersion, pk=version_id)
-    try:
-        policy_version_activate(version_id=version.pk)
-    except ValidationError as error:
-        for problem in error.messages:
-            messages.error(request, problem)
-    else:
-        messages.success(request, f"Policy version {version} is active: new runs pin it.")
-    return redirect("policies:detail", version_id=version.pk)
 
 
 def _base_version(raw: str) -> PolicyVersion | None:

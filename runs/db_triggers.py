@@ -15,6 +15,8 @@ FROZEN_COLUMNS = (*FROZEN_COLUMNS_V1, "quorum")
 # From guardian_core 0005_policy_judge on, the judge settings too: a judged decision is
 # replayed against them.
 FROZEN_COLUMNS_V3 = (*FROZEN_COLUMNS, "judge")
+# From guardian_core 0006_policy_limits on, the limits (hysteresis, replans, repeat limit).
+FROZEN_COLUMNS_V4 = (*FROZEN_COLUMNS_V3, "limits")
 
 
 def _postgres_create(columns) -> str:
@@ -78,6 +80,10 @@ def create_trigger(apps, schema_editor):
 
 def create_trigger_v3(apps, schema_editor):
     _create(schema_editor, FROZEN_COLUMNS_V3)
+
+
+def create_trigger_v4(apps, schema_editor):
+    _create(schema_editor, FROZEN_COLUMNS_V4)
 
 
 def drop_trigger(apps, schema_editor):

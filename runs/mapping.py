@@ -23,6 +23,7 @@ from guardian_core.engine.state import (
 from guardian_core.engine.thresholds import Budgets, Policy, Threshold
 from guardian_core.engine.tools import idempotency_key
 from guardian_core.models import PolicyVersion
+from guardian_core.policy_validation import limits_with_defaults
 from runs.models import Run, Turn
 
 
@@ -44,6 +45,7 @@ def policy_from_version(version: PolicyVersion, *, budgets: dict) -> Policy:
     return Policy(
         thresholds=thresholds,
         question_set_version=version.question_set_version,
+        **limits_with_defaults(version.limits or {}),
         budgets=Budgets(**{key: budgets[key] for key in budgets if key in _BUDGET_KEYS}),
     )
 

@@ -172,6 +172,9 @@ class Decision(models.Model):
                 name="decision_outcome_valid",
             ),
         ]
+        # The admins' monitoring reads the last days of decisions: a range on this index, not
+        # a scan of every decision ever logged.
+        indexes = [models.Index(fields=["created_at"], name="decision_created_at")]
 
     def __str__(self) -> str:
         return f"{self.turn}: {self.outcome}"

@@ -198,6 +198,7 @@ MATRIX = [
     ),
     row("policies:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row("policies:new", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row("policies:monitoring", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     # The evaluation page: the form on GET; an empty POST comes back naming what is missing.
     row("policies:evaluate", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row(
@@ -228,13 +229,33 @@ MATRIX = [
         outsider=403,
     ),
     row(
+        "policies:diff",
+        kwargs={"version_id": "policy_version"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    # The activate page shows the regression gate's report; a POST without the comment an
+    # activation needs is the page again with the error.
+    row(
+        "policies:activate",
+        kwargs={"version_id": "policy_version"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    row(
         "policies:activate",
         "POST",
         kwargs={"version_id": "policy_version"},
         anonymous=LOGIN,
         reviewer=403,
         auditor=403,
-        admin=("redirect", "/policies/"),
+        admin=400,
         outsider=403,
     ),
     row("guidance:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),

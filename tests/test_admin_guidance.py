@@ -4,6 +4,7 @@ version's quorum, and the admin actions' messages."""
 import pytest
 
 from escalations.models import ReviewGuidance
+from guardian_core.demo import demo_policy_version
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
@@ -57,9 +58,11 @@ def test_reviewers_cannot_edit_guidance(client, reviewer):
 
 
 def test_the_policy_version_form_shows_the_quorum(client, admin):
+    demo_policy_version()
     client.force_login(admin)
-    page = client.get("/admin/guardian_core/policyversion/add/").content.decode()
-    assert 'name="quorum"' in page
+    page = client.get("/policies/new/").content.decode()
+    assert 'name="quorum_regulated"' in page
+    assert 'name="quorum_tools"' in page
 
 
 @pytest.fixture

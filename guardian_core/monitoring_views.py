@@ -1,0 +1,124 @@
+"""The admins' monitoring page: probabilities and escalations per day, shift, agreement."""
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from guardian_core import monitoring
+from guardian_core.engine.conditions import Condition
+from guardian_core.models import PolicyVersion
+from guardian_core.views import manage_policy
+
+# SVG geometry (viewBox units): one column per day, one row per probability bin.
+CELL_W, CELL_H, LEFT, TOP = 22, 14, 34, 6
+
+
+def _heatmap(days: list[monitoring.Day], condition: str) -> dict:
+    cells = []
+    for column, day in enumerate(days):
+        counts = day.counts.get(condition, [0] * monitoring.BINS)
+        total = sum(counts)
+        for b, n in enumerate(counts):
+            if not n:
+                continue
+            share = n / total
+            cells.append(
+                {
+                    "x": LEFT + column * CELL_W,
+                    "y": TOP + (monitoring.BINS - 1 - b) * CELL_H,
+                    "opacity": round(0.15 + 0.85 * share, 3),
+                    "title": f"{day.day}: {n} of {total} in {b / 10:.1f}–{(b + 1) / 10:.1f}",
+                }
+            )
+    return {
+        "cells": cells,
+        "width": LEFT + len(days) * CELL_W + 4,
+        "height": TOP + monitoring.BINS * CELL_H + 18,
+        "cell_w": CELL_W - 2,
+        "cell_h": CELL_H - 2,
+        "bottom": TOP + monitoring.BINS * CELL_H,
+        "label_y": TOP + monitoring.BINS * CELL_H + 14,
+        "y_ticks": [
+            (TOP + (monitoring.BINS - i) * CELL_H + 4, f"{i / 10:.1f}") for i in (0, 5, 10)
+        ],
+        "x_ticks": [
+            (LEFT + c * CELL_W + CELL_W / 2, day.day.strftime("%d")) for c, day in enumerate(days)
+        ],
+    }
+
+
+def _escalation_bars(days: list[monitoring.Day]) -> dict:
+    height = 100
+    bars = []
+    for column, day in enumerate(days):
+        rate = day.escalation_rate
+        h = round((rate or 0) * height, 2)
+        bars.append(
+            {
+                "x": LEFT + column * CELL_W,
+                "y": TOP + height - h,
+                "height": h,
+                "title": f"{day.day}: {day.escalations} escalations of {day.decisions} decisions",
+            }
+        )
+    return {
+        "bars": bars,
+        "width": LEFT + len(days) * CELL_W + 4,
+        "height": TOP + height + 18,
+        "bar_w": CELL_W - 2,
+        "bottom": TOP + height,
+        "label_y": TOP + height + 14,
+        "x_ticks": [
+            (LEFT + c * CELL_W + CELL_W / 2, day.day.strftime("%d")) for c, day in enumerate(days)
+        ],
+    }
+
+
+@manage_policy
+@require_GET
+def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
+    days = monitoring.decision_days()
+    active = PolicyVersion.objects.filter(is_active=True).first()
+    conditions = []
+    for condition in Condition:
+        c = condition.value
+        threshold = monitoring.t_star(active, c)
+        pairs = monitoring.human_examples(c)
+        costs = (active.thresholds or {}).get(c) if active else None
+        suggestion = (
+            monitoring.suggested_t_star(pairs, float(costs["c_stop"]), float(costs["c_cont"]))
+            if costs
+            else None
+        )
+        conditions.append(
+            {
+                "name": c,
+                "chart": _heatmap(days, c),
+                "psi": monitoring.shift(days, c),
+                "t_star": threshold,
+                "delta": costs.get("delta") if costs else None,
+                "agreement": (
+                    monitoring.guardian_vs_reviewers(c, threshold)
+                    if threshold is not None
+                    else None
+                ),
+                "judge_agreement": (
+                    monitoring.judge_vs_reviewers(c, threshold) if threshold is not None else None
+                ),
+                "suggested": suggestion,
+            }
+        )
+    return render(
+        request,
+        "guardian_core/policy_monitoring.html",
+        {
+            "days": days,
+            "escalations": _escalation_bars(days),
+            "banners": monitoring.banners(days),
+            "capacity": settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR,
+            "psi_threshold": monitoring.PSI_THRESHOLD,
+            "active": active,
+            "conditions": conditions,
+        },
+    )

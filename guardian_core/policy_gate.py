@@ -1,0 +1,177 @@
+"""The regression gate on activating a policy version: the active version and a candidate
+compared on the labelled examples, and whether the candidate may be activated."""
+
+import json
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.urls import NoReverseMatch, reverse
+
+from guardian_core.engine.conditions import Condition
+from guardian_core.harness import thresholds_of, traces_evaluate
+from guardian_core.models import PolicyVersion
+
+# Measured figures where lower is better; a relative worsening beyond the tolerance refuses.
+_GUARDED = ("expected_cost", "ece")
+
+
+def _tolerance() -> float:
+    return float(getattr(settings, "GUARDIAN_GATE_COST_TOLERANCE", 0.05))
+
+
+def _max_examples() -> int:
+    return int(getattr(settings, "GUARDIAN_GATE_MAX_EXAMPLES", 5000))
+
+
+def _example_lines() -> list[dict]:
+    from escalations.selectors import ExampleFilters, labelled_examples_jsonl
+
+    # Only examples with a probability can be replayed without a model.
+    out = []
+    for line in labelled_examples_jsonl(ExampleFilters()):
+        example = json.loads(line)
+        if example.get("probability") is not None:
+            out.append(example)
+    return out
+
+
+def _near_miss(example: dict, versions: Iterable[PolicyVersion]) -> bool:
+    """Within 2δ of t* at any compared version: where a threshold change decides the outcome."""
+    condition = Condition(example["condition"])
+    for version in versions:
+        threshold = thresholds_of(version).get(condition)
+        if threshold and abs(example["probability"] - threshold.t_star) <= 2 * threshold.delta:
+            return True
+    return False
+
+
+def capped_examples(
+    examples: list[dict], versions: list[PolicyVersion], limit: int
+) -> tuple[list[dict], int]:
+    """At most `limit` examples, near-misses first (newest first within each group), and how
+    many of those kept are near-misses."""
+    near = [e for e in examples if _near_miss(e, versions)]
+    far = [e for e in examples if not _near_miss(e, versions)]
+    if len(examples) > limit:
+        near = near[::-1][:limit]
+        far = far[::-1][: limit - len(near)]
+    return near + far, len(near)
+
+
+def _example_url(example: dict) -> str | None:
+    try:
+        if example.get("escalation_id"):
+            return reverse("escalations:detail", args=[example["escalation_id"]])
+    except NoReverseMatch:
+        return None
+    return None
+
+
+def _overall(report: dict, key: str) -> float | None:
+    """The per-example mean of a policy figure over every condition measured."""
+    total, weighted = 0, 0.0
+    for figures in report["conditions"].values():
+        policy = figures.get("policy")
+        if policy is None or policy.get(key) is None:
+            continue
+        total += figures["n"]
+        weighted += policy[key] * figures["n"]
+    return weighted / total if total else None
+
+
+def _worse(before: float | None, after: float | None, tolerance: float) -> bool:
+    if before is None or after is None:
+        return False
+    return after > before * (1 + tolerance) + 1e-12
+
+
+def gate_report(*, candidate: PolicyVersion) -> dict:
+    """The gate's report on activating `candidate`, JSON-ready: per condition ECE, Brier, band
+    rate and expected cost at the current and the candidate version, the examples whose
+    outcome flips, and `refused` with the reasons (empty when it passes)."""
+    current = PolicyVersion.objects.filter(is_active=True).first()
+    tolerance = _tolerance()
+    report: dict = {
+        "candidate": candidate.number,
+        "current": current.number if current else None,
+        "tolerance": tolerance,
+        "refused": False,
+        "reasons": [],
+        "conditions": {},
+        "flips": [],
+    }
+    problems = candidate.problems()
+    if problems:
+        report.update(refused=True, reasons=[f"the candidate is invalid: {p}" for p in problems])
+        return report
+    available = _example_lines()
+    versions = [v for v in (current, candidate) if v is not None]
+    examples, near = capped_examples(available, versions, _max_examples())
+    report["examples"] = {
+        "available": len(available),
+        "used": len(examples),
+        "capped": len(examples) < len(available),
+        "near_misses": near,
+        "near_miss_share": near / len(examples) if examples else None,
+    }
+    if current is None or current.pk == candidate.pk or not examples:
+        report["note"] = (
+            "nothing to compare: no version is active"
+            if current is None
+            else "the candidate is the active version"
+            if current.pk == candidate.pk
+            else "no labelled example with a probability"
+        )
+        return report
+    lines = [json.dumps(e) for e in examples]
+    before = traces_evaluate(lines=lines, policy_number=current.number)
+    after = traces_evaluate(lines=lines, policy_number=candidate.number)
+    for name, figures in after["conditions"].items():
+        old = before["conditions"][name]
+        row = {"n": figures["n"]}
+        for key in ("ece", "brier"):
+            row[key] = {"current": old[key], "candidate": figures[key]}
+        for key in ("band_rate", "expected_cost"):
+            row[key] = {
+                "current": (old["policy"] or {}).get(key),
+                "candidate": (figures["policy"] or {}).get(key),
+            }
+        report["conditions"][name] = row
+        if _worse(row["ece"]["current"], row["ece"]["candidate"], tolerance):
+            report["reasons"].append(
+                f"{name}: calibration worsens (ECE {row['ece']['current']:.4f} → "
+                f"{row['ece']['candidate']:.4f})"
+            )
+    report["band_rate"] = {
+        "current": _overall(before, "band_rate"),
+        "candidate": _overall(after, "band_rate"),
+    }
+    report["expected_cost"] = {
+        "current": _overall(before, "expected_cost"),
+        "candidate": _overall(after, "expected_cost"),
+    }
+    cost = report["expected_cost"]
+    if _worse(cost["current"], cost["candidate"], tolerance):
+        report["reasons"].append(
+            f"expected cost per example worsens beyond {tolerance:.0%}: "
+            f"{cost['current']:.4f} → {cost['candidate']:.4f}"
+        )
+    old_t, new_t = thresholds_of(current), thresholds_of(candidate)
+    for example in examples:
+        condition = Condition(example["condition"])
+        was = old_t[condition].band(example["probability"])
+        now = new_t[condition].band(example["probability"])
+        if was != now:
+            report["flips"].append(
+                {
+                    "example_id": example.get("example_id"),
+                    "escalation_id": example.get("escalation_id"),
+                    "url": _example_url(example),
+                    "condition": condition.value,
+                    "probability": example["probability"],
+                    "current": str(was),
+                    "candidate": str(now),
+                }
+            )
+    report["refused"] = bool(report["reasons"])
+    return report

@@ -1,0 +1,58 @@
+"""The activate page of a policy version: the regression gate's report, the comment the
+activation needs and, when the gate refuses, the admin's override reason."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from guardian_core.models import PolicyVersion
+from guardian_core.policy_gate import gate_report
+from guardian_core.services import policy_version_activate
+
+manage_policy = permission_required("guardian_core.manage_policy", raise_exception=True)
+
+
+@manage_policy
+@require_http_methods(["GET", "POST"])
+def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpResponse:
+    """GET: the gate's report and the form; POST: activate with the comment (and override
+    reason), the gate measured again now rather than trusted from the form."""
+    version = get_object_or_404(PolicyVersion, pk=version_id)
+    report = gate_report(candidate=version)
+    errors: dict[str, list[str]] = {}
+    comment = request.POST.get("comment", "")
+    override_reason = request.POST.get("override_reason", "")
+    if request.method == "POST":
+        try:
+            policy_version_activate(
+                version_id=version.pk,
+                comment=comment,
+                user=request.user,
+                gate_report=report,
+                override_reason=override_reason,
+            )
+        except ValidationError as error:
+            # "__all__" cannot be read in a template: the version's own problems go in general.
+            errors = {
+                ("general" if field == "__all__" else field): problems
+                for field, problems in error.message_dict.items()
+            }
+        else:
+            messages.success(request, f"Policy version {version} is active: new runs pin it.")
+            return redirect("policies:detail", version_id=version.pk)
+    return render(
+        request,
+        "guardian_core/policy_activate.html",
+        {
+            "version": version,
+            "report": report,
+            "problems": version.problems(),
+            "errors": errors,
+            "comment": comment,
+            "override_reason": override_reason,
+        },
+        status=400 if errors else 200,
+    )

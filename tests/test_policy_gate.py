@@ -1,0 +1,238 @@
+"""The regression gate on activating a policy version: its report, refusal and override, the
+activation record written with the activation, and `manage.py gate`'s exit codes."""
+
+import copy
+import json
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+from django.urls import reverse
+
+from escalations.models import ExampleSource, LabelledExample
+from guardian_core.demo import DEMO_QUESTIONS
+from guardian_core.engine.conditions import Condition
+from guardian_core.models import PolicyActivation, PolicyVersion
+from guardian_core.policy_gate import capped_examples, gate_report
+from guardian_core.services import policy_version_activate, policy_version_create
+
+pytestmark = pytest.mark.django_db
+
+COSTS = {
+    "integrity": {"c_stop": 1, "c_cont": 9, "delta": 0.05},  # t* = 0.1
+    "risk": {"c_stop": 1, "c_cont": 9, "delta": 0.05},
+    "infeasible": {"c_stop": 4, "c_cont": 1, "delta": 0.05},
+    "goal_reached": {"c_stop": 4, "c_cont": 1, "delta": 0.05},
+    "drift": {"c_stop": 1, "c_cont": 1, "delta": 0.1},
+    "stagnation": {"c_stop": 1, "c_cont": 1, "delta": 0.1},
+}
+
+
+def version(number: int, *, activate: bool = False, **changes) -> PolicyVersion:
+    thresholds = copy.deepcopy(COSTS)
+    thresholds.update(changes)
+    return policy_version_create(
+        thresholds=thresholds,
+        question_set=dict(DEMO_QUESTIONS),
+        question_set_version="q-gate",
+        number=number,
+        activate=activate,
+    )
+
+
+def example(probability: float, label: bool) -> LabelledExample:
+    return LabelledExample.objects.create(
+        condition=Condition.INTEGRITY,
+        projection={"goal": "Imported", "last_results": ["an order record"]},
+        probability=probability,
+        label=label,
+        source=ExampleSource.IMPORT,
+        question_set_version="q-gate",
+        model_version="local-1",
+    )
+
+
+@pytest.fixture
+def examples() -> list[LabelledExample]:
+    # At t* = 0.1 every one is right: three injections fire, the clean one is clear.
+    return [example(0.3, True), example(0.3, True), example(0.3, True), example(0.02, False)]
+
+
+@pytest.fixture
+def current(examples) -> PolicyVersion:
+    return version(1, activate=True)
+
+
+def worse(number: int = 2) -> PolicyVersion:
+    # t* = 0.9: the three injections at 0.3 would now continue.
+    return version(number, integrity={"c_stop": 9, "c_cont": 1, "delta": 0.05})
+
+
+def test_activation_writes_its_record_in_the_same_action(current, admin):
+    candidate = version(2)
+
+    policy_version_activate(version_id=candidate.pk, comment="  tighter band  ", user=admin)
+
+    assert PolicyVersion.objects.get(is_active=True) == candidate
+    record = PolicyActivation.objects.get(version=candidate)
+    assert (record.activated_by, record.comment, record.override_reason) == (
+        admin,
+        "tighter band",
+        "",
+    )
+
+
+def test_a_blank_comment_refuses_and_changes_nothing(current):
+    candidate = version(2)
+
+    with pytest.raises(ValidationError) as refused:
+        policy_version_activate(version_id=candidate.pk, comment="  ")
+
+    assert "comment" in refused.value.message_dict
+    assert PolicyVersion.objects.get(is_active=True) == current
+    assert not PolicyActivation.objects.filter(version=candidate).exists()
+
+
+def test_the_gate_refuses_a_worse_expected_cost_and_lists_the_flips(current, examples):
+    report = gate_report(candidate=worse())
+
+    assert report["refused"] is True
+    assert any("expected cost" in reason for reason in report["reasons"])
+    assert report["expected_cost"]["current"] == 0
+    assert report["expected_cost"]["candidate"] == pytest.approx(0.75)
+    flipped = sorted(f["example_id"] for f in report["flips"])
+    assert flipped == sorted(e.pk for e in examples[:3])
+    assert {(f["current"], f["candidate"]) for f in report["flips"]} == {("fired", "clear")}
+    assert report["conditions"]["integrity"]["ece"]["current"] == pytest.approx(
+        report["conditions"]["integrity"]["ece"]["candidate"]
+    )
+
+
+def test_a_refused_activation_needs_an_override_reason_which_is_recorded(current, admin):
+    candidate = worse()
+    report = gate_report(candidate=candidate)
+
+    with pytest.raises(ValidationError) as refused:
+        policy_version_activate(version_id=candidate.pk, comment="try", gate_report=report)
+    assert "override_reason" in refused.value.message_dict
+    assert PolicyVersion.objects.get(is_active=True) == current
+
+    policy_version_activate(
+        version_id=candidate.pk,
+        comment="try",
+        user=admin,
+        gate_report=report,
+        override_reason="labels are stale",
+    )
+    record = PolicyActivation.objects.get(version=candidate)
+    assert record.override_reason == "labels are stale"
+    assert record.gate_report["refused"] is True
+
+
+def test_the_gate_passes_a_version_that_is_not_worse(current):
+    report = gate_report(candidate=version(2, integrity={"c_stop": 1, "c_cont": 9, "delta": 0.04}))
+
+    assert report["refused"] is False
+    assert report["reasons"] == []
+    assert report["flips"] == []
+    assert report["expected_cost"] == {"current": 0, "candidate": 0}
+
+
+def test_the_command_exits_1_when_refused_and_0_when_it_passes(current, capsys):
+    worse(2)
+    version(3)
+
+    with pytest.raises(SystemExit) as exited:
+        call_command("gate", "--candidate", "2", "--json")
+    assert exited.value.code == 1
+    assert json.loads(capsys.readouterr().out)["refused"] is True
+
+    call_command("gate", "--candidate", "3")  # returns: exit status 0
+    assert "passes" in capsys.readouterr().out
+
+
+def test_capping_keeps_near_misses_first(current, settings):
+    far = [example(0.9, True) for _ in range(3)]
+    near = [example(0.15, True) for _ in range(2)]  # within 2δ = 0.1 of t* = 0.1
+    settings.GUARDIAN_GATE_MAX_EXAMPLES = 4
+    rows = [
+        {"condition": "integrity", "probability": e.probability, "example_id": e.pk}
+        for e in far + near
+    ]
+
+    kept, near_count = capped_examples(rows, [current], 4)
+
+    assert [r["example_id"] for r in kept[:2]] == sorted((e.pk for e in near), reverse=True)
+    assert (len(kept), near_count) == (4, 2)
+    report = gate_report(candidate=version(2))
+    assert report["examples"]["capped"] is True
+    assert report["examples"]["used"] == 4
+    # The fixture's clean example at 0.02 is a near-miss too: 3 of the 4 kept.
+    assert report["examples"]["near_miss_share"] == pytest.approx(3 / 4)
+
+
+def test_the_admin_activates_through_the_gate_page_and_sees_the_history(client, admin, current):
+    candidate = worse()
+    client.force_login(admin)
+    url = reverse("policies:activate", kwargs={"version_id": candidate.pk})
+
+    page = client.get(url).content.decode()
+    assert "The gate refuses this version" in page
+    assert "expected cost per example worsens" in page
+    assert 'name="override_reason"' in page
+    assert reverse("policies:detail", kwargs={"version_id": candidate.pk}) in page
+
+    missing = client.post(url, {"comment": "", "override_reason": ""})
+    assert missing.status_code == 400
+    body = missing.content.decode()
+    assert "Say why this version is activated." in body
+    assert "give a reason to override it" in body
+    assert PolicyVersion.objects.get(is_active=True) == current
+
+    done = client.post(url, {"comment": "<b>new costs</b>", "override_reason": "stale labels"})
+    assert done.status_code == 302
+    assert PolicyVersion.objects.get(is_active=True) == candidate
+    detail = client.get(reverse("policies:detail", kwargs={"version_id": candidate.pk}))
+    history = detail.content.decode()
+    assert "&lt;b&gt;new costs&lt;/b&gt;" in history  # escaped
+    assert "stale labels" in history
+    assert admin.get_username() in history
+
+
+def test_the_page_activates_a_passing_version_with_only_a_comment(client, admin, current):
+    candidate = version(2)
+    client.force_login(admin)
+    url = reverse("policies:activate", kwargs={"version_id": candidate.pk})
+
+    assert "The gate passes this version." in client.get(url).content.decode()
+    assert client.post(url, {"comment": "same costs, new label"}).status_code == 302
+    record = PolicyActivation.objects.get(version=candidate)
+    assert (record.comment, record.override_reason) == ("same costs, new label", "")
+
+
+def test_rollback_is_activating_the_older_version(current, admin):
+    candidate = version(2)
+    policy_version_activate(version_id=candidate.pk, comment="try v2")
+
+    policy_version_activate(version_id=current.pk, comment="roll back", user=admin)
+
+    assert PolicyVersion.objects.get(is_active=True) == current
+    assert list(current.activations.values_list("comment", flat=True))[0] == "roll back"
+
+
+def test_the_api_refuses_without_an_override_and_records_one(client, admin, current):
+    candidate = worse()
+    client.force_login(admin)
+    url = f"/api/policy-versions/{candidate.pk}/activate/"
+
+    refused = client.post(url, {"comment": "api"}, content_type="application/json")
+    assert refused.status_code == 400
+    assert "expected cost" in json.dumps(refused.json())
+    assert PolicyVersion.objects.get(is_active=True) == current
+
+    done = client.post(
+        url, {"comment": "api", "override_reason": "ci says so"}, content_type="application/json"
+    )
+    assert done.status_code == 200, done.content
+    record = PolicyActivation.objects.get(version=candidate)
+    assert (record.activated_by, record.override_reason) == (admin, "ci says so")

@@ -197,6 +197,8 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-stalled-runs": {"task": "runs.sweep_stalled_runs", "schedule": 30.0},
     # Deadline warnings for unclaimed escalations, and arrival notices that never left.
     "notify-reviewers": {"task": "escalations.notify_due", "schedule": 60.0},
+    # Shadow trials decide the turns logged since their last pass (runs/shadow.py).
+    "shadow-trials": {"task": "runs.shadow_trials_catch_up", "schedule": 10.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -243,6 +245,9 @@ GUARDIAN_GATE_MAX_EXAMPLES = env_int("GUARDIAN_GATE_MAX_EXAMPLES", 5000, minimum
 GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = env_float(
     "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", 10.0, minimum=0.0
 )
+# A shadow trial decides a turn once its decision is this old: one still committing may hold a
+# lower id than one already visible, and the trial reads in id order (runs/shadow.py).
+GUARDIAN_SHADOW_SETTLE_SECONDS = env_float("GUARDIAN_SHADOW_SETTLE_SECONDS", 15.0, minimum=0.0)
 # Runs marked running with no worker on them for this long are enqueued again.
 GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, minimum=1)
 # After this many consecutive failures to advance, a run is parked for a person.

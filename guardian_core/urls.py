@@ -25,6 +25,7 @@ from guardian_core import (
     monitoring_views,
     policy_diff_views,
     policy_gate_views,
+    shadow_views,
     views,
 )
 from guardian_core.api import (
@@ -66,6 +67,9 @@ policy_patterns = (
             name="activate",
         ),
         path("<int:version_id>/diff/", policy_diff_views.policy_version_diff_page, name="diff"),
+        path("shadow/", shadow_views.shadow_trial_list_page, name="shadow"),
+        path("shadow/<int:trial_id>/", shadow_views.shadow_trial_detail_page, name="shadow_detail"),
+        path("shadow/<int:trial_id>/stop", shadow_views.shadow_trial_stop_view, name="shadow_stop"),
     ],
     "policies",
 )

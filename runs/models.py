@@ -1,4 +1,5 @@
-"""Runs, their turns, the decision taken on each turn, and the tool calls each turn proposed."""
+"""Runs, their turns, the decision taken on each turn, the tool calls each turn proposed, and
+shadow trials: a candidate deciding the same turns beside the real decisions, never enforced."""
 
 import uuid
 
@@ -259,3 +260,113 @@ class DemoSideEffect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key[:12]}"
+
+
+class ShadowTrial(models.Model):
+    """A candidate decides every new turn beside the real decision, and is never enforced.
+
+    The candidate is a policy version that is not active (its thresholds and limits over the
+    turn's logged answers) or a guardian model version that is not active (asked again with
+    the turn's logged projection, then the run's pinned policy). Decisions with an id above
+    `after_decision_id` are in the trial; `cursor` is the last one considered (runs/shadow.py).
+    """
+
+    policy_version = models.ForeignKey(
+        "guardian_core.PolicyVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="shadow_trials",
+    )
+    guardian_model_version = models.ForeignKey(
+        "guardian_core.GuardianModelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="shadow_trials",
+    )
+    comment = models.TextField()
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_at = models.DateTimeField(auto_now_add=True)
+    stopped_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    after_decision_id = models.BigIntegerField()
+    cursor = models.BigIntegerField()
+    caught_up_at = models.DateTimeField(null=True, blank=True)
+    # Decisions the candidate could not decide: coder ⇄ reviewer rounds, runs on another
+    # guardian adapter than a candidate model's.
+    skipped = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(policy_version__isnull=True) ^ Q(guardian_model_version__isnull=True),
+                name="shadow_trial_one_candidate",
+            ),
+            # One running trial per candidate: two would decide every turn twice.
+            models.UniqueConstraint(
+                fields=["policy_version"],
+                condition=Q(stopped_at__isnull=True, policy_version__isnull=False),
+                name="shadow_trial_one_running_per_policy_version",
+            ),
+            models.UniqueConstraint(
+                fields=["guardian_model_version"],
+                condition=Q(stopped_at__isnull=True, guardian_model_version__isnull=False),
+                name="shadow_trial_one_running_per_guardian_model_version",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"shadow trial {self.pk} of {self.candidate}"
+
+    @property
+    def candidate(self):
+        return self.policy_version or self.guardian_model_version
+
+    @property
+    def candidate_words(self) -> str:
+        if self.policy_version_id:
+            return f"policy version {self.policy_version}"
+        return f"guardian model version {self.guardian_model_version.number} ({self.candidate})"
+
+    @property
+    def running(self) -> bool:
+        return self.stopped_at is None
+
+
+class ShadowDecision(models.Model):
+    """What the trial's candidate decided on one turn, beside the real decision. Nothing reads
+    it to act: the run went on by its real decision."""
+
+    trial = models.ForeignKey(ShadowTrial, on_delete=models.CASCADE, related_name="decisions")
+    decision = models.ForeignKey(Decision, on_delete=models.CASCADE, related_name="+")
+    # Copied from the decision so the trial's page lists and counts without joining the log.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    turn_index = models.PositiveIntegerField()
+    real_outcome = models.CharField(max_length=20, choices=DecisionOutcome)
+    real_stop_reason = models.CharField(max_length=60, blank=True)
+    outcome = models.CharField(max_length=20, choices=DecisionOutcome)
+    stop_reason = models.CharField(max_length=60, blank=True)
+    fired = models.JSONField(default=list, blank=True)
+    reasons = models.JSONField(default=list, blank=True)
+    # A candidate model's own answers ({} for a policy version: it reads the logged ones).
+    answers = models.JSONField(default=dict, blank=True)
+    differs = models.BooleanField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["trial", "decision"], name="shadow_decision_once"),
+        ]
+        indexes = [
+            models.Index(fields=["trial", "differs", "id"], name="shadow_decision_differs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trial}: turn {self.turn_index} of run {self.run_id}: {self.outcome}"

@@ -199,6 +199,36 @@ MATRIX = [
     row("policies:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row("policies:new", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row("policies:monitoring", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row("policies:shadow", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    # Starting a trial with nothing chosen: every problem named, nothing started.
+    row(
+        "policies:shadow",
+        "POST",
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=400,
+        outsider=403,
+    ),
+    row(
+        "policies:shadow_detail",
+        kwargs={"trial_id": "shadow_trial"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    row(
+        "policies:shadow_stop",
+        "POST",
+        kwargs={"trial_id": "shadow_trial"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=("redirect", "/policies/shadow/"),
+        outsider=403,
+    ),
     # The evaluation page: the form on GET; an empty POST comes back naming what is missing.
     row("policies:evaluate", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     row(
@@ -564,6 +594,8 @@ def _api_objects(kwargs: dict) -> dict:
         return {**kwargs, "pk": demo_policy_version().pk}  # valid: it can be activated
     if kwargs.get("version_id") == "policy_version":
         return {**kwargs, "version_id": demo_policy_version().pk}
+    if kwargs.get("trial_id") == "shadow_trial":
+        return {**kwargs, "trial_id": _shadow_trial().pk}
     if kwargs.get("guidance_id") == "guidance":
         from escalations.models import ReviewGuidance
 
@@ -583,6 +615,19 @@ def _api_objects(kwargs: dict) -> dict:
         token, _ = api_token_create(user=owner, name="matrix")
         return {**kwargs, "token_id": token.pk}
     return kwargs
+
+
+def _shadow_trial():
+    from guardian_core.services import policy_version_create
+    from runs.shadow import shadow_trial_start
+
+    active = demo_policy_version()
+    candidate = policy_version_create(
+        thresholds=active.thresholds,
+        question_set=active.question_set,
+        question_set_version=active.question_set_version,
+    )
+    return shadow_trial_start(policy_version_id=candidate.pk, comment="matrix")
 
 
 def _assert_answer(response, want, where: str) -> None:

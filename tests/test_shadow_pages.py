@@ -1,0 +1,99 @@
+"""The admins' shadow pages: start a trial, read where its candidate decides otherwise, stop it."""
+
+import pytest
+from django.urls import reverse
+
+from runs import shadow
+from runs.models import ShadowTrial
+from tests.runs_helpers import drive, start
+from tests.test_shadow import _candidate
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _settled_at_once(settings):
+    settings.GUARDIAN_SHADOW_SETTLE_SECONDS = 0
+
+
+def test_an_admin_starts_a_trial_from_the_page_and_lands_on_it(client, admin):
+    candidate = _candidate(goal_reached={"c_stop": 1.0, "c_cont": 1.0, "delta": 0.49})
+    client.force_login(admin)
+    page = client.get(reverse("policies:shadow"), {"candidate": f"policy:{candidate.pk}"})
+    assert f'<option value="policy:{candidate.pk}" selected>' in page.content.decode()
+
+    response = client.post(
+        reverse("policies:shadow"),
+        {"candidate": f"policy:{candidate.pk}", "comment": "wider goal band"},
+    )
+    trial = ShadowTrial.objects.get()
+    assert response["Location"] == reverse("policies:shadow_detail", args=[trial.pk])
+    assert (trial.policy_version, trial.started_by, trial.comment) == (
+        candidate,
+        admin,
+        "wider goal band",
+    )
+
+
+def test_a_bad_start_names_every_problem_and_starts_nothing(client, admin):
+    _candidate()
+    client.force_login(admin)
+    response = client.post(reverse("policies:shadow"), {"candidate": "", "comment": " "})
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "Choose one candidate" in body
+    assert "Say what this trial is for." in body
+    assert not ShadowTrial.objects.exists()
+
+
+def test_the_active_version_is_not_offered_as_a_candidate(client, admin):
+    candidate = _candidate()
+    client.force_login(admin)
+    body = client.get(reverse("policies:shadow")).content.decode()
+    assert f'value="policy:{candidate.pk}"' in body
+    active = candidate.__class__.objects.get(is_active=True)
+    assert f'value="policy:{active.pk}"' not in body
+
+
+def test_the_trial_page_shows_the_turns_decided_otherwise_with_links_to_them(client, admin):
+    candidate = _candidate(goal_reached={"c_stop": 1.0, "c_cont": 1.0, "delta": 0.49})
+    trial = shadow.shadow_trial_start(policy_version_id=candidate.pk, comment="wide")
+    run = drive(start("goal_reached"))
+    shadow.shadow_trials_catch_up()
+    client.force_login(admin)
+
+    body = client.get(reverse("policies:shadow_detail", args=[trial.pk])).content.decode()
+    assert "real 0.000 (0) → candidate 1.000 (2)" in body
+    assert f'href="{reverse("runs:detail", args=[run.pk])}#turn-1"' in body
+    assert "stop_success (goal_reached)" in body
+    assert "<td>stop_success</td><td>escalate</td><td>1</td>" in body
+
+
+def test_older_differences_are_a_page_away(client, admin, monkeypatch):
+    monkeypatch.setattr("guardian_core.shadow_views.DIFFERENCES_PER_PAGE", 1)
+    candidate = _candidate(goal_reached={"c_stop": 1.0, "c_cont": 1.0, "delta": 0.49})
+    trial = shadow.shadow_trial_start(policy_version_id=candidate.pk, comment="wide")
+    run = drive(start("goal_reached"))
+    shadow.shadow_trials_catch_up()
+    client.force_login(admin)
+    url = reverse("policies:shadow_detail", args=[trial.pk])
+    first = client.get(url)
+    newest = first.context["differences"]
+    assert [d.turn_index for d in newest] == [1]
+    older = client.get(url, {"before": first.context["older"]}).context["differences"]
+    assert [(d.run_id, d.turn_index) for d in older] == [(run.pk, 0)]
+
+
+def test_stopping_from_the_page_keeps_what_the_trial_recorded(client, admin):
+    trial = shadow.shadow_trial_start(policy_version_id=_candidate().pk, comment="stop")
+    drive(start("goal_reached"))
+    shadow.shadow_trials_catch_up()
+    client.force_login(admin)
+    response = client.post(reverse("policies:shadow_stop", args=[trial.pk]))
+    assert response.status_code == 302
+    trial.refresh_from_db()
+    assert (trial.running, trial.stopped_by) == (False, admin)
+    assert trial.decisions.count() == 2
+    listing = client.get(reverse("policies:shadow")).context
+    assert [t.pk for t in listing["stopped"]] == [trial.pk]
+    assert listing["running"] == []

@@ -370,3 +370,8 @@ class ShadowDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trial}: turn {self.turn_index} of run {self.run_id}: {self.outcome}"
+
+    @property
+    def deciding_reasons(self) -> list[dict]:
+        """The reasons that gave the candidate's outcome (the others did not decide it)."""
+        return [r for r in self.reasons if r.get("outcome") == self.outcome]

@@ -58,6 +58,7 @@ SECTIONS = (
     "local guardian",
     "task round trip",
     "replay",
+    "shadow",
     "pages",
 )
 NOT_BUILT: dict[str, str] = {}
@@ -171,7 +172,15 @@ def main() -> int:
     # The bench workers' logs, kept for a look after a failed pass; one run's worth at a time.
     shutil.rmtree(Path(settings.VAR_DIR) / "bench", ignore_errors=True)
 
-    from bench import local_guardian, queue_page, replay, run_list_page, task_roundtrip, throughput
+    from bench import (
+        local_guardian,
+        queue_page,
+        replay,
+        run_list_page,
+        shadow,
+        task_roundtrip,
+        throughput,
+    )
 
     runner = Runner()
     runner.section("engine", engine)
@@ -183,6 +192,7 @@ def main() -> int:
     runner.section("local guardian", local_guardian.measure)
     runner.section("task round trip", task_roundtrip.measure)
     runner.section("replay", replay.measure)
+    runner.section("shadow", shadow.measure)
     for name, why in NOT_BUILT.items():
         runner.section(name, lambda r, why=why: r.skip(why))
     runner.section("pages", lambda r: (queue_page.measure(r), run_list_page.measure(r)))

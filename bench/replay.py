@@ -102,9 +102,10 @@ def _measure_one(report: Report, label: str, *, distinct: bool) -> float:
         delete_runs()
 
 
-def fill(turns: int, *, distinct: bool = True) -> int:
+def fill(turns: int, *, distinct: bool = True, projections: bool = False) -> int:
     """One run of `turns` decided turns, logged as the loop logs them; returns its id. With
-    `distinct`, no two turns give the same answer to a condition."""
+    `distinct`, no two turns give the same answer to a condition; with `projections`, each turn
+    keeps what the guardian saw of the loop's state (the replans so far), as a worker's does."""
     from guardian_core.demo import demo_policy_version
     from guardian_core.engine.policy import Outcome, PastTurn, Usage, decide, history_needed
     from runs import mapping
@@ -148,7 +149,8 @@ def fill(turns: int, *, distinct: bool = True) -> int:
                 steps.append(replanned)
                 replans += 1
             window.append(PastTurn(decision.outcome, decision.fired, calls))
-            rows.append((index, answers, calls, usage, decision, steps))
+            seen = {"replans": replans - (1 if decision.outcome == Outcome.REPLAN else 0)}
+            rows.append((index, answers, calls, usage, decision, steps, seen))
         created = Turn.objects.bulk_create(
             Turn(
                 run=run,
@@ -156,10 +158,11 @@ def fill(turns: int, *, distinct: bool = True) -> int:
                 state_hash=f"{index:064x}",
                 steps=steps,
                 usage=mapping.usage_to_json(usage),
+                projection=seen if projections else {},
                 started_at=now,
                 finished_at=now,
             )
-            for index, _, _, usage, _, steps in rows
+            for index, _, _, usage, _, steps, seen in rows
         )
         Decision.objects.bulk_create(
             Decision(
@@ -176,7 +179,7 @@ def fill(turns: int, *, distinct: bool = True) -> int:
                 guardian_model_version="bench-generated",
                 state_hash=turn.state_hash,
             )
-            for turn, (_, answers, calls, _, decision, _) in zip(created, rows, strict=True)
+            for turn, (_, answers, calls, _, decision, _, _) in zip(created, rows, strict=True)
         )
     return run.pk
 

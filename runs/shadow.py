@@ -10,6 +10,7 @@ saw), the turn's usage, calls and loop-step reasons, the replans so far (the pro
 them) and the run's earlier decided turns for the policy's windows.
 """
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,12 +21,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from guardian_core.engine.conditions import Malformed
-from guardian_core.engine.policy import POST_EXECUTION_CONDITIONS, PastTurn, history_needed
+from guardian_core.engine.conditions import Condition, Malformed
+from guardian_core.engine.policy import (
+    POST_EXECUTION_CONDITIONS,
+    Outcome,
+    PastTurn,
+    history_needed,
+)
 from guardian_core.engine.thresholds import Policy
 from guardian_core.models import GuardianModelVersion, PolicyVersion
 from runs import mapping
-from runs.models import Decision, DecisionOutcome, Run, ShadowDecision, ShadowTrial, Turn
+from runs.models import Decision, DecisionOutcome, Run, ShadowDecision, ShadowTrial
 from runs.replay import replay_turn_row
 
 BATCH = 500
@@ -143,6 +149,8 @@ def shadow_trial_catch_up(*, trial_id: int, limit: int = BATCH) -> int:
         rows = list(
             Decision.objects.filter(pk__gt=trial.cursor)
             .select_related("turn__run")
+            # What a shadow decision does not read, some of it large: not fetched 500 times.
+            .defer(*_UNREAD)
             .order_by("pk")[:limit]
         )
         settled = []
@@ -166,6 +174,21 @@ def shadow_trial_catch_up(*, trial_id: int, limit: int = BATCH) -> int:
     return len(settled)
 
 
+_UNREAD = (
+    "risk_answers",
+    "thresholds",
+    "turn__proposal",
+    "turn__steps",
+    "turn__state",
+    "turn__risk_projections",
+    "turn__feedback",
+    "turn__timings",
+    "turn__run__state",
+    "turn__run__final_answer",
+    "turn__run__last_error",
+)
+
+
 def _settle_seconds() -> float:
     return settings.GUARDIAN_SHADOW_SETTLE_SECONDS
 
@@ -176,6 +199,16 @@ class _Decider:
     def __init__(self, trial: ShadowTrial) -> None:
         self.trial = trial
         self.policies: dict[tuple, Policy] = {}
+        # Per run: the last turn decided in this batch and the window after it. A batch holds
+        # a run's turns one after another, so only its first turn of the batch queries.
+        self.windows: dict[int, tuple[int, deque[PastTurn]]] = {}
+
+    def _window(self, run_id: int, index: int, wanted: int) -> deque[PastTurn]:
+        known = self.windows.get(run_id)
+        if known is None or known[0] != index - 1 or known[1].maxlen != max(wanted, 1):
+            known = (index - 1, _history(run_id, index, wanted))
+            self.windows[run_id] = known
+        return known[1]
 
     def decide(self, decision: Decision) -> ShadowDecision | None:
         turn = decision.turn
@@ -194,6 +227,8 @@ class _Decider:
             # for it, so its band goes to people, as it would on a run without a judge.
             asked = {} if held else _ask(model, run, turn.projection)
             answers = asked
+        wanted = history_needed(policy)
+        window = self._window(run.pk, turn.index, wanted)
         replayed = replay_turn_row(
             run_id=run.pk,
             row=(
@@ -208,10 +243,13 @@ class _Decider:
                 True,
             ),
             policy=policy,
-            history=_history(run, turn.index, history_needed(policy)),
+            history=list(window) if wanted else [],
             replans=int((turn.projection or {}).get("replans", 0) or 0),
         )
         outcome, stop_reason = replayed.replayed_outcome, replayed.replayed_stop_reason
+        # The real decision joins the window the run's next turn reads (a real history).
+        window.append(_past(decision.outcome, decision.fired, decision.call_signatures))
+        self.windows[run.pk] = (turn.index, window)
         return ShadowDecision(
             trial=self.trial,
             decision=decision,
@@ -237,17 +275,28 @@ class _Decider:
         return self.policies[key]
 
 
-def _history(run: Run, index: int, wanted: int) -> list[PastTurn]:
+def _history(run_id: int, index: int, wanted: int) -> deque[PastTurn]:
     """The run's decided turns before `index` that the policy's windows read, oldest first:
-    one indexed query of at most `wanted` rows, whatever the run's length."""
+    one indexed query of at most `wanted` small rows, whatever the run's length."""
+    window: deque[PastTurn] = deque(maxlen=max(wanted, 1))
     if not wanted:
-        return []
-    earlier = (
-        Turn.objects.filter(run_id=run.pk, index__lt=index, decision__isnull=False)
-        .select_related("decision")
-        .order_by("-index")[:wanted]
+        return window
+    rows = (
+        Decision.objects.filter(turn__run_id=run_id, turn__index__lt=index)
+        .order_by("-turn__index")
+        .values_list("outcome", "fired", "call_signatures")[:wanted]
     )
-    return [mapping.past_turn(turn) for turn in reversed(list(earlier))]
+    for outcome, fired, calls in reversed(list(rows)):
+        window.append(_past(outcome, fired, calls))
+    return window
+
+
+def _past(outcome: str, fired: list, calls: list) -> PastTurn:
+    return PastTurn(
+        outcome=Outcome(outcome),
+        fired=frozenset(Condition(name) for name in fired),
+        calls=tuple(calls),
+    )
 
 
 _GUARDIANS: dict[tuple, object] = {}

@@ -1,6 +1,7 @@
 """The learning loop's Django side: guardian model versions made from labelled examples (a
 calibration map per condition over any adapter, or the local guardian retrained), their
-activation, and the guardian a run or the harness gets for a version.
+activation through the regression gate (guardian_gate.py), and the guardian a run or the harness
+gets for a version.
 
 What a version learnt from is recorded with it (example ids and a digest of their content);
 what it scored on examples it did not learn from is in its `figures`, per condition, before
@@ -27,7 +28,12 @@ from guardian_core.engine.calibration import (
 from guardian_core.engine.canonical import sha256_hex
 from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
 from guardian_core.engine.evaluation import DEFAULT_BINS, TraceRow, is_positive
-from guardian_core.models import GuardianAdapter, GuardianModelKind, GuardianModelVersion
+from guardian_core.models import (
+    GuardianAdapter,
+    GuardianModelActivation,
+    GuardianModelKind,
+    GuardianModelVersion,
+)
 
 Progress = Callable[[int, int], None]
 
@@ -100,49 +106,81 @@ def teaching_examples(example_ids: Sequence[int]) -> dict[Condition, list[dict]]
 # ---- activation -------------------------------------------------------------------------------
 
 
-def activation_problems(version: GuardianModelVersion) -> list[str]:
-    """Why `version` may not become active; [] when it may.
-
-    The seam for issue 12's regression gate (the candidate measured against the active version
-    on the same traces before it replaces it): today nothing is checked here."""
-    return []
-
-
-def guardian_model_activate(*, number: int) -> GuardianModelVersion:
+def guardian_model_activate(
+    *,
+    number: int,
+    activated_by: AbstractBaseUser | None = None,
+    comment: str = "",
+    override_reason: str = "",
+) -> GuardianModelVersion:
     """Make version `number` the one runs on its adapter use, retiring the one active before,
-    in one transaction (the one-active-per-adapter constraint holds at every moment)."""
-    return guardian_model_activate_replacing(number=number)[0]
+    in one transaction (the one-active-per-adapter constraint holds at every moment), once the
+    regression gate lets it through (see `guardian_model_activate_replacing`)."""
+    return guardian_model_activate_replacing(
+        number=number,
+        activated_by=activated_by,
+        comment=comment,
+        override_reason=override_reason,
+    )[0]
 
 
 def guardian_model_activate_replacing(
-    *, number: int
+    *,
+    number: int,
+    activated_by: AbstractBaseUser | None = None,
+    comment: str = "",
+    override_reason: str = "",
 ) -> tuple[GuardianModelVersion, GuardianModelVersion | None]:
     """`guardian_model_activate`, also returning the version it retired (None when none of the
-    adapter was active, or version `number` already was), read under the same locks."""
+    adapter was active, or version `number` already was), read under the same locks.
+
+    The regression gate (guardian_core/guardian_gate.py) first measures the candidate against
+    what the adapter's runs use now; when it refuses, LearningError names every reason and
+    nothing changes, unless `override_reason` says why to go ahead anyway. Each activation is
+    recorded (who, the comment, the gate's report, the override's reason) in the transaction
+    that activates it."""
+    from guardian_core.guardian_gate import guardian_model_gate_report
+
+    version = guardian_model_version_get(number=number)
+    override_reason = override_reason.strip()
+    # Measured before any lock is taken: the gate asks the guardians (a network one too).
+    report = guardian_model_gate_report(candidate=version)
+    if report["refused"] and not override_reason:
+        raise LearningError(
+            f"guardian model version {number} cannot be activated, the regression gate "
+            "refuses it:\n"
+            + "".join(f"  - {reason}\n" for reason in report["reasons"])
+            + "give an override reason to activate it anyway"
+        )
     with transaction.atomic():
         # Lock the adapter's versions in one order: two activations at once queue up instead
         # of tripping the constraint.
-        version = guardian_model_version_get(number=number)
         list(
             GuardianModelVersion.objects.select_for_update()
             .filter(adapter=version.adapter)
             .order_by("pk")
             .values_list("pk")
         )
-        problems = activation_problems(version)
-        if problems:
+        active = GuardianModelVersion.objects.filter(
+            adapter=version.adapter, is_active=True
+        ).first()
+        if (active.pk if active else None) != report["current_id"]:
+            # The gate compared the candidate with another model than the one it would replace.
             raise LearningError(
-                f"guardian model version {number} cannot be activated: " + "; ".join(problems)
+                f"guardian model version {number} was not activated: the active {version.adapter} "
+                "version changed while the gate measured it; run it again"
             )
-        replaced = (
-            GuardianModelVersion.objects.filter(adapter=version.adapter, is_active=True)
-            .exclude(pk=version.pk)
-            .first()
-        )
-        GuardianModelVersion.objects.filter(adapter=version.adapter, is_active=True).exclude(
-            pk=version.pk
-        ).update(is_active=False)
+        replaced = active if active is not None and active.pk != version.pk else None
+        if replaced is not None:
+            GuardianModelVersion.objects.filter(pk=replaced.pk).update(is_active=False)
         GuardianModelVersion.objects.filter(pk=version.pk).update(is_active=True)
+        GuardianModelActivation.objects.create(
+            version=version,
+            activated_by=activated_by if getattr(activated_by, "is_authenticated", False) else None,
+            comment=comment.strip(),
+            gate_report=report,
+            override_reason=override_reason if report["refused"] else "",
+        )
     version.is_active = True
     if replaced is not None:
         replaced.is_active = False

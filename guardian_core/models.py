@@ -231,3 +231,25 @@ class PolicyActivation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.version} activated {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class GuardianModelActivation(models.Model):
+    """Who activated a guardian model version, when and why, with the regression gate's report
+    and, when the gate refused and an admin went ahead, the reason they gave."""
+
+    version = models.ForeignKey(
+        GuardianModelVersion, on_delete=models.PROTECT, related_name="activations"
+    )
+    activated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    comment = models.TextField(blank=True)
+    gate_report = models.JSONField(default=dict, blank=True)
+    override_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.version} activated {self.created_at:%Y-%m-%d %H:%M}"

@@ -236,15 +236,19 @@ GUARDIAN_MODEL_PRICES = env_json_prices("GUARDIAN_MODEL_PRICES")
 # A worker holds a run this long while it advances one turn; after that the sweeper may give
 # the run to another worker. Longer than the slowest turn, shorter than a person's patience.
 GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)
-# The regression gate on activating a policy version (guardian_core/policy_gate.py): refuse
-# when the expected cost (or a condition's ECE) worsens by more than this share; replay at
-# most this many labelled examples, near-misses first.
+# The regression gates on activating a policy version (guardian_core/policy_gate.py) or a
+# guardian model version (guardian_core/guardian_gate.py): refuse when the expected cost (or a
+# condition's ECE) worsens by more than this share; replay at most this many labelled examples
+# (near-misses first for a policy version, the newest for a guardian model version).
 GUARDIAN_GATE_COST_TOLERANCE = env_float("GUARDIAN_GATE_COST_TOLERANCE", 0.05, minimum=0.0)
 GUARDIAN_GATE_MAX_EXAMPLES = env_int("GUARDIAN_GATE_MAX_EXAMPLES", 5000, minimum=1)
 # /policies/monitoring/ warns when the last day's escalations per hour exceed this.
 GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = env_float(
     "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", 10.0, minimum=0.0
 )
+# The monitoring page's suggested t* and δ price one review at this share of the cheaper of a
+# condition's two error costs, min(C_stop, C_cont) (guardian_core/monitoring.review_cost).
+GUARDIAN_REVIEW_COST_SHARE = env_float("GUARDIAN_REVIEW_COST_SHARE", 0.1, minimum=0.0)
 # A shadow trial decides a turn once its decision is this old: one still committing may hold a
 # lower id than one already visible, and the trial reads in id order (runs/shadow.py).
 GUARDIAN_SHADOW_SETTLE_SECONDS = env_float("GUARDIAN_SHADOW_SETTLE_SECONDS", 15.0, minimum=0.0)

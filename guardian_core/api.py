@@ -20,7 +20,7 @@ from guardian_core.models import PolicyVersion, problems_by_field
 from guardian_core.policy_gate import gate_report
 from guardian_core.policy_validation import policy_version_problems
 from guardian_core.selectors import policy_version_list
-from guardian_core.services import policy_version_activate, policy_version_create
+from guardian_core.services import GateRefused, policy_version_activate, policy_version_create
 from runs.validation import _json_problems
 
 
@@ -92,6 +92,7 @@ class PolicyVersionOutputSerializer(serializers.ModelSerializer):
             "question_set",
             "judge",
             "limits",
+            "copied_from",
             "is_active",
             "run_count",
             "created_at",
@@ -150,10 +151,38 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
         validators=[storable_json("limits")],
         help_text=(
             "Whole numbers: hysteresis_window, hysteresis_required, max_replans, "
-            "repeat_limit; a key left out keeps its default (3, 2, 2, 3)."
+            "repeat_limit (a key left out keeps its default: 3, 2, 2, 3), and the caps a run "
+            "that states no budget of its own takes: max_turns, max_tokens, max_cost, "
+            "max_wall_seconds, plus escalation_hours (left out: GUARDIAN_ESCALATION_HOURS)."
         ),
     )
-    activate = serializers.BooleanField(default=False)
+    copied_from = serializers.PrimaryKeyRelatedField(
+        queryset=PolicyVersion.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text=(
+            "The id of the version this one is edited from: recorded, and a question reworded "
+            "from it needs a new question_set_version."
+        ),
+    )
+    activate = serializers.BooleanField(
+        default=False,
+        help_text=(
+            "Activate it at once, through the regression gate: refused (and nothing stored) "
+            "without override_reason when the gate refuses."
+        ),
+    )
+    comment = serializers.CharField(
+        required=False,
+        default="created and activated through the API",
+        help_text="With activate: why; recorded in the activation history.",
+    )
+    override_reason = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="With activate: why go ahead when the regression gate refuses.",
+    )
 
 
 def _policy_problems(error: DjangoValidationError) -> ValidationError:
@@ -190,7 +219,8 @@ def _with_content_problems(errors: dict, data: object) -> dict:
 
 class PolicyVersionCreateApi(APIView):
     """A new policy version, validated in full (every problem named at once); optionally made
-    the active one at once."""
+    the active one at once, through the regression gate like every activation (all or nothing:
+    a refused activation stores no version)."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "guardian_core.add_policyversion"
@@ -206,6 +236,12 @@ class PolicyVersionCreateApi(APIView):
         data = dict(serializer.validated_data)
         try:
             version = policy_version_create(**data, created_by=request.user)
+        except GateRefused as error:
+            # Nothing was stored: the version's insert rolled back with the refusal.
+            error.error_dict["override_reason"].extend(
+                DjangoValidationError(f"gate: {reason}") for reason in error.report["reasons"]
+            )
+            raise _policy_problems(error) from None
         except DjangoValidationError as error:
             raise _policy_problems(error) from None
         return Response(
@@ -309,7 +345,7 @@ API_ENDPOINTS = (
      "Labelled examples as JSON Lines (the trace format), streamed."),
     ("policy-version-list", "GET", "/api/policy-versions/", "Policy versions, newest first."),
     ("policy-version-create", "POST", "/api/policy-versions/create/",
-     "Create a policy version."),
+     "Create a policy version (a draft; with activate=true, through the regression gate)."),
     ("policy-version-activate", "POST", "/api/policy-versions/{id}/activate/",
      "Activate a policy version."),
 )  # fmt: skip

@@ -4,17 +4,21 @@ a new API token. Both hand their content to the services, which hold the rules."
 from django import forms
 from django.contrib.auth import get_user_model
 
-from guardian_core.engine.thresholds import Threshold
+from guardian_core.engine.thresholds import Budgets, Threshold
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import (
     CONDITIONS,
+    FRACTIONAL_LIMITS,
     JUDGE_TIMEOUT_MAX_SECONDS,
     JUDGE_TIMEOUT_MIN_SECONDS,
     LIMIT_DEFAULTS,
     LIMIT_HELP,
     LIMIT_RANGES,
+    escalation_hours,
     limits_with_defaults,
     policy_version_problems,
+    reworded_conditions,
+    reworded_problems,
 )
 
 THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
@@ -23,7 +27,15 @@ LIMIT_LABELS = {
     "hysteresis_required": "Hysteresis: turns that must fire",
     "max_replans": "Replans before a stop",
     "repeat_limit": "Repeat limit (same call, turns in a row)",
+    "max_turns": "Run cap: turns",
+    "max_tokens": "Run cap: tokens",
+    "max_cost": "Run cap: cost",
+    "max_wall_seconds": "Run cap: wall time (seconds)",
+    "escalation_hours": "Escalation deadline (hours)",
 }
+# Query parameters the new-version page never takes as a field's value: `from` picks the version
+# copied, and the version copied is the one the page says, never one a link names.
+NOT_PREFILLED = frozenset({"copied_from"})
 
 
 def limit_field(key: str) -> str:
@@ -79,9 +91,9 @@ class PolicyVersionForm(forms.Form):
         label="Second-tier judge: seconds it may take",
         help_text="An answer after this is no answer: the case goes to a person. Default 10.",
     )
-    activate = forms.BooleanField(
-        required=False, label="Activate it now: new runs pin this version"
-    )
+    # The version being edited (the page's ?from=, else the active one): kept across the POST
+    # so the version stores where it came from even if another was activated meanwhile.
+    copied_from = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -103,11 +115,14 @@ class PolicyVersionForm(forms.Form):
             )
         for key, (low, high) in LIMIT_RANGES.items():
             # Bounds are the service's (policy_validation), so its message names a bad value.
-            self.fields[limit_field(key)] = forms.IntegerField(
+            fractional = key in FRACTIONAL_LIMITS
+            field_class = forms.FloatField if fractional else forms.IntegerField
+            attrs = {"min": low, "max": high, "step": "any" if fractional else 1}
+            self.fields[limit_field(key)] = field_class(
                 required=False,
                 label=LIMIT_LABELS[key],
-                help_text=f"{LIMIT_HELP[key]} Empty: {LIMIT_DEFAULTS[key]}.",
-                widget=forms.NumberInput(attrs={"min": low, "max": high}),
+                help_text=f"{LIMIT_HELP[key]} Empty: {_default_words(key)}.",
+                widget=forms.NumberInput(attrs=attrs),
             )
 
     def limit_fields(self) -> list:
@@ -130,6 +145,7 @@ class PolicyVersionForm(forms.Form):
             return {}
         initial = {
             "label": "",
+            "copied_from": version.pk,
             "question_set_version": version.question_set_version,
             "quorum_regulated": bool(version.quorum.get("regulated")),
             "quorum_tools": "\n".join(version.quorum.get("tools", [])),
@@ -137,7 +153,10 @@ class PolicyVersionForm(forms.Form):
             "judge_conditions": list(version.judge.get("conditions", [])),
             "judge_timeout_seconds": version.judge.get("timeout_seconds"),
         }
-        for key, value in limits_with_defaults(version.limits or {}).items():
+        stored = version.limits or {}
+        # The engine's limits spelled out; a cap or deadline the version leaves to the run or
+        # the setting stays empty, so the copy leaves it there too.
+        for key, value in {**limits_with_defaults(stored), **stored}.items():
             initial[limit_field(key)] = value
         for condition in CONDITIONS:
             values = version.thresholds.get(condition, {})
@@ -145,6 +164,29 @@ class PolicyVersionForm(forms.Form):
                 initial[threshold_field(condition, part)] = values.get(part)
             initial[question_field(condition)] = version.question_set.get(condition, "")
         return initial
+
+    @classmethod
+    def prefill(cls, initial: dict, query) -> tuple[dict, list[dict]]:
+        """`initial` with every query parameter named like a field over it (a link offering
+        suggested thresholds as an editable draft), and which fields it set: label, value.
+        Nothing is checked here: the values only fill the form, which is checked on saving."""
+        form = cls()
+        initial = dict(initial)
+        applied = []
+        for name, field in form.fields.items():
+            if name not in query or name in NOT_PREFILLED:
+                continue
+            if isinstance(field, forms.MultipleChoiceField):
+                value = query.getlist(name)
+                shown = ", ".join(value)
+            elif isinstance(field, forms.BooleanField):
+                value = query.get(name, "").lower() in ("1", "true", "on", "yes")
+                shown = "yes" if value else "no"
+            else:
+                value = shown = query.get(name, "")
+            initial[name] = value
+            applied.append({"name": name, "label": field.label or name, "value": shown})
+        return initial, applied
 
     def content(self) -> dict:
         """policy_version_create's keyword arguments from the cleaned data."""
@@ -162,6 +204,7 @@ class PolicyVersionForm(forms.Form):
             quorum["tools"] = tools
         return {
             "label": data.get("label", ""),
+            "copied_from": data.get("copied_from"),
             "question_set_version": data.get("question_set_version", ""),
             "thresholds": {
                 condition: {
@@ -199,18 +242,55 @@ class PolicyVersionForm(forms.Form):
         # The service's rules on what did parse, so one answer names every bad field; a field
         # that failed its own check already says why, and its missing value would say it again.
         failed = set(self.errors)
-        for problem in policy_version_problems(
+        problems = policy_version_problems(
             thresholds=content["thresholds"],
             question_set=content["question_set"],
             question_set_version=content["question_set_version"],
             quorum=content["quorum"],
             judge=content["judge"],
             limits=content["limits"],
-        ):
+        )
+        problems += reworded_problems(
+            question_set=content["question_set"],
+            question_set_version=content["question_set_version"],
+            source=content["copied_from"],
+        )
+        for problem in problems:
             name = _field_of(problem)
             if name not in failed:
                 self.add_error(name, problem.split(": ", 1)[-1])
         return cleaned
+
+    def clean_copied_from(self) -> PolicyVersion | None:
+        pk = self.cleaned_data.get("copied_from")
+        if pk is None:
+            return None
+        found = PolicyVersion.objects.filter(pk=pk).first()
+        if found is None:
+            raise forms.ValidationError(
+                f"No policy version {pk} to copy from; open the page again."
+            )
+        return found
+
+    def question_rows(self) -> list[dict]:
+        """Per condition, its question field and whether it is reworded (reworded_conditions)
+        from the version being edited, read from the raw input as the preview is."""
+        reworded = set(self.reworded())
+        return [
+            {"condition": c, "field": self[question_field(c)], "reworded": c in reworded}
+            for c in CONDITIONS
+        ]
+
+    def reworded(self) -> list[str]:
+        """The conditions whose question the input rewords under an unchanged question-set
+        version, from the raw input: the editor marks them while the admin types."""
+        raw = str(self._raw("copied_from") or "")
+        source = PolicyVersion.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+        return reworded_conditions(
+            question_set={c: self._raw(question_field(c)) or "" for c in CONDITIONS},
+            question_set_version=self._raw("question_set_version") or "",
+            source=source,
+        )
 
     def derived_thresholds(self) -> list[dict]:
         """Per condition, the t* and band the typed costs give, or why they give none; read
@@ -247,6 +327,16 @@ class PolicyVersionForm(forms.Form):
         if self.is_bound:
             return self.data.get(self.add_prefix(name))
         return self.initial.get(name)
+
+
+def _default_words(key: str) -> str:
+    """What an empty limit field means, in the words of the form's help line."""
+    if key == "escalation_hours":
+        return f"GUARDIAN_ESCALATION_HOURS ({escalation_hours({})})"
+    if LIMIT_DEFAULTS[key] is not None:
+        return str(LIMIT_DEFAULTS[key])
+    engine = getattr(Budgets(), key)
+    return f"the run's own budget, else {engine if engine is not None else 'none'}"
 
 
 def _field_of(problem: str) -> str | None:

@@ -5,7 +5,13 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from guardian_core.policy_validation import LIMIT_DEFAULTS, LIMIT_HELP, policy_version_problems
+from guardian_core.engine.thresholds import Budgets
+from guardian_core.policy_validation import (
+    LIMIT_DEFAULTS,
+    LIMIT_HELP,
+    escalation_hours,
+    policy_version_problems,
+)
 
 
 class PolicyVersion(models.Model):
@@ -35,15 +41,29 @@ class PolicyVersion(models.Model):
             "may settle, timeout_seconds. Empty: no judge."
         ),
     )
-    # Hysteresis, replans and the repeat limit (policy_validation.LIMIT_DEFAULTS); a key left
-    # out keeps the default, so versions stored before this field replay as they were.
+    # Hysteresis, replans, the repeat limit, the run caps and the escalation deadline
+    # (policy_validation.LIMIT_DEFAULTS); a key left out keeps the default, so versions stored
+    # before a key existed replay as they were.
     limits = models.JSONField(
         default=dict,
         blank=True,
         help_text=(
-            "hysteresis_window, hysteresis_required, max_replans, repeat_limit; "
-            "a key left out keeps its default."
+            "hysteresis_window, hysteresis_required, max_replans, repeat_limit, max_turns, "
+            "max_tokens, max_cost, max_wall_seconds, escalation_hours; a key left out keeps "
+            "its default."
         ),
+    )
+    # The version this one was edited from (the new-version page's ?from=): what its diff is
+    # read against first and what a reworded question is measured from. PROTECT, not
+    # SET_NULL: a version's lineage is part of who changed what, and versions are never
+    # deleted (the Django admin refuses it), so a delete that would erase it must fail loudly.
+    copied_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="copies",
+        help_text="The version this one was copied from and edited.",
     )
     is_active = models.BooleanField(default=False)
     created_by = models.ForeignKey(
@@ -85,17 +105,30 @@ class PolicyVersion(models.Model):
 
     def limits_in_force(self) -> list[dict]:
         """Each limit a run pinned to this version is judged by, with whether it is the default
-        (kept by a version stored before limits were part of it) and what it does."""
+        (kept by a version stored before the key was part of it), what the default means, and
+        what it does."""
         stored = self.limits or {}
-        return [
-            {
-                "key": key,
-                "value": stored.get(key, default),
-                "is_default": key not in stored,
-                "help": LIMIT_HELP[key],
-            }
-            for key, default in LIMIT_DEFAULTS.items()
-        ]
+        rows = []
+        for key, default in LIMIT_DEFAULTS.items():
+            value = stored.get(key, default)
+            if key == "escalation_hours":
+                value = escalation_hours(stored)
+                default_means = "GUARDIAN_ESCALATION_HOURS"
+            elif default is None:
+                engine = getattr(Budgets(), key)
+                default_means = f"the run's own budget, else {engine if engine else 'none'}"
+            else:
+                default_means = ""
+            rows.append(
+                {
+                    "key": key,
+                    "value": value,
+                    "is_default": key not in stored,
+                    "default_means": default_means,
+                    "help": LIMIT_HELP[key],
+                }
+            )
+        return rows
 
 
 def problems_by_field(problems: list[str]) -> dict[str, list[str]]:

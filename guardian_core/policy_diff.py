@@ -13,10 +13,26 @@ LIMIT_WORDS: Mapping[str, str] = {
     "hysteresis_required": "drift required",
     "max_replans": "max replans",
     "repeat_limit": "repeat limit",
+    "max_turns": "turn cap",
+    "max_tokens": "token cap",
+    "max_cost": "cost cap",
+    "max_wall_seconds": "wall-time cap (s)",
+    "escalation_hours": "escalation deadline (h)",
 }
 THRESHOLD_WORDS: Mapping[str, str] = {"c_stop": "C_stop", "c_cont": "C_cont", "delta": "δ"}
 # Fields that name or place a version rather than say how it guards: never a difference.
-NOT_CONTENT = frozenset({"id", "number", "is_active", "created_by", "created_at"})
+NOT_CONTENT = frozenset(
+    {
+        "id",
+        "number",
+        "is_active",
+        "created_by",
+        "created_by_id",
+        "created_at",
+        "copied_from",
+        "copied_from_id",
+    }
+)
 KNOWN = frozenset(
     {"label", "thresholds", "question_set", "question_set_version", "quorum", "judge", "limits"}
 )
@@ -79,7 +95,7 @@ def _condition_diff(condition: str, before: Mapping, after: Mapping) -> list[Cha
     costs = ("c_stop", "c_cont")
     if any(before.get(k) != after.get(k) for k in costs) or _t_star(before) != _t_star(after):
         words = (
-            f"{condition} t* {_number(_t_star(before), 2)} → {_number(_t_star(after), 2)} ("
+            f"{condition} t* {_t_text(_t_star(before))} → {_t_text(_t_star(after))} ("
             + ", ".join(
                 f"{THRESHOLD_WORDS[k]} {_number(before.get(k))} → {_number(after.get(k))}"
                 for k in costs
@@ -179,20 +195,25 @@ def _judge_diff(old: Mapping, new: Mapping) -> list[Change]:
 
 
 def _limits_diff(old: Mapping, new: Mapping) -> list[Change]:
-    # A key left out runs with its default, so {} and the defaults spelled out guard alike.
+    # A key left out runs with its default, so {} and the defaults spelled out guard alike. A
+    # cap or deadline left out reads "(default)": the run's own budget, or the setting.
     before = {**limits_with_defaults(old), **old}
     after = {**limits_with_defaults(new), **new}
     return [
         Change(
             f"limits.{key}",
             f"{LIMIT_WORDS.get(key, key.replace('_', ' '))} "
-            f"{_value(before.get(key))} → {_value(after.get(key))}",
+            f"{_limit_value(before.get(key))} → {_limit_value(after.get(key))}",
             before.get(key),
             after.get(key),
         )
         for key in (*LIMIT_DEFAULTS, *sorted((set(before) | set(after)) - set(LIMIT_DEFAULTS)))
         if before.get(key) != after.get(key)
     ]
+
+
+def _limit_value(value: Any) -> str:
+    return "(default)" if value is None else _value(value)
 
 
 def _other_fields_diff(old: Any, new: Any) -> list[Change]:
@@ -227,7 +248,7 @@ def _t_star(values: Mapping) -> float | None:
 def _threshold_summary(values: Any) -> str:
     if not isinstance(values, Mapping):
         return _value(values)
-    parts = [f"t* {_number(_t_star(values), 2)}"]
+    parts = [f"t* {_t_text(_t_star(values))}"]
     parts += [
         f"{THRESHOLD_WORDS.get(k, k)} {_number(v, 2 if k == 'delta' else 0)}"
         for k, v in values.items()
@@ -241,6 +262,15 @@ def _judge_summary(judge: Mapping) -> str:
     return f"{judge.get('model')} ({judge.get('adapter')}) on {conditions}, " + (
         f"{_number(judge.get('timeout_seconds', 10))} s"
     )
+
+
+def _t_text(value: Any) -> str:
+    """t* as the other pages show it: two places when they say it all ("0.10"), else three
+    ("0.182")."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return _value(value)
+    two = f"{value:.2f}"
+    return two if abs(float(two) - value) < 1e-9 else f"{value:.3f}"
 
 
 def _number(value: Any, places: int = 0) -> str:

@@ -29,6 +29,8 @@ def policy_version_diff_page(request: HttpRequest, version_id: int) -> HttpRespo
             "against": against,
             "others": others,
             "bad_against": bad_against,
+            # The next step after reading a diff: offered only where the activate page could.
+            "can_activate": not version.is_active and not version.problems(),
             "changes": version_diff(against, version) if against is not None else [],
         },
     )

@@ -40,7 +40,10 @@ def _near_miss(example: dict, versions: Iterable[PolicyVersion]) -> bool:
     condition = Condition(example["condition"])
     for version in versions:
         threshold = thresholds_of(version).get(condition)
-        if threshold and abs(example["probability"] - threshold.t_star) <= 2 * threshold.delta:
+        if (
+            threshold
+            and abs(example["probability"] - threshold.t_star) <= 2 * threshold.delta + 1e-9
+        ):
             return True
     return False
 
@@ -65,6 +68,19 @@ def _example_url(example: dict) -> str | None:
     except NoReverseMatch:
         return None
     return None
+
+
+def _in_cost_units(report: dict) -> dict:
+    """Each condition's expected cost in units of its C_stop + C_cont: two versions state their
+    costs in their own units, and one that only rescales both (same t*, same decisions) must
+    cost the same, not look better or worse by a change of unit."""
+    for figures in report["conditions"].values():
+        policy = figures.get("policy")
+        if policy and policy.get("expected_cost") is not None:
+            policy["expected_cost"] = policy["expected_cost"] / (
+                policy["c_stop"] + policy["c_cont"]
+            )
+    return report
 
 
 def _overall(report: dict, key: str) -> float | None:
@@ -124,8 +140,8 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         )
         return report
     lines = [json.dumps(e) for e in examples]
-    before = traces_evaluate(lines=lines, policy_number=current.number)
-    after = traces_evaluate(lines=lines, policy_number=candidate.number)
+    before = _in_cost_units(traces_evaluate(lines=lines, policy_number=current.number))
+    after = _in_cost_units(traces_evaluate(lines=lines, policy_number=candidate.number))
     for name, figures in after["conditions"].items():
         old = before["conditions"][name]
         row = {"n": figures["n"]}

@@ -8,6 +8,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
+from guardian_core.engine.conditions import Condition
+from guardian_core.engine.policy import ON_FIRE, Outcome
+from guardian_core.engine.thresholds import Band
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_gate import gate_report
 from guardian_core.services import policy_version_activate
@@ -49,6 +52,7 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
         {
             "version": version,
             "report": report,
+            "flips": flip_rows(report["flips"], can_open_examples=can_open_examples(request)),
             "problems": version.problems(),
             "errors": errors,
             "comment": comment,
@@ -56,3 +60,47 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
         },
         status=400 if errors else 200,
     )
+
+
+# What a band means for the run, said per condition: "fired" alone does not tell an admin
+# whether the run would have stopped, replanned or waited for a person.
+_ON_FIRE_WORDS = {
+    Outcome.ESCALATE: "fires: a person decides",
+    Outcome.STOP_FAILURE: "fires: the run stops (failure)",
+    Outcome.STOP_SUCCESS: "fires: the run stops (success)",
+    Outcome.REPLAN: "fires: the actor replans",
+}
+_BAND_WORDS = {
+    Band.UNCERTAIN: "uncertain band: a person decides",
+    Band.CLEAR: "clear: the run goes on",
+}
+
+
+def band_words(condition: str, band: str) -> str:
+    """What `band` of `condition` does to the run, in words; an unknown value as it is."""
+    if band != Band.FIRED:
+        return _BAND_WORDS.get(band, band)
+    try:
+        return _ON_FIRE_WORDS[ON_FIRE[Condition(condition)]]
+    except (ValueError, KeyError):
+        return band
+
+
+def can_open_examples(request: HttpRequest) -> bool:
+    """A flip links to its escalation, a reviewer's page: an admin without that role would
+    follow the link to a 403, so the link is only offered to whoever may open it."""
+    return request.user.has_perm("escalations.review_escalation")
+
+
+def flip_rows(flips: list[dict], *, can_open_examples: bool) -> list[dict]:
+    """The gate's outcome flips as the page shows them: each band in words, and the example's
+    link only where the reader may follow it."""
+    return [
+        {
+            **flip,
+            "url": flip.get("url") if can_open_examples else None,
+            "current_words": band_words(flip["condition"], flip["current"]),
+            "candidate_words": band_words(flip["condition"], flip["candidate"]),
+        }
+        for flip in flips
+    ]

@@ -49,31 +49,72 @@ def policy_version_problems(
 
 
 # What a version without a key runs with: the engine Policy's own defaults, so a version stored
-# before limits were part of it replays exactly as it ran.
-LIMIT_DEFAULTS: Mapping[str, int] = {
+# before limits were part of it replays exactly as it ran. None for a run cap: the run's own
+# budget, else the engine's (no limit but the turn cap); None for the escalation deadline: the
+# GUARDIAN_ESCALATION_HOURS setting, as before deadlines were part of a version.
+LIMIT_DEFAULTS: Mapping[str, int | None] = {
     "hysteresis_window": 3,
     "hysteresis_required": 2,
     "max_replans": 2,
     "repeat_limit": 3,
+    "max_turns": None,
+    "max_tokens": None,
+    "max_cost": None,
+    "max_wall_seconds": None,
+    "escalation_hours": None,
 }
+# The limits the engine Policy takes as its own fields (runs/mapping.py passes them through).
+POLICY_LIMIT_KEYS = ("hysteresis_window", "hysteresis_required", "max_replans", "repeat_limit")
+# The caps a run that states no budget of its own is given at its start (runs/validation.py
+# names and checks a run's budgets the same way).
+RUN_CAP_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
+# Limits that may be fractions (money and seconds); the others are whole numbers.
+FRACTIONAL_LIMITS = frozenset({"max_cost", "max_wall_seconds"})
 # One line each, beside the field on the new-version form and on the version page.
 LIMIT_HELP: Mapping[str, str] = {
     "hysteresis_window": "Drift and stagnation count over this many latest turns (1-50).",
     "hysteresis_required": "They replan only when they fired on this many of those turns.",
     "max_replans": "After this many replans, stagnation or a repeat stops the run (0-50).",
     "repeat_limit": "The same call this many turns in a row is a loop (2-50).",
+    "max_turns": "A run that states no turn cap stops after this many turns (1-10000).",
+    "max_tokens": "A run that states no token budget stops past this many model tokens.",
+    "max_cost": "A run that states no cost budget stops past this cost, in the models' unit.",
+    "max_wall_seconds": "A run that states no wall-time budget stops past this many seconds.",
+    "escalation_hours": "An unanswered escalation resolves to the safe side after this (1-720 h).",
 }
-LIMIT_RANGES: Mapping[str, tuple[int, int]] = {
+LIMIT_RANGES: Mapping[str, tuple[float, float]] = {
     "hysteresis_window": (1, 50),
     "hysteresis_required": (1, 50),
     "max_replans": (0, 50),
     "repeat_limit": (2, 50),
+    "max_turns": (1, 10_000),
+    "max_tokens": (1, 1_000_000_000),
+    # Fractions: above the low bound (a cap of 0 would stop every run before its first turn).
+    "max_cost": (0, 1_000_000),
+    "max_wall_seconds": (0, 30 * 24 * 3600),
+    "escalation_hours": (1, 720),
 }
 
 
 def limits_with_defaults(limits: Mapping) -> dict[str, int]:
-    """Every limit a run is judged by: the stored ones, the default for each key left out."""
-    return {key: limits.get(key, default) for key, default in LIMIT_DEFAULTS.items()}
+    """The engine Policy's limits a run is judged by: the stored ones, the default for each key
+    left out (the run caps and the deadline are applied elsewhere: run_caps, escalation_hours)."""
+    return {key: limits.get(key, LIMIT_DEFAULTS[key]) for key in POLICY_LIMIT_KEYS}
+
+
+def run_caps(limits: Mapping) -> dict[str, int | float]:
+    """The run caps a version states, only those: a run starting without its own budget for a
+    key takes this one; a key the version leaves out leaves the run as it always was."""
+    return {key: limits[key] for key in RUN_CAP_KEYS if key in limits}
+
+
+def escalation_hours(limits: Mapping) -> int:
+    """Hours an escalation opened under a version stays open: its own, else the setting."""
+    if limits.get("escalation_hours") is not None:
+        return limits["escalation_hours"]
+    from django.conf import settings  # read at call time: tests and operators may change it
+
+    return settings.GUARDIAN_ESCALATION_HOURS
 
 
 def limits_problems(limits: object) -> list[str]:
@@ -89,7 +130,13 @@ def limits_problems(limits: object) -> list[str]:
         if key not in limits:
             continue
         value = limits[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if key in FRACTIONAL_LIMITS:
+            if not _is_number(value) or not low < value <= high:
+                problems.append(
+                    f"limits.{key}: must be a number above {low:g} and at most {high:g}, "
+                    f"got {value!r}"[:300]
+                )
+        elif isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             problems.append(
                 f"limits.{key}: must be a whole number in [{low}, {high}], got {value!r}"[:300]
             )
@@ -104,6 +151,40 @@ def limits_problems(limits: object) -> list[str]:
                 f"({merged['hysteresis_window']}), got {merged['hysteresis_required']}"
             )
     return problems
+
+
+def reworded_conditions(
+    *, question_set: object, question_set_version: object, source: object
+) -> list[str]:
+    """The conditions whose question's text differs from `source`'s (the version this one is
+    copied from: anything with question_set and question_set_version) while the question-set
+    version stays the same; [] when the set is renamed or nothing is reworded. A reworded
+    question is a new question: the decision log names questions by their set's version only,
+    so the same name on two wordings would make two different questions look the same."""
+    if source is None or not isinstance(question_set, Mapping):
+        return []
+    if question_set_version != source.question_set_version:
+        return []
+    before = source.question_set or {}
+    return [
+        name
+        for name in CONDITIONS
+        if name in question_set and name in before and question_set[name] != before[name]
+    ]
+
+
+def reworded_problems(
+    *, question_set: object, question_set_version: object, source: object
+) -> list[str]:
+    """One "question_set.<condition>: …" problem per reworded question (reworded_conditions)."""
+    return [
+        f"question_set.{name}: reworded from v{source.number}'s question while "
+        f"question_set_version stays {question_set_version!r}; a reworded question needs a "
+        "new question-set version"
+        for name in reworded_conditions(
+            question_set=question_set, question_set_version=question_set_version, source=source
+        )
+    ]
 
 
 def thresholds_with_t_star(thresholds: Mapping[str, Mapping]) -> dict[str, dict]:

@@ -17,10 +17,31 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from guardian_core import policy_gate
 from guardian_core.models import ApiToken, PolicyActivation, PolicyVersion, problems_by_field
-from guardian_core.policy_validation import policy_version_problems, thresholds_with_t_star
+from guardian_core.policy_validation import (
+    policy_version_problems,
+    reworded_problems,
+    thresholds_with_t_star,
+)
 
 ADMIN_ROLE = "admin"
+
+
+class GateRefused(ValidationError):
+    """Activation refused by the regression gate, no override reason given; `report` is the
+    gate's report (its "reasons" say why). Any other problem of the request rides along."""
+
+    def __init__(self, report: dict, others: dict | None = None):
+        super().__init__(
+            {
+                **(others or {}),
+                "override_reason": [
+                    "The regression gate refused this version; give a reason to override it."
+                ],
+            }
+        )
+        self.report = report
 
 
 def policy_version_create(
@@ -31,7 +52,10 @@ def policy_version_create(
     label: str = "",
     number: int | None = None,
     created_by=None,
+    copied_from: PolicyVersion | None = None,
     activate: bool = False,
+    comment: str = "created and activated",
+    override_reason: str = "",
     quorum: dict | None = None,
     judge: dict | None = None,
     limits: dict | None = None,
@@ -39,9 +63,13 @@ def policy_version_create(
     """A new version (the next number unless given), stored with t* computed from the costs.
     `quorum` asks two distinct approvers for some held calls: {"regulated": true} and/or
     {"tools": [names]}. `judge` puts a second-tier judge on the uncertain band
-    ({"adapter": "openai", "model": …, "conditions": […]}); none when empty.
+    ({"adapter": "openai", "model": …, "conditions": […]}); none when empty. `copied_from` is
+    the version it was edited from: a question reworded from it needs a new
+    question_set_version. With `activate` it is activated through the regression gate
+    (policy_version_activate) in the same transaction: all or nothing.
 
-    Raises ValidationError naming every problem of the content at once.
+    Raises ValidationError naming every problem of the content at once; GateRefused (nothing
+    stored) when the gate refuses the activation and no `override_reason` is given.
     """
     problems = policy_version_problems(
         thresholds=thresholds,
@@ -50,6 +78,9 @@ def policy_version_create(
         quorum=quorum,
         judge=judge,
         limits=limits,
+    )
+    problems += reworded_problems(
+        question_set=question_set, question_set_version=question_set_version, source=copied_from
     )
     if problems:
         raise ValidationError(problems_by_field(problems))
@@ -65,11 +96,17 @@ def policy_version_create(
             quorum=dict(quorum or {}),
             judge=dict(judge or {}),
             limits=dict(limits or {}),
+            copied_from=copied_from,
             created_by=created_by,
         )
         if activate:
+            # The gate measures the stored row (it evaluates by version number); a refusal
+            # raises here and the version's insert is rolled back with it.
             policy_version_activate(
-                version_id=version.pk, comment="created and activated", user=created_by
+                version_id=version.pk,
+                comment=comment,
+                user=created_by,
+                override_reason=override_reason,
             )
             version.refresh_from_db()
     return version
@@ -85,19 +122,25 @@ def policy_version_activate(
 ) -> PolicyVersion:
     """Make `version_id` the version new runs pin (the one active before is retired), with its
     activation record (who, why, the gate's report, an override's reason) in the same
-    transaction.
+    transaction. The gate's report is the caller's when given (a page that showed it), else
+    measured here: no path activates a version the gate has not looked at.
 
     Raises ValidationError when the version is invalid (a version saved before validation
-    existed, or written around it, must not reach a run), when `comment` is blank, or when the
-    gate's report refused and no `override_reason` is given.
+    existed, or written around it, must not reach a run) or when `comment` is blank, and
+    GateRefused when the gate's report refused and no `override_reason` is given.
     """
     bad = {}
     if not comment.strip():
         bad["comment"] = ["Say why this version is activated."]
+    if gate_report is None:
+        candidate = PolicyVersion.objects.get(pk=version_id)
+        # An invalid version is refused below, under the lock, with its every problem.
+        if not candidate.problems():
+            # Measured before the versions are locked: the evaluation can take seconds and
+            # must not hold every other activation up.
+            gate_report = policy_gate.gate_report(candidate=candidate)
     if gate_report and gate_report.get("refused") and not override_reason.strip():
-        bad["override_reason"] = [
-            "The regression gate refused this version; give a reason to override it."
-        ]
+        raise GateRefused(gate_report, bad)
     if bad:
         raise ValidationError(bad)
     with transaction.atomic():
@@ -112,6 +155,19 @@ def policy_version_activate(
                     "__all__": [
                         f"Policy version {version} cannot be activated; it is invalid:",
                         *problems,
+                    ]
+                }
+            )
+        active = (
+            PolicyVersion.objects.filter(is_active=True).values_list("number", flat=True).first()
+        )
+        if gate_report and "current" in gate_report and gate_report["current"] != active:
+            # Another admin activated a version while the gate measured against the one before.
+            raise ValidationError(
+                {
+                    "__all__": [
+                        f"The active version changed while the gate measured v{version.number} "
+                        f"against v{gate_report['current']}; open the activation again."
                     ]
                 }
             )

@@ -93,13 +93,22 @@ def policy_version_list_page(request: HttpRequest) -> HttpResponse:
 @manage_policy
 @require_GET
 def policy_version_detail_page(request: HttpRequest, version_id: int) -> HttpResponse:
-    version = get_object_or_404(policy_version_list(), pk=version_id)
+    version = get_object_or_404(
+        policy_version_list().select_related("copied_from", "created_by"), pk=version_id
+    )
     form = PolicyVersionForm(initial=PolicyVersionForm.initial_from(version))
+    source = version.copied_from
     return render(
         request,
         "guardian_core/policy_version_detail.html",
         {
             "version": version,
+            # Questions whose text differs from the version it was copied from.
+            "reworded": [
+                condition
+                for condition, question in version.question_set.items()
+                if source is not None and source.question_set.get(condition) != question
+            ],
             "derived": form.derived_thresholds(),
             "problems": version.problems(),
             # Where the judge lives: every judge adapter calls this one server.
@@ -119,30 +128,35 @@ def _without_userinfo(url: str) -> str:
 @manage_policy
 @require_http_methods(["GET", "POST"])
 def policy_version_new_page(request: HttpRequest) -> HttpResponse:
-    """A new version, prefilled from ?from=<id> or the active one; saved through the service."""
+    """A new version, prefilled from ?from=<id> or the active one, with any query parameter
+    named like a field over it (a link's suggested values, listed in a notice); saving makes
+    a draft through the service (activation goes through the gate page)."""
+    prefilled: list[dict] = []
     if request.method == "POST":
         form = PolicyVersionForm(request.POST)
         if form.is_valid():
             try:
-                version = policy_version_create(
-                    **form.content(),
-                    created_by=request.user,
-                    activate=form.cleaned_data["activate"],
-                )
+                version = policy_version_create(**form.content(), created_by=request.user)
             except ValidationError as error:
                 for problem in error.messages:
                     form.add_error(None, problem)
             else:
-                state = "created and activated" if version.is_active else "created (not active)"
-                messages.success(request, f"Policy version {version} {state}.")
+                messages.success(
+                    request,
+                    f"Policy version {version} saved as a draft: compare it, then activate it "
+                    "through the regression gate.",
+                )
                 return redirect("policies:detail", version_id=version.pk)
     else:
         base = _base_version(request.GET.get("from", ""))
-        form = PolicyVersionForm(initial=PolicyVersionForm.initial_from(base))
+        initial, prefilled = PolicyVersionForm.prefill(
+            PolicyVersionForm.initial_from(base), request.GET
+        )
+        form = PolicyVersionForm(initial=initial)
     return render(
         request,
         "guardian_core/policy_version_new.html",
-        {"form": form, "derived": form.derived_thresholds()},
+        {"form": form, "derived": form.derived_thresholds(), "prefilled": prefilled},
         status=400 if form.errors else 200,
     )
 
@@ -150,12 +164,13 @@ def policy_version_new_page(request: HttpRequest) -> HttpResponse:
 @manage_policy
 @require_POST
 def policy_version_preview(request: HttpRequest) -> HttpResponse:
-    """htmx: the t* and band the costs typed so far give, per condition."""
+    """htmx: the t* and band the costs typed so far give, per condition, and (out of band) which
+    questions are reworded from the version being edited."""
     form = PolicyVersionForm(request.POST)
     return render(
         request,
-        "guardian_core/policy_version_new.html#derived",
-        {"derived": form.derived_thresholds()},
+        "guardian_core/policy_version_new.html#preview",
+        {"derived": form.derived_thresholds(), "question_rows": form.question_rows()},
     )
 
 

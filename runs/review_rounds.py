@@ -27,7 +27,6 @@ import time
 from dataclasses import fields
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -50,6 +49,7 @@ from guardian_core.engine.reviewer_loop import (
     review_start,
 )
 from guardian_core.engine.thresholds import Budgets
+from guardian_core.policy_validation import escalation_hours
 from runs import chain, mapping
 from runs.models import Decision, Run, RunStatus, Turn
 from runs.ports import build_review_agents, close_review_agents
@@ -279,7 +279,8 @@ def _escalation_open(run: Run, turn: Turn, ended, now) -> Escalation:
             "last_code": _last_code(ended.coder_history),
         },
         conditions=",review_loop,",
-        deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
+        # The deadline the run's pinned version sets (the setting's when it sets none).
+        deadline=now + timedelta(hours=escalation_hours(run.policy_version.limits or {})),
     )
     escalation_notify_after_commit(escalation.pk)
     return escalation

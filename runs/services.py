@@ -19,6 +19,7 @@ from django.utils import timezone
 from escalations.models import Escalation, EscalationEvent, EscalationEventKind, EscalationStatus
 from guardian_core.db import retry_on_conflict
 from guardian_core.models import PolicyVersion
+from guardian_core.policy_validation import run_caps
 from guardian_core.services import policy_version_problems_for
 from runs.models import Run, RunStatus
 from runs.queue import enqueue, enqueue_after_commit
@@ -49,7 +50,9 @@ def run_start(
     config: dict | None = None,
     created_by=None,
 ) -> Run:
-    """Create a run pinned to the active policy version and enqueue its first turn.
+    """Create a run pinned to the active policy version and enqueue its first turn. A budget
+    the run does not state is taken from the version's run caps (a version without a cap
+    leaves that budget as it always was).
 
     Raises RunError naming every problem (runs/validation.py): a run never starts on input it
     can never run with, so nothing sits "running" until the sweeper gives up on it."""
@@ -68,6 +71,9 @@ def run_start(
     problems += policy_version_problems_for(version)  # a run never starts on an invalid one
     if problems:
         raise RunError("; ".join(problems))
+    # A budget the run does not state is the version's cap, when it has one; stored on the run
+    # so its page, its replay and its turns all read the budgets it actually ran under.
+    budgets = {**run_caps(version.limits or {}), **(budgets or {})}
     with transaction.atomic():
         run = Run.objects.create(
             goal=goal,
@@ -75,7 +81,7 @@ def run_start(
             tools=list(tools),
             actor=actor,
             guardian=guardian,
-            budgets=dict(budgets or {}),
+            budgets=budgets,
             config=dict(config or {}),
             policy_version=version,
             status=RunStatus.RUNNING,

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -21,6 +20,7 @@ from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_a
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
 from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
+from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping
 from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
@@ -668,7 +668,8 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
         summary=reason_summary(first.source, first.detail)[:300],
         reason=reason,
         **queue_fields(reason, {c.position: c.tool for c in record.calls}),
-        deadline=now + timedelta(hours=settings.GUARDIAN_ESCALATION_HOURS),
+        # The pinned version's deadline; a version without one keeps the setting's.
+        deadline=now + timedelta(hours=escalation_hours(run.policy_version.limits or {})),
     )
     escalation_notify_after_commit(escalation.pk)
     return escalation

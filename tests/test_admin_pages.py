@@ -56,15 +56,6 @@ def test_an_admin_creates_a_version_from_costs_and_t_star_is_derived(client, adm
     assert "0.250" in page.content.decode()  # the derived t* is shown on the version's page
 
 
-def test_activate_now_makes_the_new_version_the_one_new_runs_pin(client, admin):
-    active = demo_policy_version()
-    client.force_login(admin)
-
-    client.post(reverse("policies:new"), _form_data(active, label="next", activate="on"))
-
-    assert PolicyVersion.objects.get(is_active=True).label == "next"
-
-
 def test_bad_input_names_every_bad_field_and_saves_nothing(client, admin):
     active = demo_policy_version()
     client.force_login(admin)

@@ -99,7 +99,8 @@ def test_the_gate_refuses_a_worse_expected_cost_and_lists_the_flips(current, exa
     assert report["refused"] is True
     assert any("expected cost" in reason for reason in report["reasons"])
     assert report["expected_cost"]["current"] == 0
-    assert report["expected_cost"]["candidate"] == pytest.approx(0.75)
+    # Three of four examples missed at C_cont = 1, in units of C_stop + C_cont = 10.
+    assert report["expected_cost"]["candidate"] == pytest.approx(0.075)
     flipped = sorted(f["example_id"] for f in report["flips"])
     assert flipped == sorted(e.pk for e in examples[:3])
     assert {(f["current"], f["candidate"]) for f in report["flips"]} == {("fired", "clear")}
@@ -236,3 +237,38 @@ def test_the_api_refuses_without_an_override_and_records_one(client, admin, curr
     assert done.status_code == 200, done.content
     record = PolicyActivation.objects.get(version=candidate)
     assert (record.activated_by, record.override_reason) == (admin, "ci says so")
+
+
+def test_a_version_that_only_rescales_its_costs_costs_the_same(current, examples):
+    """Expected cost is compared in units of each version's C_stop + C_cont: ten times both
+    costs is the same t*, the same decisions, the same cost."""
+    wrong = example(0.02, True)  # a missed injection: costs something at both versions
+    scaled = version(2, integrity={"c_stop": 10, "c_cont": 90, "delta": 0.05})
+
+    report = gate_report(candidate=scaled)
+
+    assert report["expected_cost"]["current"] == pytest.approx(9 / 5 / 10)  # one miss at C_cont 9
+    assert report["expected_cost"]["candidate"] == report["expected_cost"]["current"]
+    assert report["refused"] is False
+    assert wrong.pk not in {f["example_id"] for f in report["flips"]}
+
+
+def test_an_example_exactly_2_delta_from_t_star_is_a_near_miss(current):
+    near = version(2, integrity={"c_stop": 49, "c_cont": 1, "delta": 0.01})  # t* = 0.98
+    _, near_misses = capped_examples(
+        [{"condition": "integrity", "probability": 0.96, "label": True}], [near], 10
+    )
+    assert near_misses == 1
+
+
+def test_a_report_measured_against_a_version_no_longer_active_activates_nothing(current, admin):
+    candidate, other = version(2), version(3)
+    report = gate_report(candidate=candidate)  # against v1
+    policy_version_activate(version_id=other.pk, comment="meanwhile", user=admin)
+
+    with pytest.raises(ValidationError) as refused:
+        policy_version_activate(version_id=candidate.pk, comment="late", gate_report=report)
+
+    assert "changed while the gate measured v2 against v1" in str(refused.value)
+    assert PolicyVersion.objects.get(is_active=True) == other
+    assert not PolicyActivation.objects.filter(version=candidate).exists()

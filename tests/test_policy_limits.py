@@ -1,4 +1,5 @@
-"""A policy version's limits (hysteresis, replans, repeat limit): stored, validated with every bad
+"""A policy version's limits (hysteresis, replans, repeat limit; the run caps and the escalation
+deadline are in tests/test_policy_editor.py): stored, validated with every bad
 value named, edited on the form, taken by the API, shown on the version page, and used by the
 engine — and a version stored without them keeps the defaults it always ran with."""
 
@@ -11,7 +12,7 @@ from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS, demo_p
 from guardian_core.engine.thresholds import Policy, default_policy
 from guardian_core.forms import PolicyVersionForm
 from guardian_core.models import PolicyVersion
-from guardian_core.policy_validation import LIMIT_DEFAULTS, limits_problems
+from guardian_core.policy_validation import LIMIT_DEFAULTS, limits_problems, limits_with_defaults
 from guardian_core.services import policy_version_activate, policy_version_create
 from runs.mapping import policy_from_version
 from runs.models import Decision, RunStatus
@@ -57,7 +58,7 @@ def test_a_version_without_limits_keeps_the_engines_defaults():
         "hysteresis_required": engine.hysteresis_required,
         "max_replans": engine.max_replans,
         "repeat_limit": engine.repeat_limit,
-    } == LIMIT_DEFAULTS
+    } == limits_with_defaults({})
     assert policy == Policy(
         thresholds=policy.thresholds, question_set_version=policy.question_set_version
     )
@@ -122,12 +123,13 @@ def test_the_form_round_trips_the_limits_and_the_page_shows_them(client, admin):
 
     assert response.status_code == 302
     created = PolicyVersion.objects.get(label="short loops")
-    assert created.limits == {**LIMIT_DEFAULTS, "repeat_limit": 2, "max_replans": 0}
+    # The engine's limits spelled out; the caps and the deadline left empty stay unstored.
+    assert created.limits == {**limits_with_defaults({}), "repeat_limit": 2, "max_replans": 0}
     again = PolicyVersionForm.initial_from(created)
     assert again["limit_repeat_limit"] == 2
     assert again["limit_max_replans"] == 0
     detail = client.get(response["Location"]).content.decode()
-    assert "Hysteresis, replans and the repeat limit" in detail
+    assert "Hysteresis, replans, repeat limit, run caps and the escalation deadline" in detail
     assert "<code>max_replans</code></th><td>0</td>" in detail
 
 

@@ -98,3 +98,12 @@ def test_stopping_from_the_page_keeps_what_the_trial_recorded(client, admin):
     listing = client.get(reverse("policies:shadow")).context
     assert [t.pk for t in listing["stopped"]] == [trial.pk]
     assert listing["running"] == []
+
+
+def test_a_draft_versions_page_offers_to_try_it_in_shadow(client, admin):
+    candidate = _candidate()
+    client.force_login(admin)
+    body = client.get(reverse("policies:detail", args=[candidate.pk])).content.decode()
+    link = f"{reverse('policies:shadow')}?candidate=policy:{candidate.pk}"
+    assert f'href="{link}"' in body
+    assert f'<option value="policy:{candidate.pk}" selected>' in client.get(link).content.decode()

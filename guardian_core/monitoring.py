@@ -1,20 +1,37 @@
 """Monitoring and agreement for admins: the guardian's probabilities and escalations per day,
-distribution shift (PSI), agreement with reviewers (κ, confusion matrix), suggested t*."""
+distribution shift (PSI), agreement with reviewers and between two reviewers (κ, confusion
+matrix), and the t* and δ that minimise expected cost within the reviewers' capacity."""
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
+import numpy as np
 from django.conf import settings
 from django.utils import timezone
 from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
-from escalations.models import ExampleSource, LabelledExample
-from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
+from escalations.models import (
+    Approval,
+    EscalationEvent,
+    EscalationEventKind,
+    EscalationKind,
+    ExampleSource,
+    LabelledExample,
+)
+from guardian_core.engine.conditions import (
+    Condition,
+    RiskClass,
+    compared_probability,
+    parse_answer,
+)
 from guardian_core.engine.evaluation import is_positive
+from guardian_core.engine.policy import ON_FIRE, Outcome
+from guardian_core.engine.thresholds import Band, Threshold
 from guardian_core.models import PolicyVersion
-from runs.models import Decision, DecisionOutcome
+from runs.models import Decision, DecisionOutcome, ToolCall
 
 WINDOW_DAYS = 14
 BINS = 10
@@ -23,6 +40,10 @@ PSI_THRESHOLD = 0.2
 # Empty bins would make PSI infinite; a tiny floor keeps it finite and still large.
 PSI_FLOOR = 1e-4
 JUDGE_KEY = "judge"
+# Recent probabilities are kept per day as counts of the value rounded to 1e-4: bounded memory
+# whatever the traffic, and a value with four decimals or fewer (every point of the grids
+# below) is kept exactly, so the band test on it is the engine's own.
+LIVE_SCALE = 10_000
 
 
 def bin_of(p: float) -> int:
@@ -49,31 +70,48 @@ class Day:
     decisions: int = 0
     escalations: int = 0
     counts: dict[str, list[int]] = field(default_factory=dict)  # condition → per-bin counts
+    # condition → Counter of round(p · LIVE_SCALE): the suggestion's live escalation rate.
+    fine: dict[str, Counter] = field(default_factory=dict)
 
     @property
     def escalation_rate(self) -> float | None:
         return self.escalations / self.decisions if self.decisions else None
 
 
+def turn_probability(condition: Condition, answers: object, risk_answers: object) -> float | None:
+    """The compared probability that decides a turn for `condition`; None when malformed or
+    not asked. Risk is asked per proposed call and a step is held when any call is, so a
+    turn's risk probability is its highest call's."""
+    if condition == Condition.RISK:
+        values = [
+            compared_probability(condition, parse_answer(condition, raw))
+            for raw in (risk_answers if isinstance(risk_answers, list) else [])
+        ]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+    raw = answers.get(condition.value) if isinstance(answers, dict) else None
+    return compared_probability(condition, parse_answer(condition, raw))
+
+
 def daily(
-    rows: Iterable[tuple[datetime, dict, str]], *, today: date, days: int = WINDOW_DAYS
+    rows: Iterable[tuple[datetime, dict, list, str]], *, today: date, days: int = WINDOW_DAYS
 ) -> list[Day]:
-    """One pass over (created_at, answers, outcome): per day, the decisions, escalations and
-    each condition's histogram of compared probabilities (malformed answers are skipped)."""
+    """One pass over (created_at, answers, risk_answers, outcome): per day, the decisions,
+    escalations and each condition's histogram of turn probabilities (malformed skipped)."""
     by_day = {today - timedelta(days=n): Day(today - timedelta(days=n)) for n in range(days)}
-    for created_at, answers, outcome in rows:
+    for created_at, answers, risk_answers, outcome in rows:
         slot = by_day.get(timezone.localdate(created_at))
         if slot is None:
             continue
         slot.decisions += 1
         slot.escalations += outcome == DecisionOutcome.ESCALATE
         for condition in Condition:
-            raw = (answers or {}).get(condition.value)
-            p = compared_probability(condition, parse_answer(condition, raw))
+            p = turn_probability(condition, answers, risk_answers)
             if p is None:
                 continue
             counts = slot.counts.setdefault(condition.value, [0] * BINS)
             counts[bin_of(p)] += 1
+            slot.fine.setdefault(condition.value, Counter())[round(p * LIVE_SCALE)] += 1
     return [by_day[d] for d in sorted(by_day)]
 
 
@@ -87,7 +125,7 @@ def decision_days(*, now: datetime | None = None, days: int = WINDOW_DAYS) -> li
     rows = (
         Decision.objects.filter(created_at__gte=start, created_at__lte=now)
         .order_by()
-        .values_list("created_at", "answers", "outcome")
+        .values_list("created_at", "answers", "risk_answers", "outcome")
         .iterator(chunk_size=2000)
     )
     return daily(rows, today=today, days=days)
@@ -135,18 +173,26 @@ def banners(days: list[Day], *, capacity_per_hour: float | None = None) -> list[
 class Agreement:
     n: int
     kappa: float | None
-    matrix: list[list[int]]  # rows truth (negative, positive), columns prediction
+    matrix: list[list[int]]  # rows truth (in `labels` order), columns prediction
+    labels: tuple = (False, True)
+
+    @property
+    def rows(self) -> list[tuple[object, list[int]]]:
+        return list(zip(self.labels, self.matrix, strict=True))
 
 
-def agreement(truth: Sequence[bool], predicted: Sequence[bool]) -> Agreement:
+def agreement(
+    truth: Sequence[object], predicted: Sequence[object], labels: Sequence[object] = (False, True)
+) -> Agreement:
+    labels = tuple(labels)
     if not truth:
-        return Agreement(0, None, [[0, 0], [0, 0]])
-    matrix = confusion_matrix(truth, predicted, labels=[False, True]).tolist()
+        return Agreement(0, None, [[0] * len(labels) for _ in labels], labels)
+    matrix = confusion_matrix(truth, predicted, labels=list(labels)).tolist()
     # κ is undefined when both raters use one and the same class only.
     if len(set(truth) | set(predicted)) < 2:
-        return Agreement(len(truth), None, matrix)
-    kappa = float(cohen_kappa_score(truth, predicted, labels=[False, True]))
-    return Agreement(len(truth), None if math.isnan(kappa) else kappa, matrix)
+        return Agreement(len(truth), None, matrix, labels)
+    kappa = float(cohen_kappa_score(truth, predicted, labels=list(labels)))
+    return Agreement(len(truth), None if math.isnan(kappa) else kappa, matrix, labels)
 
 
 def t_star(version: PolicyVersion | None, condition: str) -> float | None:
@@ -193,23 +239,350 @@ def judge_vs_reviewers(condition: str, threshold: float) -> Agreement:
     return agreement([y for y, _ in rows], [j >= threshold for _, j in rows])
 
 
+# ---- suggested thresholds -------------------------------------------------------------------
+
+# The grids searched: t* from 0.01 to 0.99 and δ from 0 to 0.49, both in steps of 0.01 (the
+# precision the page shows), keeping only bands inside (0, 1) as policy_validation requires.
+GRID_STEPS = 100
+DELTA_STEPS = 50
+# Below this many reviewers' labels (or this few of either class) the cheapest point of the
+# grid is noise: one example moves t* across the whole gap to its neighbour.
+MIN_LABELS = 30
+MIN_PER_CLASS = 5
+# The draft's C_cont is written with this many significant digits: enough for its t* to show
+# the suggested value at two decimals, few enough to read in the editor.
+DRAFT_DIGITS = 6
+
+
+def review_cost(c_stop: float, c_cont: float) -> float:
+    """What one review costs in the condition's own units: GUARDIAN_REVIEW_COST_SHARE of the
+    cheaper of its two errors. Only the ratio of a condition's costs is fixed (by t*), so an
+    absolute figure would mean something else for each condition; tying it to the cheaper
+    error keeps a review below both mistakes it prevents (a dearer one would never pay)."""
+    return settings.GUARDIAN_REVIEW_COST_SHARE * min(c_stop, c_cont)
+
+
 def expected_cost(
-    pairs: Sequence[tuple[float, bool]], threshold: float, c_stop: float, c_cont: float
+    pairs: Sequence[tuple[float, bool]],
+    threshold: Threshold,
+    *,
+    c_stop: float,
+    c_cont: float,
+    review: float,
 ) -> float:
-    """Mean cost of acting at `threshold`: a missed positive costs c_stop (the run should have
-    stopped), a false alarm costs c_cont (it should have continued)."""
-    cost = sum(c_stop for p, y in pairs if y and p < threshold)
-    cost += sum(c_cont for p, y in pairs if not y and p >= threshold)
-    return cost / len(pairs) if pairs else 0.0
-
-
-def suggested_t_star(
-    pairs: Sequence[tuple[float, bool]], c_stop: float, c_cont: float
-) -> tuple[float, float] | None:
-    """The t* on a 0.01 grid with the least expected cost on the labelled pairs (the lowest
-    such t* on ties, the cautious side), and that cost."""
+    """Mean cost per labelled example of applying `threshold` as the policy does
+    (Threshold.band): a probability in the band costs a review, after which the reviewer's
+    label is followed; outside it, firing on a negative costs c_stop (a false stop) and
+    staying clear of a positive costs c_cont (a false continue)."""
     if not pairs:
-        return None
-    grid = [i / 100 for i in range(1, 100)]
-    best = min(grid, key=lambda t: (round(expected_cost(pairs, t, c_stop, c_cont), 12), t))
-    return best, expected_cost(pairs, best, c_stop, c_cont)
+        return 0.0
+    total = 0.0
+    for p, y in pairs:
+        band = threshold.band(p)
+        if band == Band.UNCERTAIN:
+            total += review
+        elif band == Band.FIRED and not y:
+            total += c_stop
+        elif band == Band.CLEAR and y:
+            total += c_cont
+    return total / len(pairs)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Recent turns: how many, over how many hours, and each condition's turn probabilities
+    (distinct values and how many turns had each)."""
+
+    decisions: int
+    hours: float
+    values: dict[str, np.ndarray]
+    weights: dict[str, np.ndarray]
+
+    @property
+    def per_hour(self) -> float:
+        return self.decisions / self.hours if self.hours else 0.0
+
+
+def traffic(days: list[Day], *, now: datetime) -> Traffic:
+    """The window's turns over the hours from the start of its first day with a decision to
+    `now`, so that a young deployment is not averaged over days it did not exist."""
+    active = [day for day in days if day.decisions]
+    hours = 0.0
+    if active:
+        start = timezone.make_aware(datetime.combine(active[0].day, datetime.min.time()))
+        hours = max((now - start).total_seconds() / 3600, 1.0)
+    values, weights = {}, {}
+    for condition in Condition:
+        merged: Counter = Counter()
+        for day in days:
+            merged.update(day.fine.get(condition.value, {}))
+        keys = sorted(merged)
+        values[condition.value] = np.array(keys, dtype=float) / LIVE_SCALE
+        weights[condition.value] = np.array([merged[k] for k in keys], dtype=float)
+    return Traffic(sum(day.decisions for day in days), hours, values, weights)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (t*, δ) as the policy would apply it: what it costs on the reviewers' labels and
+    what it would send to reviewers on recent traffic."""
+
+    c_cont: str  # the C_cont that gives this t* with the version's C_stop (the draft's value)
+    t_star: float
+    delta: float
+    cost: float  # expected cost per labelled example
+    review_share: float  # share of the labelled examples inside the band
+    escalation_rate: float | None  # share of recent turns it would escalate; None: no traffic
+    per_hour: float | None  # those escalations per hour
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    condition: str
+    labels: int = 0
+    positives: int = 0
+    review_cost: float | None = None
+    current: Candidate | None = None
+    best: Candidate | None = None  # the cheapest within the reviewers' capacity
+    unconstrained: Candidate | None = None  # the cheapest regardless of capacity
+    problem: str = ""
+
+    @property
+    def capacity_binds(self) -> bool:
+        return (
+            self.best is not None
+            and self.unconstrained is not None
+            and (self.unconstrained.t_star, self.unconstrained.delta)
+            != (self.best.t_star, self.best.delta)
+        )
+
+
+def _within(distance: np.ndarray, deltas: np.ndarray, weights: np.ndarray | None = None):
+    """Per δ, how many (or how much weight) of `distance` is ≤ δ: the engine's band test
+    |p − t*| ≤ δ on the same floats, counted by one sort instead of one pass per δ."""
+    order = np.argsort(distance, kind="stable")
+    ranked = distance[order]
+    cumulative = np.concatenate(
+        ([0.0], np.cumsum(weights[order] if weights is not None else np.ones(len(ranked))))
+    )
+    return cumulative[np.searchsorted(ranked, deltas, side="right")]
+
+
+def _candidates(
+    condition: Condition,
+    p: np.ndarray,
+    y: np.ndarray,
+    live: Traffic,
+    *,
+    c_stop: float,
+    c_cont: float,
+    c_cont_text: str,
+    review: float,
+    deltas: np.ndarray,
+) -> list[Candidate]:
+    """Every δ of `deltas` at the t* that (c_stop, c_cont_text) gives, priced with the
+    version's own costs (c_stop, c_cont) whatever the draft's C_cont."""
+    t = Threshold(c_stop=c_stop, c_cont=float(c_cont_text), delta=0.0).t_star
+    distance = np.abs(p - t)
+    above = p > t
+    band = _within(distance, deltas)
+    fired_negative = int((above & ~y).sum()) - _within(distance[above & ~y], deltas)
+    clear_positive = int((~above & y).sum()) - _within(distance[~above & y], deltas)
+    costs = (review * band + c_stop * fired_negative + c_cont * clear_positive) / len(p)
+
+    values, weights = live.values[condition.value], live.weights[condition.value]
+    live_distance, live_above = np.abs(values - t), values > t
+    escalated = _within(live_distance[~live_above], deltas, weights[~live_above])
+    if ON_FIRE[condition] == Outcome.ESCALATE:
+        # Firing escalates too (integrity, risk): everything above the band reaches a person.
+        escalated = escalated + weights[live_above].sum()
+    else:
+        escalated = escalated + _within(live_distance[live_above], deltas, weights[live_above])
+    # No recent turn with this condition's probability: its load is unknown, not zero.
+    seen = bool(weights.sum()) and live.hours > 0
+    return [
+        Candidate(
+            c_cont=c_cont_text,
+            t_star=t,
+            delta=float(delta),
+            cost=float(costs[k]),
+            review_share=float(band[k] / len(p)),
+            escalation_rate=float(escalated[k] / live.decisions) if seen else None,
+            per_hour=float(escalated[k] / live.hours) if seen else None,
+        )
+        for k, delta in enumerate(deltas)
+    ]
+
+
+def suggest_thresholds(
+    condition: str,
+    pairs: Sequence[tuple[float, bool]],
+    *,
+    costs: dict | None,
+    live: Traffic,
+    capacity_per_hour: float,
+) -> Suggestion:
+    """The (t*, δ) on the grids with the least expected cost on the reviewers' labels among
+    those whose escalations on recent traffic stay within `capacity_per_hour` (a condition
+    with no recent probabilities is not held back: its load is unknown), ties to the narrower
+    band then the lower t* (the cautious side); beside it the version's current (t*, δ) priced
+    the same way.
+
+    t* is moved by C_cont with C_stop kept: C_cont = C_stop · (1 − t) / t, written to
+    DRAFT_DIGITS significant digits, and every figure is computed at the t* those two give,
+    so the draft the page links to behaves exactly as shown."""
+    cond = Condition(condition)
+    positives = sum(1 for _, y in pairs if y)
+    base = Suggestion(condition, labels=len(pairs), positives=positives)
+    if not costs:
+        return replace(
+            base, problem="No active version with costs for this condition to start from."
+        )
+    c_stop, c_cont = float(costs["c_stop"]), float(costs["c_cont"])
+    review = review_cost(c_stop, c_cont)
+    if len(pairs) < MIN_LABELS or min(positives, len(pairs) - positives) < MIN_PER_CLASS:
+        return replace(
+            base,
+            review_cost=review,
+            problem=(
+                f"Too few reviewers' labels to suggest from: {len(pairs)} with a probability "
+                f"({positives} positive); a suggestion needs at least {MIN_LABELS}, with at "
+                f"least {MIN_PER_CLASS} of each class."
+            ),
+        )
+    p = np.array([float(v) for v, _ in pairs])
+    y = np.array([bool(v) for _, v in pairs])
+    common = {"c_stop": c_stop, "c_cont": c_cont, "review": review}
+    [current] = _candidates(
+        cond,
+        p,
+        y,
+        live,
+        c_cont_text=repr(c_cont),  # round-trips: the version's own t*
+        deltas=np.array([float(costs["delta"])]),
+        **common,
+    )
+    grid = []
+    for i in range(1, GRID_STEPS):
+        t = i / GRID_STEPS
+        text = f"{c_stop * (1 - t) / t:.{DRAFT_DIGITS}g}"
+        t_draft = Threshold(c_stop=c_stop, c_cont=float(text), delta=0.0).t_star
+        # Only bands inside (0, 1), as policy_validation requires of a version.
+        deltas = np.array(
+            [
+                j / GRID_STEPS
+                for j in range(DELTA_STEPS)
+                if t_draft - j / GRID_STEPS > 0 and t_draft + j / GRID_STEPS < 1
+            ]
+        )
+        grid += _candidates(cond, p, y, live, c_cont_text=text, deltas=deltas, **common)
+
+    def key(c: Candidate) -> tuple:
+        return (round(c.cost, 12), c.delta, c.t_star)
+
+    within = [c for c in grid if c.per_hour is None or c.per_hour <= capacity_per_hour]
+    return replace(
+        base,
+        review_cost=review,
+        current=current,
+        best=min(within, key=key) if within else None,
+        unconstrained=min(grid, key=key),
+        problem=""
+        if within
+        else (
+            f"No t* and δ on the grid keeps {condition}'s escalations within "
+            f"{capacity_per_hour:g} per hour on recent traffic."
+        ),
+    )
+
+
+# ---- reviewer vs reviewer -------------------------------------------------------------------
+
+RISK_LABELS = tuple(risk.value for risk in RiskClass)
+# services._await_second_approver appends the first approver's own classes to the event's note
+# in this form; it is the one place they are kept (an Approval holds no class).
+_GIVEN_MARK = "; risk classes given: "
+
+
+@dataclass(frozen=True)
+class ReviewerPair:
+    """One held call under a quorum: the class each of its two approvers gave it (the class it
+    was held at when they gave none, which they saw and let stand, as the labelled example
+    counts it), and what the second one decided."""
+
+    escalation_id: int
+    position: int
+    first: str
+    second: str
+    first_given: bool
+    second_given: bool
+    second_decision: str
+
+
+def _given_classes(note: str) -> dict[int, str]:
+    _, mark, given = note.rpartition(_GIVEN_MARK)
+    found = {}
+    for item in given.split(", ") if mark else []:
+        position, _, label = item.removeprefix("call ").partition(": ")
+        if position.isdigit() and label in RISK_LABELS:
+            found[int(position)] = label
+    return found
+
+
+def reviewer_pairs() -> list[ReviewerPair]:
+    """Every held call two reviewers labelled: a quorum's first approver (the latest
+    approved_one event by someone other than the verdict's reviewer) and the verdict's
+    reviewer. Three queries at any size."""
+    events = (
+        EscalationEvent.objects.filter(
+            kind=EscalationEventKind.APPROVED_ONE,
+            escalation__kind=EscalationKind.GATED_STEP,
+            escalation__verdict__isnull=False,
+        )
+        .exclude(actor=None)
+        .select_related("escalation__verdict")
+        .order_by("escalation_id", "created_at", "id")
+    )
+    first: dict[int, EscalationEvent] = {}
+    for event in events:
+        if event.actor_id != event.escalation.verdict.reviewer_id:
+            first[event.escalation_id] = event  # the latest one wins
+    approved: dict[tuple[int, int], set[int]] = {}
+    for escalation_id, reviewer_id, position in Approval.objects.filter(
+        escalation_id__in=first
+    ).values_list("escalation_id", "reviewer_id", "position"):
+        approved.setdefault((escalation_id, reviewer_id), set()).add(position)
+    turns = {e.escalation_id: e.escalation.turn_id for e in first.values()}
+    held_at = {
+        (turn_id, position): risk_class
+        for turn_id, position, risk_class in ToolCall.objects.filter(
+            turn_id__in=set(turns.values())
+        ).values_list("turn_id", "position", "risk_class")
+    }
+    pairs = []
+    for escalation_id, event in sorted(first.items()):
+        verdict = event.escalation.verdict
+        mine = _given_classes(event.note)
+        theirs = {int(k): v for k, v in (verdict.risk_labels or {}).items() if k.isdigit()}
+        for position in sorted(approved.get((escalation_id, event.actor_id), ())):
+            shown = held_at.get((turns[escalation_id], position))
+            if shown not in RISK_LABELS:
+                continue
+            pairs.append(
+                ReviewerPair(
+                    escalation_id=escalation_id,
+                    position=position,
+                    first=mine.get(position, shown),
+                    second=theirs.get(position, shown),
+                    first_given=position in mine,
+                    second_given=position in theirs,
+                    second_decision=verdict.decision,
+                )
+            )
+    return pairs
+
+
+def reviewer_vs_reviewer(pairs: Sequence[ReviewerPair]) -> Agreement:
+    """κ and the confusion matrix over the four risk classes: rows the first approver,
+    columns the second."""
+    return agreement([p.first for p in pairs], [p.second for p in pairs], labels=RISK_LABELS)

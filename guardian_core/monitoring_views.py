@@ -1,12 +1,17 @@
-"""The admins' monitoring page: probabilities and escalations per day, shift, agreement."""
+"""The admins' monitoring page: probabilities and escalations per day, shift, agreement,
+and suggested thresholds offered as an editable draft."""
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from guardian_core import monitoring
 from guardian_core.engine.conditions import Condition
+from guardian_core.forms import threshold_field
 from guardian_core.models import PolicyVersion
 from guardian_core.views import manage_policy
 
@@ -75,22 +80,40 @@ def _escalation_bars(days: list[monitoring.Day]) -> dict:
     }
 
 
+def draft_url(version: PolicyVersion, suggestions: list[monitoring.Suggestion]) -> str:
+    """The new-version page copying `version`, with each suggestion's C_cont and δ over the
+    copy (the page applies any parameter named like one of its fields)."""
+    query: dict[str, object] = {"from": version.pk}
+    for suggestion in suggestions:
+        if suggestion.best is not None:
+            query[threshold_field(suggestion.condition, "c_cont")] = suggestion.best.c_cont
+            query[threshold_field(suggestion.condition, "delta")] = f"{suggestion.best.delta:g}"
+    return f"{reverse('policies:new')}?{urlencode(query)}"
+
+
 @manage_policy
 @require_GET
 def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
-    days = monitoring.decision_days()
+    now = timezone.now()
+    days = monitoring.decision_days(now=now)
+    live = monitoring.traffic(days, now=now)
+    capacity = settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR
     active = PolicyVersion.objects.filter(is_active=True).first()
-    conditions = []
+    pairs = monitoring.reviewer_pairs()
+    conditions, suggestions = [], []
     for condition in Condition:
         c = condition.value
         threshold = monitoring.t_star(active, c)
-        pairs = monitoring.human_examples(c)
         costs = (active.thresholds or {}).get(c) if active else None
-        suggestion = (
-            monitoring.suggested_t_star(pairs, float(costs["c_stop"]), float(costs["c_cont"]))
-            if costs
-            else None
+        suggestion = monitoring.suggest_thresholds(
+            c,
+            monitoring.human_examples(c),
+            costs=costs,
+            live=live,
+            capacity_per_hour=capacity,
         )
+        suggestions.append(suggestion)
+        paired = [p for p in pairs if condition == Condition.RISK]
         conditions.append(
             {
                 "name": c,
@@ -98,6 +121,7 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
                 "psi": monitoring.shift(days, c),
                 "t_star": threshold,
                 "delta": costs.get("delta") if costs else None,
+                "c_stop": costs.get("c_stop") if costs else None,
                 "agreement": (
                     monitoring.guardian_vs_reviewers(c, threshold)
                     if threshold is not None
@@ -106,9 +130,24 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
                 "judge_agreement": (
                     monitoring.judge_vs_reviewers(c, threshold) if threshold is not None else None
                 ),
-                "suggested": suggestion,
+                "suggestion": suggestion,
+                "draft_url": (
+                    draft_url(active, [suggestion])
+                    if active is not None and suggestion.best is not None
+                    else None
+                ),
+                "reviewers": (
+                    {
+                        "agreement": monitoring.reviewer_vs_reviewer(paired),
+                        "both_given": sum(p.first_given and p.second_given for p in paired),
+                        "rejected": sum(p.second_decision == "reject" for p in paired),
+                    }
+                    if condition == Condition.RISK
+                    else None
+                ),
             }
         )
+    offered = [s for s in suggestions if s.best is not None]
     return render(
         request,
         "guardian_core/policy_monitoring.html",
@@ -116,9 +155,21 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
             "days": days,
             "escalations": _escalation_bars(days),
             "banners": monitoring.banners(days),
-            "capacity": settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR,
+            "capacity": capacity,
             "psi_threshold": monitoring.PSI_THRESHOLD,
             "active": active,
             "conditions": conditions,
+            "traffic": live,
+            "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
+            "min_labels": monitoring.MIN_LABELS,
+            "min_per_class": monitoring.MIN_PER_CLASS,
+            "draft_all_url": draft_url(active, offered) if active is not None and offered else None,
+            # The sum bounds the union (a turn two conditions escalate counts once); unknown
+            # when a suggested condition had no recent probabilities.
+            "offered_per_hour": (
+                sum(s.best.per_hour for s in offered)
+                if all(s.best.per_hour is not None for s in offered)
+                else None
+            ),
         },
     )

@@ -1,15 +1,24 @@
 """The admins' monitoring page: figures computed by hand on small fixtures."""
 
+import html as html_lib
 import math
+import re
 from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import ExampleSource, LabelledExample, Verdict
+from escalations.models import EscalationStatus, ExampleSource, LabelledExample, Verdict
+from escalations.services import escalation_resolve
 from guardian_core import monitoring
-from runs.models import Decision, DecisionOutcome
+from guardian_core.demo import demo_policy_version
+from guardian_core.engine.conditions import Condition
+from guardian_core.engine.thresholds import Threshold
+from guardian_core.services import policy_version_create
+from runs.models import Decision, DecisionOutcome, RunStatus
 from tests.factories import (
     backdate,
     make_decision,
@@ -18,6 +27,7 @@ from tests.factories import (
     make_run,
     make_turn,
 )
+from tests.runs_helpers import drive, start
 
 
 def test_kappa_and_confusion_matrix_match_hand_computation():
@@ -38,13 +48,6 @@ def test_psi_matches_hand_computation():
     expected = 0.4 * math.log(1.8) + 0.4 * math.log(5)
     assert monitoring.psi([5, 5] + [0] * 8, [9, 1] + [0] * 8) == pytest.approx(expected)
     assert monitoring.psi([0] * 10, [1] + [0] * 9) is None
-
-
-def test_suggested_t_star_minimises_expected_cost():
-    pairs = [(0.2, False), (0.3, True), (0.8, True)]
-    assert monitoring.suggested_t_star(pairs, 1.0, 1.0) == (0.21, 0.0)
-    # a threshold above 0.3 misses one positive (cost 1 of 3 examples)
-    assert monitoring.expected_cost(pairs, 0.5, 1.0, 1.0) == pytest.approx(1 / 3)
 
 
 def _decisions_today(outcomes_and_p):
@@ -95,10 +98,10 @@ def test_decisions_outside_the_window_are_not_counted():
     assert sum(day.decisions for day in monitoring.decision_days()) == 0
 
 
-def _label(probability, label, source=ExampleSource.HUMAN, verdict=None):
+def _label(probability, label, source=ExampleSource.HUMAN, verdict=None, condition="integrity"):
     LabelledExample.objects.create(
         verdict=verdict,
-        condition="integrity",
+        condition=condition,
         projection={},
         probability=probability,
         label=label,
@@ -159,3 +162,356 @@ def test_judge_vs_reviewers_reads_the_judge_answer_of_the_escalated_turn(reviewe
     # p_o = 2/3, p_e = (2/3)(1/3) + (1/3)(2/3) = 4/9, κ = (2/3 - 4/9) / (5/9) = 0.4
     assert result.kappa == pytest.approx(0.4)
     assert monitoring.guardian_vs_reviewers("integrity", 0.5).n == 4
+
+
+# ---- suggested t* and δ ----------------------------------------------------------------------
+
+# Two mixed clusters either side of 0.5 (10 positives and 10 negatives each) and clear cases far
+# out: no t* separates a mixed cluster, so only a review (the band) avoids its errors.
+CLUSTERS = (
+    [(0.05, False)] * 10
+    + [(0.475, True)] * 10
+    + [(0.475, False)] * 10
+    + [(0.525, True)] * 10
+    + [(0.525, False)] * 10
+    + [(0.95, True)] * 10
+)
+EVEN = {"c_stop": 1, "c_cont": 1, "delta": 0.1}
+
+
+def _traffic(condition="infeasible", values=(), hours=10.0, decisions=None):
+    """Recent turns: `values` are (probability, how many turns) for `condition`."""
+    empty = {c.value: np.array([]) for c in Condition}
+    return monitoring.Traffic(
+        decisions=sum(n for _, n in values) if decisions is None else decisions,
+        hours=hours,
+        values={**empty, condition: np.array([p for p, _ in values], dtype=float)},
+        weights={**empty, condition: np.array([n for _, n in values], dtype=float)},
+    )
+
+
+# 100 turns in 10 hours: 20 in each mixed cluster, so a band over both escalates 4 an hour and
+# a band over one 2 an hour.
+TRAFFIC = [(0.05, 50), (0.475, 20), (0.525, 20), (0.95, 10)]
+
+
+@pytest.fixture
+def review_share(settings):
+    settings.GUARDIAN_REVIEW_COST_SHARE = 0.1
+    return 0.1
+
+
+def test_the_band_covers_both_mixed_clusters_when_the_reviewers_can_take_them(review_share):
+    s = monitoring.suggest_thresholds(
+        "infeasible", CLUSTERS, costs=EVEN, live=_traffic(values=TRAFFIC), capacity_per_hour=10
+    )
+    assert s.problem == ""
+    # t* 0.50 ± 0.03 reviews the 40 clustered examples at 0.1 each: 4 / 60
+    assert (round(s.best.t_star, 2), s.best.delta) == (0.5, 0.03)
+    assert s.best.cost == pytest.approx(4 / 60)
+    assert s.best.review_share == pytest.approx(40 / 60)
+    assert (s.best.escalation_rate, s.best.per_hour) == (pytest.approx(0.4), pytest.approx(4.0))
+    assert not s.capacity_binds
+    # The version's own 0.5 ± 0.1 reviews the same 40 examples (and escalates the same turns)
+    assert s.current.cost == pytest.approx(4 / 60)
+    assert s.review_cost == pytest.approx(0.1)
+
+
+def test_capacity_binds_and_narrows_the_band_to_one_cluster(review_share):
+    s = monitoring.suggest_thresholds(
+        "infeasible", CLUSTERS, costs=EVEN, live=_traffic(values=TRAFFIC), capacity_per_hour=3
+    )
+    assert s.capacity_binds
+    assert (round(s.unconstrained.t_star, 2), s.unconstrained.delta) == (0.5, 0.03)
+    assert s.unconstrained.per_hour == pytest.approx(4.0)
+    # Within 3 an hour the band takes one cluster: 0.47 ± 0.01 reviews the 20 at 0.475 and fires
+    # on the 20 at 0.525, 10 of them negatives: (20 · 0.1 + 10 · 1) / 60. The cluster at 0.525
+    # costs the same; the lower t* wins the tie.
+    assert (round(s.best.t_star, 2), s.best.delta) == (0.47, 0.01)
+    assert s.best.cost == pytest.approx(12 / 60)
+    assert s.best.per_hour == pytest.approx(2.0)
+    assert s.best.per_hour <= 3
+
+
+def test_nothing_is_suggested_when_no_band_fits_the_capacity(review_share):
+    # Every turn is at 0.995, above any t* of the grid, and integrity escalates when it fires
+    # too: whatever t* and δ, all 100 turns (10 an hour) reach a person.
+    pairs = [(0.5, True)] * 20 + [(0.5, False)] * 20
+    live = _traffic("integrity", values=[(0.995, 100)])
+    s = monitoring.suggest_thresholds(
+        "integrity", pairs, costs=EVEN, live=live, capacity_per_hour=1
+    )
+    assert s.best is None
+    assert "No t* and δ on the grid keeps integrity's escalations within 1 per hour" in s.problem
+
+
+def test_the_shown_cost_is_the_cost_of_applying_the_draft_as_the_engine_does(review_share):
+    costs = {"c_stop": 3, "c_cont": 5, "delta": 0.05}
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0, 1, 200)
+    pairs = [(float(v), bool(rng.uniform() < v**2)) for v in p]
+    s = monitoring.suggest_thresholds(
+        "infeasible", pairs, costs=costs, live=_traffic(), capacity_per_hour=10
+    )
+    review = 0.1 * 3
+    for candidate in (s.best, s.current):
+        threshold = Threshold(c_stop=3, c_cont=float(candidate.c_cont), delta=candidate.delta)
+        assert candidate.cost == pytest.approx(
+            monitoring.expected_cost(pairs, threshold, c_stop=3, c_cont=5, review=review)
+        )
+    # No recent turns: the load is unknown, never taken as zero.
+    assert (s.best.escalation_rate, s.best.per_hour) == (None, None)
+    # The suggestion is the cheapest point of the grid, by brute force over the same grid.
+    brute = min(
+        monitoring.expected_cost(
+            pairs,
+            Threshold(c_stop=3, c_cont=3 * (1 - i / 100) / (i / 100), delta=j / 100),
+            c_stop=3,
+            c_cont=5,
+            review=review,
+        )
+        for i in range(1, 100)
+        for j in range(50)
+        if i - j > 0 and i + j < 100
+    )
+    assert s.best.cost == pytest.approx(brute)
+    assert s.best.cost <= s.current.cost
+
+
+@pytest.mark.parametrize("c_stop", [0.3, 1, 3, 7.5, 250])
+def test_the_draft_costs_give_back_every_suggested_t_star_to_the_shown_precision(c_stop):
+    for i in range(1, 100):
+        t = i / 100
+        c_cont = f"{c_stop * (1 - t) / t:.{monitoring.DRAFT_DIGITS}g}"
+        derived = Threshold(c_stop=c_stop, c_cont=float(c_cont), delta=0).t_star
+        assert f"{derived:.2f}" == f"{t:.2f}"
+
+
+def test_too_few_labels_are_named_with_the_minimum_instead_of_a_suggestion(review_share):
+    few = [(0.2, False), (0.3, True), (0.8, True)]
+    s = monitoring.suggest_thresholds(
+        "infeasible", few, costs=EVEN, live=_traffic(), capacity_per_hour=10
+    )
+    assert (s.best, s.current) == (None, None)
+    assert s.problem == (
+        "Too few reviewers' labels to suggest from: 3 with a probability (2 positive); a "
+        "suggestion needs at least 30, with at least 5 of each class."
+    )
+    one_class = [(0.1, False)] * 40 + [(0.9, True)] * 4
+    s = monitoring.suggest_thresholds(
+        "infeasible", one_class, costs=EVEN, live=_traffic(), capacity_per_hour=10
+    )
+    assert s.best is None
+    assert "44 with a probability (4 positive)" in s.problem
+
+
+def test_a_condition_without_costs_in_the_active_version_gets_no_suggestion():
+    s = monitoring.suggest_thresholds(
+        "drift", CLUSTERS, costs=None, live=_traffic(), capacity_per_hour=10
+    )
+    assert s.best is None
+    assert "No active version" in s.problem
+
+
+@pytest.mark.django_db
+def test_traffic_counts_recent_turns_per_hour_and_a_steps_riskiest_call():
+    run = make_run()
+    risky = {"read_only": 0.1, "reversible_write": 0.2, "irreversible": 0.6, "regulated": 0.1}
+    calm = {"read_only": 0.9, "reversible_write": 0.1, "irreversible": 0.0, "regulated": 0.0}
+    make_decision(turn=make_turn(run=run, index=0), risk_answers=[calm, risky])
+    make_decision(turn=make_turn(run=run, index=1), answers={"infeasible": 0.25})
+    now = timezone.now()
+    live = monitoring.traffic(monitoring.decision_days(now=now), now=now)
+    assert live.decisions == 2
+    start_of_day = timezone.make_aware(
+        timezone.datetime.combine(timezone.localdate(now), timezone.datetime.min.time())
+    )
+    hours = max((now - start_of_day).total_seconds() / 3600, 1.0)
+    assert live.per_hour == pytest.approx(2 / hours)
+    # risk: the step's highest P(irreversible or regulated), 0.7
+    assert live.values["risk"].tolist() == [pytest.approx(0.7)]
+    assert live.values["infeasible"].tolist() == [0.25]
+    assert live.weights["infeasible"].tolist() == [1.0]
+
+
+def _suggestion_fixture():
+    """An active version (infeasible 1:1, δ 0.1), the clustered labels, and 100 turns today."""
+    version = make_policy_version(
+        is_active=True,
+        thresholds={"infeasible": {"c_stop": 1, "c_cont": 1, "delta": 0.1}},
+    )
+    for p, label in CLUSTERS:
+        _label(p, label, condition="infeasible")
+    run = make_run()
+    index = 0
+    for p, n in TRAFFIC:
+        for _ in range(n):
+            make_decision(turn=make_turn(run=run, index=index), answers={"infeasible": p})
+            index += 1
+    # On the window's first day, so the hours they spread over (312 to 336, whatever the time
+    # of day) keep the rates fixed enough: 40 clustered turns make 0.12 an hour, 20 make 0.06.
+    backdate(
+        Decision.objects.filter(turn__run=run),
+        created_at=timezone.now() - timedelta(days=monitoring.WINDOW_DAYS - 1),
+    )
+    return version
+
+
+def _draft_links(html):
+    return [
+        html_lib.unescape(m) for m in re.findall(r'class="draft-link[^"]*" href="([^"]+)"', html)
+    ]
+
+
+@pytest.mark.django_db
+def test_page_offers_the_suggestion_as_a_draft_whose_costs_give_back_the_shown_t_star(
+    client, admin, review_share
+):
+    version = _suggestion_fixture()
+    client.force_login(admin)
+    html = client.get(reverse("policies:monitoring")).content.decode()
+    row = re.search(
+        r'<tr class="suggested"><th>Suggested</th><td>([\d.]+)</td><td>([\d.]+)</td>'
+        r"<td>([\d.]+)</td>",
+        html,
+    )
+    assert row is not None
+    shown_t, shown_delta, shown_cost = row.groups()
+    assert (shown_t, shown_delta) == ("0.50", "0.03")
+    assert shown_cost == "0.067"
+    # The other conditions have no costs in the version, so nothing to suggest from.
+    assert "No active version with costs for this condition" in html
+    links = _draft_links(html)
+    assert len(links) == 2  # one for infeasible, one for every suggestion
+    for link in links:
+        url = urlsplit(link)
+        assert url.path == reverse("policies:new")
+        query = parse_qs(url.query)
+        assert query["from"] == [str(version.pk)]
+        assert query["infeasible_delta"] == [shown_delta]
+        derived = Threshold(
+            c_stop=1, c_cont=float(query["infeasible_c_cont"][0]), delta=0.03
+        ).t_star
+        assert f"{derived:.2f}" == shown_t
+        assert not any(k.startswith("integrity_") for k in query)
+
+
+@pytest.mark.django_db
+def test_the_draft_link_opens_the_editor_with_the_suggested_values(client, admin, review_share):
+    _suggestion_fixture()
+    client.force_login(admin)
+    html = client.get(reverse("policies:monitoring")).content.decode()
+    [link, _] = _draft_links(html)
+    page = client.get(link)
+    assert page.status_code == 200
+    form = page.context["form"]
+    query = parse_qs(urlsplit(link).query)
+    assert str(form.initial["infeasible_c_cont"]) == query["infeasible_c_cont"][0]
+    assert str(form.initial["infeasible_delta"]) == "0.03"
+    # The editor's own preview derives the suggested t* from the copied C_stop and the new C_cont.
+    [row] = [r for r in page.context["derived"] if r["condition"] == "infeasible"]
+    assert (f"{row['t_star']:.2f}", row["delta"]) == ("0.50", "0.03")
+
+
+@pytest.mark.django_db
+def test_page_says_when_capacity_binds(client, admin, review_share, settings):
+    settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = 0.1
+    _suggestion_fixture()
+    client.force_login(admin)
+    html = client.get(reverse("policies:monitoring")).content.decode()
+    assert "The reviewers' capacity binds" in html
+    assert "Cheapest beyond capacity" in html
+    # The version's 0.5 ± 0.1 reviews both clusters, as the cheapest band would.
+    assert "The current thresholds already exceed that capacity" in html
+    assert parse_qs(urlsplit(_draft_links(html)[0]).query)["infeasible_delta"] == ["0.01"]
+
+
+# ---- reviewer vs reviewer --------------------------------------------------------------------
+
+
+def _quorum_refund():
+    run = drive(start("refund_waits_for_approval"))
+    assert run.status == RunStatus.WAITING
+    return run.escalations.get(status=EscalationStatus.OPEN)
+
+
+@pytest.mark.django_db
+def test_reviewer_vs_reviewer_pairs_a_quorums_two_approvers(
+    client, admin, reviewer, other_reviewer, django_assert_num_queries
+):
+    base = demo_policy_version()
+    policy_version_create(
+        thresholds=base.thresholds,
+        question_set=base.question_set,
+        question_set_version=base.question_set_version,
+        quorum={"tools": ["issue_refund"]},
+        activate=True,
+    )
+    agreed, disagreed, rejected, single = (_quorum_refund() for _ in range(4))
+    # Both let the held class stand (irreversible).
+    assert (
+        escalation_resolve(escalation_id=agreed.pk, reviewer=reviewer, decision="approve") is None
+    )
+    escalation_resolve(escalation_id=agreed.pk, reviewer=other_reviewer, decision="approve")
+    # The first says regulated, the second irreversible.
+    escalation_resolve(
+        escalation_id=disagreed.pk,
+        reviewer=reviewer,
+        decision="approve",
+        risk_labels={0: "regulated"},
+    )
+    escalation_resolve(
+        escalation_id=disagreed.pk,
+        reviewer=other_reviewer,
+        decision="approve",
+        risk_labels={0: "irreversible"},
+    )
+    # Approved as regulated, then rejected by the second, who also says regulated.
+    escalation_resolve(
+        escalation_id=rejected.pk,
+        reviewer=other_reviewer,
+        decision="approve",
+        risk_labels={0: "regulated"},
+    )
+    escalation_resolve(
+        escalation_id=rejected.pk,
+        reviewer=reviewer,
+        decision="reject",
+        reason="not this one",
+        risk_labels={0: "regulated"},
+    )
+    # One approval only: still open, no pair.
+    escalation_resolve(escalation_id=single.pk, reviewer=reviewer, decision="approve")
+
+    with django_assert_num_queries(3):
+        pairs = monitoring.reviewer_pairs()
+    assert [(p.escalation_id, p.first, p.second, p.first_given, p.second_given) for p in pairs] == [
+        (agreed.pk, "irreversible", "irreversible", False, False),
+        (disagreed.pk, "regulated", "irreversible", True, True),
+        (rejected.pk, "regulated", "regulated", True, True),
+    ]
+    assert [p.second_decision for p in pairs] == ["approve", "approve", "reject"]
+    result = monitoring.reviewer_vs_reviewer(pairs)
+    assert result.n == 3
+    # rows first (read_only, reversible_write, irreversible, regulated), columns second
+    assert result.matrix == [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
+    # p_o = 2/3; first: irr 1/3, reg 2/3; second: irr 2/3, reg 1/3 → p_e = 4/9; κ = 0.4
+    assert result.kappa == pytest.approx(0.4)
+
+    client.force_login(admin)
+    html = client.get(reverse("policies:monitoring")).content.decode()
+    assert "3 held calls labelled by a quorum's two approvers" in html
+    assert "κ over the four risk classes = 0.400" in html
+    assert "Both gave a class of their own on 2" in html
+    assert "The second reviewer rejected 1 of them" in html
+    assert "<th>First: regulated</th><td>0</td><td>0</td><td>1</td><td>1</td>" in html
+
+
+@pytest.mark.django_db
+def test_reviewer_vs_reviewer_is_empty_without_a_quorum(client, admin, reviewer):
+    escalation = _quorum_refund()
+    escalation_resolve(escalation_id=escalation.pk, reviewer=reviewer, decision="approve")
+    assert monitoring.reviewer_pairs() == []
+    client.force_login(admin)
+    html = client.get(reverse("policies:monitoring")).content.decode()
+    assert "No held call has been approved by a quorum" in html

@@ -7,8 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The demo's web port: from the command line (make demo PORT=8001) or the environment, else a
 # PORT=… line of .env (the settings read the rest of .env themselves), else 8000.
-PORT ?= $(or $(shell sed -n -E "s/^[[:space:]]*(export[[:space:]]+)?PORT[[:space:]]*=[[:space:]]*[\"']?([0-9]+)[\"']?[[:space:]]*(\#.*)?\$$/\2/p" .env 2>/dev/null | tail -n 1),8000)
+dotenv_number = $(shell sed -n -E "s/^[[:space:]]*(export[[:space:]]+)?$(1)[[:space:]]*=[[:space:]]*[\"']?([0-9.]+)[\"']?[[:space:]]*(\#.*)?\$$/\2/p" .env 2>/dev/null | tail -n 1)
+PORT ?= $(or $(call dotenv_number,PORT),8000)
 export PORT
+# The demo starts a demo traffic run every minute (runs/demo_traffic.py) unless the
+# environment or .env says otherwise (0: none).
+DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
 .PHONY: help demo test lint format bench clean
 
@@ -48,7 +52,7 @@ demo: $(VENV)/.installed-base
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py demo_setup
 	@echo "Guardian is starting on http://127.0.0.1:$(PORT)  (Ctrl-C stops the web server, worker and beat)"
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho --env /dev/null --procfile Procfile.demo start --port $(PORT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" GUARDIAN_DEMO_TRAFFIC_SECONDS=$(DEMO_TRAFFIC_SECONDS) $(BIN)/honcho --env /dev/null --procfile Procfile.demo start --port $(PORT)
 
 test: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

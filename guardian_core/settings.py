@@ -252,6 +252,17 @@ GUARDIAN_REVIEW_COST_SHARE = env_float("GUARDIAN_REVIEW_COST_SHARE", 0.1, minimu
 # A shadow trial decides a turn once its decision is this old: one still committing may hold a
 # lower id than one already visible, and the trial reads in id order (runs/shadow.py).
 GUARDIAN_SHADOW_SETTLE_SECONDS = env_float("GUARDIAN_SHADOW_SETTLE_SECONDS", 15.0, minimum=0.0)
+# Demo traffic (runs/demo_traffic.py): every this many seconds beat starts one more demo
+# scenario run with its guardian's probabilities jittered, up to GUARDIAN_DEMO_TRAFFIC_MAX_RUNS
+# of them, so that monitoring and shadow trials see live turns. 0, the default, starts none;
+# `make demo` sets 60.
+GUARDIAN_DEMO_TRAFFIC_SECONDS = env_float("GUARDIAN_DEMO_TRAFFIC_SECONDS", 0.0, minimum=0.0)
+GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = env_int("GUARDIAN_DEMO_TRAFFIC_MAX_RUNS", 120, minimum=0)
+if GUARDIAN_DEMO_TRAFFIC_SECONDS > 0:
+    CELERY_BEAT_SCHEDULE["demo-traffic"] = {
+        "task": "runs.demo_traffic_tick",
+        "schedule": GUARDIAN_DEMO_TRAFFIC_SECONDS,
+    }
 # Runs marked running with no worker on them for this long are enqueued again.
 GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, minimum=1)
 # After this many consecutive failures to advance, a run is parked for a person.

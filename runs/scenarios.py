@@ -29,12 +29,24 @@ def scenario_load(name: str) -> dict:
     return data
 
 
-def scenario_run_start(name: str, *, guardian: str = "scripted", created_by=None) -> Run:
-    """Start a run that follows scenario `name` (its first turn is enqueued)."""
+def scenario_run_start(
+    name: str,
+    *,
+    guardian: str = "scripted",
+    created_by=None,
+    scripted: dict | None = None,
+    config: dict | None = None,
+) -> Run:
+    """Start a run that follows scenario `name` (its first turn is enqueued); `scripted`, when
+    given, is the scripted part to play instead of the file's (checked the same way), and
+    `config` is added to the run's config."""
     from runs.services import run_start
 
     data = scenario_load(name)
-    scripted = {key: value for key, value in data.items() if key not in ("expect", "review_loop")}
+    if scripted is None:
+        scripted = {k: v for k, v in data.items() if k not in ("expect", "review_loop")}
+    else:
+        check_scenario(scripted)
     return run_start(
         goal=data["goal"],
         acceptance_criteria=data.get("acceptance_criteria", []),
@@ -42,6 +54,11 @@ def scenario_run_start(name: str, *, guardian: str = "scripted", created_by=None
         actor="coder_reviewer" if "review_loop" in data else "scripted",
         guardian=guardian,
         budgets=data.get("budgets", {}),
-        config={"scenario": scripted, "review_loop": data.get("review_loop"), "name": name},
+        config={
+            **(config or {}),
+            "scenario": scripted,
+            "review_loop": data.get("review_loop"),
+            "name": name,
+        },
         created_by=created_by,
     )

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from runs import shadow
+from runs import demo_traffic, shadow
 from runs.services import run_advance_slice, run_sweep_stalled
 
 
@@ -28,3 +28,11 @@ def shadow_trials_catch_up() -> int:
     """Decide under every running shadow trial's candidate the turns logged since its last
     pass (beat, every 10 s); never enforced."""
     return shadow.shadow_trials_catch_up()
+
+
+@shared_task(name="runs.demo_traffic_tick", ignore_result=True)
+def demo_traffic_tick() -> int | None:
+    """Start one demo traffic run (beat, every GUARDIAN_DEMO_TRAFFIC_SECONDS when set); its id,
+    or None once the cap is reached."""
+    run = demo_traffic.demo_traffic_start()
+    return run.pk if run else None

@@ -52,6 +52,8 @@ _CONFIG_KEY_SCHEMAS: dict[str, dict] = {
     },
     # A label: the demo names its runs after their scenario file.
     "name": {"type": "string", "maxLength": MAX_NAME_CHARS},
+    # Marks a run the demo's traffic started (runs/demo_traffic.py), so it can be told apart.
+    "demo_traffic": {"const": True},
 }
 _ACTOR_CONFIG_KEYS = {
     "scripted": {"scenario"},
@@ -59,7 +61,7 @@ _ACTOR_CONFIG_KEYS = {
     "coder_reviewer": {"coder_model", "reviewer_model", "max_rounds", "review_loop", "scenario"},
 }
 _GUARDIAN_CONFIG_KEYS = {"scripted": {"scenario"}, "local": set(), "http": set(), "openai": set()}
-_COMMON_CONFIG_KEYS = {"name"}
+_COMMON_CONFIG_KEYS = {"name", "demo_traffic"}
 _KEY_VALIDATORS = {key: Draft202012Validator(schema) for key, schema in _CONFIG_KEY_SCHEMAS.items()}
 
 

@@ -1,12 +1,17 @@
-"""`manage.py demo_setup`: demo users (one per role, passwords printed) and the demo runs."""
+"""`manage.py demo_setup`: demo users (one per role, passwords printed), the demo runs and the
+demo's synthetic labelled examples."""
 
 from django.core.management.base import BaseCommand
 
 from guardian_core.demo import demo_start_scenarios, demo_users_ensure
+from guardian_core.demo_examples import DEMO_EXAMPLES_MODEL, demo_examples_ensure
 
 
 class Command(BaseCommand):
-    help = "Create the demo users (new passwords each time) and start the demo scenarios once."
+    help = (
+        "Create the demo users (new passwords each time), start the demo scenarios once and "
+        "import the synthetic labelled examples when there are none."
+    )
 
     def handle(self, *args, **options) -> None:
         started = demo_start_scenarios()
@@ -14,6 +19,12 @@ class Command(BaseCommand):
             self.stdout.write(f"Started {len(started)} demo runs; the worker runs their turns.")
         else:
             self.stdout.write("Demo runs already present.")
+        imported = demo_examples_ensure()
+        if imported:
+            self.stdout.write(
+                f"Imported {imported} synthetic labelled examples (model {DEMO_EXAMPLES_MODEL}) "
+                "for the regression gate and the evaluation page."
+            )
         self.stdout.write("Demo users (passwords are new on every run of this command):")
         for user in demo_users_ensure():
             self.stdout.write(f"  {user.username:<9} {user.password}")

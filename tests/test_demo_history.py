@@ -1,0 +1,159 @@
+"""What `make demo` gives an admin to measure with: the synthetic labelled examples (the gate
+and the evaluation page read them) and the demo traffic (monitoring and shadow trials see live
+turns)."""
+
+import json
+
+import pytest
+from django.core.management import call_command
+
+from escalations.models import ExampleSource, LabelledExample
+from guardian_core.demo import demo_policy_version
+from guardian_core.demo_examples import (
+    DEMO_EXAMPLES_MODEL,
+    PER_CONDITION,
+    demo_example_lines,
+    demo_examples_ensure,
+)
+from guardian_core.engine.conditions import Condition
+from guardian_core.harness import traces_evaluate
+from guardian_core.policy_gate import gate_report
+from guardian_core.services import policy_version_create
+from runs.demo_traffic import demo_traffic_start, jittered_scenario
+from runs.models import Run, RunStatus
+from runs.scenarios import scenario_load, scenario_names
+from tests.processes import run_manage
+from tests.runs_helpers import drive
+
+pytestmark = pytest.mark.django_db
+
+
+def _scripted(name: str) -> dict:
+    data = scenario_load(name)
+    return {k: v for k, v in data.items() if k not in ("expect", "review_loop")}
+
+
+def test_demo_setup_imports_the_synthetic_examples_once_and_says_what_they_are(capsys):
+    call_command("demo_setup")
+    out = capsys.readouterr().out
+    call_command("demo_setup")
+    again = capsys.readouterr().out
+
+    examples = LabelledExample.objects.all()
+    assert examples.count() == PER_CONDITION * len(Condition)
+    assert set(examples.values_list("source", flat=True)) == {ExampleSource.IMPORT}
+    assert set(examples.values_list("model_version", flat=True)) == {DEMO_EXAMPLES_MODEL}
+    assert f"Imported {PER_CONDITION * len(Condition)} synthetic labelled examples" in out
+    assert "synthetic labelled examples" not in again
+
+
+def test_the_demo_examples_never_join_an_install_that_has_examples_of_its_own():
+    demo_policy_version()
+    LabelledExample.objects.create(
+        condition="integrity",
+        projection={"goal": "g"},
+        label=True,
+        probability=0.4,
+        source=ExampleSource.HUMAN,
+        question_set_version="q1",
+        model_version="real-1",
+    )
+    assert demo_examples_ensure() == 0
+    assert LabelledExample.objects.count() == 1
+
+
+def test_the_demo_examples_are_the_same_on_every_machine():
+    assert demo_example_lines() == demo_example_lines()
+
+
+def test_the_demo_guardian_is_overconfident_so_there_is_miscalibration_to_show():
+    demo_policy_version()
+    report = traces_evaluate(lines=demo_example_lines())
+    for name, figures in report["conditions"].items():
+        assert figures["n"] == PER_CONDITION, name
+        assert figures["ece"] > 0.05, name  # miscalibrated, as the module says
+        assert figures["auroc"] > 0.8, name  # but it does tell the classes apart
+
+
+def test_on_the_demo_examples_the_gate_measures_a_draft_and_finds_flips():
+    active = demo_policy_version()
+    demo_examples_ensure()
+    thresholds = json.loads(json.dumps(active.thresholds))
+    thresholds["integrity"] = {"c_stop": 1, "c_cont": 3, "delta": 0.05}  # t* 0.10 → 0.25
+    draft = policy_version_create(
+        thresholds=thresholds,
+        question_set=active.question_set,
+        question_set_version=active.question_set_version,
+        label="integrity looser",
+        copied_from=active,
+    )
+
+    report = gate_report(candidate=draft)
+
+    assert "note" not in report  # something was compared
+    assert report["examples"]["used"] == PER_CONDITION * len(Condition)
+    assert report["examples"]["near_miss_share"] > 0
+    assert report["flips"]
+    assert {flip["condition"] for flip in report["flips"]} == {"integrity"}
+
+
+def test_jitter_moves_plain_probabilities_and_keeps_timeouts_and_distributions():
+    timeout = _scripted("guardian_timeout")
+    refund = _scripted("refund_waits_for_approval")
+
+    moved = jittered_scenario(refund, seed=1)
+    assert moved == jittered_scenario(refund, seed=1)
+    assert moved != jittered_scenario(refund, seed=2)
+    assert moved["guardian"]["risk"] == refund["guardian"]["risk"]  # a distribution stays
+    assert moved["actor"] == refund["actor"]
+    final = moved["guardian"]["turns"][3]
+    assert final["goal_reached"] != 0.97
+    assert 0 < final["goal_reached"] < 1
+    # A turn the script left to the calm defaults now names every condition, jittered too.
+    assert set(moved["guardian"]["turns"][0]) >= {"integrity", "goal_reached", "stagnation"}
+    assert isinstance(moved["guardian"]["turns"][0]["drift"], dict)
+    timeout_answers = json.dumps(jittered_scenario(timeout, seed=3)["guardian"])
+    assert timeout_answers.count('"timeout"') == json.dumps(timeout["guardian"]).count('"timeout"')
+
+
+def test_demo_traffic_takes_the_scenarios_in_turn_and_stops_at_its_cap(settings):
+    settings.GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = 3
+    demo_policy_version()
+
+    started = [demo_traffic_start() for _ in range(4)]
+
+    assert started[3] is None
+    assert [run.config["name"] for run in started[:3]] == scenario_names()[:3]
+    assert all(run.config["demo_traffic"] for run in started[:3])
+    assert Run.objects.count() == 3
+
+
+def test_every_jittered_scenario_plays_to_an_end_without_an_error(settings):
+    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    settings.GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = 2 * len(scenario_names())
+    demo_policy_version()
+    for _ in range(2 * len(scenario_names())):
+        run = drive(demo_traffic_start())
+        assert run.status in (RunStatus.WAITING, RunStatus.SUCCEEDED, RunStatus.FAILED), run
+        assert run.last_error == "", (run.config["name"], run.last_error)
+
+
+def test_the_demo_check_reads_the_first_run_of_each_scenario_not_the_traffic(settings):
+    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    call_command("demo_setup")
+    for run in Run.objects.all():
+        drive(run)
+    for _ in range(len(scenario_names())):
+        drive(demo_traffic_start())
+    call_command("demo", "--existing", "--timeout", "5")  # raises if a scenario's first run failed
+
+
+def test_beat_starts_demo_traffic_only_when_it_is_asked_for():
+    code = (
+        "from django.conf import settings; "
+        "print(settings.CELERY_BEAT_SCHEDULE.get('demo-traffic', {}).get('schedule'))"
+    )
+    on = run_manage("shell", "-c", code, GUARDIAN_DEMO_TRAFFIC_SECONDS="45", GUARDIAN_ENV_FILE="")
+    off = run_manage("shell", "-c", code, GUARDIAN_DEMO_TRAFFIC_SECONDS=None, GUARDIAN_ENV_FILE="")
+    assert on.stdout.splitlines()[-1] == "45.0", on.stderr
+    assert off.stdout.splitlines()[-1] == "None", off.stderr

@@ -210,7 +210,9 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
                 # What the form cannot know ahead: the version is invalid.
                 form.add_error("policy" if "policy version" in str(error) else None, str(error))
     else:
-        form = EvaluateForm(initial=_initial(request.GET.get("policy", "")))
+        form = EvaluateForm(
+            initial=_initial(request.GET.get("policy", ""), request.GET.get("model", ""))
+        )
     context = {
         "form": form,
         "report": report,
@@ -228,8 +230,10 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
     )
 
 
-def _initial(raw_policy: str) -> dict:
-    """The version named by ?policy=<number> (a version's page links here), else the active."""
+def _initial(raw_policy: str, raw_model: str = "") -> dict:
+    """The version named by ?policy=<number> (a version's page links here), else the active;
+    the scorer named by ?model= (a guardian model version's page links here) when it is one of
+    the choices."""
     numbers = {number for number, _ in _policy_choices()}
     if raw_policy.isdigit() and int(raw_policy) in numbers:
         policy = int(raw_policy)
@@ -237,7 +241,10 @@ def _initial(raw_policy: str) -> dict:
         policy = (
             PolicyVersion.objects.filter(is_active=True).values_list("number", flat=True).first()
         )
-    return {"policy": policy}
+    initial: dict = {"policy": policy}
+    if raw_model and raw_model in {value for value, _ in _model_choices()}:
+        initial["model"] = raw_model
+    return initial
 
 
 def _report_context(report: dict) -> dict:

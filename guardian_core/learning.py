@@ -42,6 +42,15 @@ class LearningError(Exception):
     """A version cannot be made or activated; the message names every reason."""
 
 
+class GuardianGateRefused(LearningError):
+    """The regression gate refused an activation and no override reason was given; `report`
+    is the gate's report (its "reasons" say why)."""
+
+    def __init__(self, message: str, report: dict) -> None:
+        super().__init__(message)
+        self.report = report
+
+
 # ---- which version a run uses ----------------------------------------------------------------
 
 
@@ -146,11 +155,12 @@ def guardian_model_activate_replacing(
     # Measured before any lock is taken: the gate asks the guardians (a network one too).
     report = guardian_model_gate_report(candidate=version)
     if report["refused"] and not override_reason:
-        raise LearningError(
+        raise GuardianGateRefused(
             f"guardian model version {number} cannot be activated, the regression gate "
             "refuses it:\n"
             + "".join(f"  - {reason}\n" for reason in report["reasons"])
-            + "give an override reason to activate it anyway"
+            + "give an override reason to activate it anyway",
+            report,
         )
     with transaction.atomic():
         # Lock the adapter's versions in one order: two activations at once queue up instead

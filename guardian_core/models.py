@@ -245,6 +245,12 @@ class GuardianModelVersion(models.Model):
         suffix = "cal" if self.kind == GuardianModelKind.RECALIBRATED else "train"
         return f"{self.base_model_version}/{suffix}-{self.number}"
 
+    @property
+    def conditions(self) -> list[str]:
+        """The conditions it answers differently from its base: those it has a map for, or
+        (retrained) those it was retrained on."""
+        return list(self.calibration or self.figures or {})
+
 
 class PolicyActivation(models.Model):
     """Who activated a policy version, when and why, with the regression gate's report and,

@@ -73,6 +73,8 @@ _ON_FIRE_WORDS = {
 _BAND_WORDS = {
     Band.UNCERTAIN: "uncertain band: a person decides",
     Band.CLEAR: "clear: the run goes on",
+    # The guardian model gate's word for an example a guardian could not answer.
+    "unscored": "no usable answer: a person decides",
 }
 
 
@@ -92,15 +94,47 @@ def can_open_examples(request: HttpRequest) -> bool:
     return request.user.has_perm("escalations.review_escalation")
 
 
+# A page lists at most this many flips (the report keeps them all): a gate over thousands of
+# examples must not become a page of thousands of rows.
+FLIPS_SHOWN = 200
+PREVIEW_CHARS = 140
+
+
+def example_previews(example_ids: list[int]) -> dict[int, str]:
+    """A line of what each example was about, for an admin who may not open the reviewer's
+    page: the call a risk example held, else the first tool output, else the goal. One query."""
+    from escalations.models import LabelledExample
+
+    previews = {}
+    for pk, projection in LabelledExample.objects.filter(pk__in=example_ids).values_list(
+        "pk", "projection"
+    ):
+        projection = projection if isinstance(projection, dict) else {}
+        proposal = projection.get("pending_proposal")
+        results = projection.get("last_results") or []
+        if isinstance(proposal, dict) and proposal.get("tool"):
+            text = f"call {proposal['tool']}: {proposal.get('arguments', {})}"
+        elif results:
+            text = str(results[0])
+        else:
+            text = str(projection.get("goal", ""))
+        previews[pk] = text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+    return previews
+
+
 def flip_rows(flips: list[dict], *, can_open_examples: bool) -> list[dict]:
-    """The gate's outcome flips as the page shows them: each band in words, and the example's
-    link only where the reader may follow it."""
+    """The gate's first FLIPS_SHOWN outcome flips as the page shows them: each band in words,
+    a line of what the example was about, and the example's link only where the reader may
+    follow it."""
+    shown = flips[:FLIPS_SHOWN]
+    previews = example_previews([flip["example_id"] for flip in shown])
     return [
         {
             **flip,
             "url": flip.get("url") if can_open_examples else None,
+            "preview": previews.get(flip["example_id"], ""),
             "current_words": band_words(flip["condition"], flip["current"]),
             "candidate_words": band_words(flip["condition"], flip["candidate"]),
         }
-        for flip in flips
+        for flip in shown
     ]

@@ -22,6 +22,7 @@ from escalations.api import (
 )
 from guardian_core import (
     evaluation_views,
+    guardian_model_views,
     monitoring_views,
     policy_diff_views,
     policy_gate_views,
@@ -67,6 +68,17 @@ policy_patterns = (
             name="activate",
         ),
         path("<int:version_id>/diff/", policy_diff_views.policy_version_diff_page, name="diff"),
+        path("models/", guardian_model_views.guardian_model_list_page, name="models"),
+        path(
+            "models/<int:version_id>/",
+            guardian_model_views.guardian_model_detail_page,
+            name="model_detail",
+        ),
+        path(
+            "models/<int:version_id>/activate",
+            guardian_model_views.guardian_model_activate_page,
+            name="model_activate",
+        ),
         path("shadow/", shadow_views.shadow_trial_list_page, name="shadow"),
         path("shadow/<int:trial_id>/", shadow_views.shadow_trial_detail_page, name="shadow_detail"),
         path("shadow/<int:trial_id>/stop", shadow_views.shadow_trial_stop_view, name="shadow_stop"),

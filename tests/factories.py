@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
-from guardian_core.models import PolicyVersion
+from guardian_core.models import GuardianModelVersion, PolicyVersion
 from runs.chain import seal
 from runs.models import Decision, DecisionOutcome, RiskClass, Run, ToolCall, Turn
 
@@ -23,6 +23,24 @@ def make_policy_version(**overrides) -> PolicyVersion:
     }
     fields.update(overrides)
     return PolicyVersion.objects.create(**fields)
+
+
+def make_guardian_model_version(**overrides) -> GuardianModelVersion:
+    """A recalibrated version over the local guardian: its integrity answers mapped as given
+    (the identity unless `calibration` says otherwise)."""
+    from guardian_core.adapters.local import LocalGuardian
+
+    fields = {
+        "number": next(_numbers),
+        "adapter": "local",
+        "base_model_version": LocalGuardian().model_version,
+        "kind": "recalibrated",
+        "calibration": {"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.0, 1.0]}},
+        "example_ids": [],
+        "examples_digest": "0" * 64,
+    }
+    fields.update(overrides)
+    return GuardianModelVersion.objects.create(**fields)
 
 
 def make_run(**overrides) -> Run:

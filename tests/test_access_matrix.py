@@ -7,7 +7,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from guardian_core.demo import demo_policy_version
-from tests.factories import make_escalation, make_run
+from tests.factories import make_escalation, make_guardian_model_version, make_run
 
 LOGIN = ("redirect", "/accounts/login/")
 ADMIN_LOGIN = ("redirect", "/admin/login/")
@@ -282,6 +282,36 @@ MATRIX = [
         "policies:activate",
         "POST",
         kwargs={"version_id": "policy_version"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=400,
+        outsider=403,
+    ),
+    row("policies:models", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    row(
+        "policies:model_detail",
+        kwargs={"version_id": "guardian_model"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    # The gate's report on GET; a POST without the comment is the page again with the error.
+    row(
+        "policies:model_activate",
+        kwargs={"version_id": "guardian_model"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
+    row(
+        "policies:model_activate",
+        "POST",
+        kwargs={"version_id": "guardian_model"},
         anonymous=LOGIN,
         reviewer=403,
         auditor=403,
@@ -596,6 +626,9 @@ def _api_objects(kwargs: dict) -> dict:
         return {**kwargs, "version_id": demo_policy_version().pk}
     if kwargs.get("trial_id") == "shadow_trial":
         return {**kwargs, "trial_id": _shadow_trial().pk}
+    if kwargs.get("version_id") == "guardian_model":
+        demo_policy_version()  # the gate reads at the active policy's thresholds
+        return {**kwargs, "version_id": make_guardian_model_version().pk}
     if kwargs.get("guidance_id") == "guidance":
         from escalations.models import ReviewGuidance
 

@@ -74,3 +74,18 @@ def test_the_makefile_has_the_readme_commands():
 def test_the_models_and_migrations_agree():
     result = run_manage("makemigrations", "--check", "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_template_comment_closes_on_its_own_line():
+    # Django's {# … #} is one line only: an unclosed one renders as text on the page, so a
+    # longer comment needs {% comment %}.
+    from pathlib import Path
+
+    templates = Path(__file__).resolve().parent.parent / "templates"
+    unclosed = [
+        f"{path}:{number}"
+        for path in sorted(templates.rglob("*.html"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if line.count("{#") > line.count("#}")
+    ]
+    assert unclosed == []

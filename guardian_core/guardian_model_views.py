@@ -1,0 +1,137 @@
+"""The admins' pages for guardian model versions: the list, one version's held-out figures and
+activation history, and its activate page (the regression gate's report, a comment and, when
+the gate refuses, an override reason)."""
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from guardian_core.guardian_gate import guardian_model_gate_report
+from guardian_core.learning import GuardianGateRefused, LearningError, guardian_model_activate
+from guardian_core.models import GuardianAdapter, GuardianModelVersion, PolicyVersion
+from guardian_core.policy_gate_views import can_open_examples, flip_rows
+from guardian_core.views import manage_policy
+
+# The list shows the newest versions: each is made by an admin's command or action, so a few
+# hundred is years of work; the cap keeps the page one query of bounded size whatever happens.
+LIST_LIMIT = 200
+
+
+def guardian_model_version_list() -> list[GuardianModelVersion]:
+    """The newest LIST_LIMIT versions, with who made them."""
+    return list(
+        GuardianModelVersion.objects.select_related("created_by").order_by("-number")[:LIST_LIMIT]
+    )
+
+
+def _figure_rows(version: GuardianModelVersion) -> list[dict]:
+    """Per condition, what the version scored on the examples it held out when it was made:
+    before (its base: the adapter's answers, or the local guardian as it ships) and after."""
+    rows = []
+    for condition, figures in (version.figures or {}).items():
+        before, after = figures.get("before") or {}, figures.get("after") or {}
+        rows.append(
+            {
+                "condition": condition,
+                "method": figures.get("method") or "retrained",
+                "held_out": after.get("n", figures.get("n_held_out", 0)),
+                "ece": (before.get("ece"), after.get("ece")),
+                "brier": (before.get("brier"), after.get("brier")),
+            }
+        )
+    return rows
+
+
+@manage_policy
+@require_GET
+def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
+    versions = guardian_model_version_list()
+    active = {v.adapter: v for v in GuardianModelVersion.objects.filter(is_active=True)}
+    return render(
+        request,
+        "guardian_core/guardian_model_list.html",
+        {
+            "versions": versions,
+            "capped": len(versions) == LIST_LIMIT,
+            "adapters": [
+                {"name": adapter.value, "label": adapter.label, "active": active.get(adapter)}
+                for adapter in GuardianAdapter
+            ],
+        },
+    )
+
+
+@manage_policy
+@require_GET
+def guardian_model_detail_page(request: HttpRequest, version_id: int) -> HttpResponse:
+    version = get_object_or_404(
+        GuardianModelVersion.objects.select_related("created_by"), pk=version_id
+    )
+    return render(
+        request,
+        "guardian_core/guardian_model_detail.html",
+        {
+            "version": version,
+            "figure_rows": _figure_rows(version),
+            "activations": version.activations.select_related("activated_by")[:50],
+            "active": GuardianModelVersion.objects.filter(
+                adapter=version.adapter, is_active=True
+            ).first(),
+        },
+    )
+
+
+@manage_policy
+@require_http_methods(["GET", "POST"])
+def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpResponse:
+    """GET: the gate's report and the form. POST: activate through the service, which measures
+    again now (the report shown may be stale); a refusal shows the report it measured."""
+    version = get_object_or_404(GuardianModelVersion, pk=version_id)
+    errors: dict[str, list[str]] = {}
+    comment = request.POST.get("comment", "").strip()
+    override_reason = request.POST.get("override_reason", "").strip()
+    report = None
+    if request.method == "POST" and not version.is_active:
+        if not comment:
+            errors["comment"] = ["Say why this guardian model version is activated."]
+        else:
+            try:
+                guardian_model_activate(
+                    number=version.number,
+                    activated_by=request.user,
+                    comment=comment,
+                    override_reason=override_reason,
+                )
+            except GuardianGateRefused as refusal:
+                report = refusal.report
+                errors["override_reason"] = [
+                    "The regression gate refused this version; give a reason to override it."
+                ]
+            except LearningError as error:
+                errors["general"] = [str(error)]
+            else:
+                messages.success(
+                    request,
+                    f"Guardian model version {version.number} ({version.model_version}) is "
+                    f"active: runs on the {version.adapter} guardian use it from their next turn.",
+                )
+                return redirect("policies:model_detail", version_id=version.pk)
+    if report is None and not version.is_active:
+        report = guardian_model_gate_report(candidate=version)
+    return render(
+        request,
+        "guardian_core/guardian_model_activate.html",
+        {
+            "version": version,
+            "report": report,
+            "flips": flip_rows(
+                (report or {}).get("flips", []), can_open_examples=can_open_examples(request)
+            ),
+            "policy": PolicyVersion.objects.filter(is_active=True).first(),
+            "errors": errors,
+            "comment": comment,
+            "override_reason": override_reason,
+        },
+        status=400 if errors else 200,
+    )

@@ -1,0 +1,207 @@
+"""The admins' guardian model version pages: the list and what runs use now, one version's
+held-out figures and history, and activation through the regression gate in the browser —
+refused with every reason, overridden with a recorded reason, or passed."""
+
+import pytest
+from django.urls import reverse
+
+from escalations.models import ExampleSource, LabelledExample
+from guardian_core.learning import guardian_model_activate, guardian_model_version_active
+from guardian_core.models import GuardianModelActivation
+from guardian_core.services import policy_version_create
+from tests.factories import make_guardian_model_version
+from tests.test_guardian_model_gate import ALARMED, BENIGN, IDENTITY, INJECTED
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def labelled(db):
+    from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+    from guardian_core.engine.thresholds import DEFAULT_COSTS
+
+    policy_version_create(
+        thresholds={
+            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
+            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
+        },
+        question_set=dict(DEFAULT_QUESTIONS),
+        question_set_version=DEFAULT_QUESTION_SET_VERSION,
+        activate=True,
+    )
+    for texts, label in ((BENIGN, False), (INJECTED, True)):
+        for text in texts:
+            LabelledExample.objects.create(
+                condition="integrity",
+                projection={"goal": "Summarise my inbox", "last_results": [text]},
+                label=label,
+                source=ExampleSource.HUMAN,
+                question_set_version=DEFAULT_QUESTION_SET_VERSION,
+                model_version="someone-else-1",
+            )
+
+
+@pytest.fixture
+def good_active_bad_candidate(labelled):
+    good = make_guardian_model_version(calibration={"integrity": IDENTITY})
+    guardian_model_activate(number=good.number, comment="the first map")
+    bad = make_guardian_model_version(
+        calibration={"integrity": ALARMED},
+        figures={
+            "integrity": {
+                "method": "isotonic",
+                "before": {"n": 20, "ece": 0.12, "brier": 0.2},
+                "after": {"n": 20, "ece": 0.05, "brier": 0.15},
+            }
+        },
+    )
+    return good, bad
+
+
+def test_the_list_says_what_runs_use_now_and_links_every_version(
+    client, admin, good_active_bad_candidate
+):
+    good, bad = good_active_bad_candidate
+    client.force_login(admin)
+    body = client.get(reverse("policies:models")).content.decode()
+    assert f'href="{reverse("policies:model_detail", args=[good.pk])}"' in body
+    assert f'href="{reverse("policies:model_detail", args=[bad.pk])}"' in body
+    assert f"<code>{good.model_version}</code>" in body  # what local runs use now
+    assert "the adapter as it ships" in body  # the other adapters
+    assert (
+        f'href="{reverse("policies:models")}"'
+        in client.get(reverse("policies:list")).content.decode()
+    )
+
+
+def test_a_versions_page_shows_its_held_out_figures_and_leads_to_the_gate_and_shadow(
+    client, admin, good_active_bad_candidate
+):
+    good, bad = good_active_bad_candidate
+    client.force_login(admin)
+    body = client.get(reverse("policies:model_detail", args=[bad.pk])).content.decode()
+    assert "0.1200 → 0.0500" in body  # ECE on what it held out, before → after
+    assert f'href="{reverse("policies:model_activate", args=[bad.pk])}"' in body
+    assert f"?candidate=model:{bad.pk}" in body
+    active = client.get(reverse("policies:model_detail", args=[good.pk])).content.decode()
+    assert reverse("policies:model_activate", args=[good.pk]) not in active
+    assert "the first map" in active  # its activation history
+
+
+def test_the_activate_page_shows_the_refusal_with_every_reason_and_the_flips(
+    client, admin, good_active_bad_candidate
+):
+    _, bad = good_active_bad_candidate
+    client.force_login(admin)
+    body = client.get(reverse("policies:model_activate", args=[bad.pk])).content.decode()
+    assert "The gate refuses this version" in body
+    assert "integrity: calibration worsens (ECE" in body
+    assert "expected cost per example worsens beyond 5%" in body
+    assert "Outcome flips" in body
+    assert "fires: a person decides" in body  # a flip's outcome in words
+    assert 'name="override_reason"' in body
+
+
+def test_a_refused_version_is_not_activated_without_a_comment_or_an_override(
+    client, admin, good_active_bad_candidate
+):
+    good, bad = good_active_bad_candidate
+    client.force_login(admin)
+    url = reverse("policies:model_activate", args=[bad.pk])
+
+    no_comment = client.post(url, {"comment": "  "})
+    no_override = client.post(url, {"comment": "try the new map"})
+
+    assert no_comment.status_code == 400
+    assert "Say why this guardian model version is activated." in no_comment.content.decode()
+    assert no_override.status_code == 400
+    refused = no_override.content.decode()
+    assert "give a reason to override it" in refused
+    assert "integrity: calibration worsens (ECE" in refused  # the report the POST measured
+    assert guardian_model_version_active(adapter="local") == good
+    assert not GuardianModelActivation.objects.filter(version=bad).exists()
+
+
+def test_an_override_from_the_page_activates_and_records_who_why_and_the_reason(
+    client, admin, good_active_bad_candidate
+):
+    good, bad = good_active_bad_candidate
+    client.force_login(admin)
+    response = client.post(
+        reverse("policies:model_activate", args=[bad.pk]),
+        {"comment": "<b>new</b> inbox traffic", "override_reason": "measured by hand"},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("policies:model_detail", args=[bad.pk])
+    assert guardian_model_version_active(adapter="local") == bad
+    record = GuardianModelActivation.objects.get(version=bad)
+    assert (record.activated_by, record.override_reason) == (admin, "measured by hand")
+    page = client.get(response["Location"]).content.decode()
+    assert "&lt;b&gt;new&lt;/b&gt; inbox traffic" in page  # an admin's words are text
+    assert "refused, overridden: measured by hand" in page
+
+
+def test_a_version_the_gate_passes_activates_from_the_page_and_retires_the_one_before(
+    client, admin, labelled
+):
+    first = make_guardian_model_version(calibration={"integrity": IDENTITY})
+    guardian_model_activate(number=first.number, comment="first")
+    same = make_guardian_model_version(calibration={"integrity": IDENTITY})
+    client.force_login(admin)
+    page = client.get(reverse("policies:model_activate", args=[same.pk])).content.decode()
+    assert "The gate passes this version." in page
+    assert 'name="override_reason"' not in page
+
+    response = client.post(
+        reverse("policies:model_activate", args=[same.pk]), {"comment": "same map, new base"}
+    )
+
+    assert response.status_code == 302
+    assert guardian_model_version_active(adapter="local") == same
+    first.refresh_from_db()
+    assert not first.is_active
+
+
+def test_the_evaluation_page_opens_scoring_as_the_version_a_link_names(client, admin, labelled):
+    version = make_guardian_model_version()
+    client.force_login(admin)
+    body = client.get(
+        reverse("policies:evaluate") + f"?model=version:{version.number}"
+    ).content.decode()
+    assert f'<option value="version:{version.number}" selected>' in body
+    other = client.get(reverse("policies:evaluate") + "?model=version:999999").content.decode()
+    assert "selected>Scored by guardian model version" not in other
+
+
+def test_a_flip_says_what_its_example_was_about_as_inert_text(
+    client, admin, good_active_bad_candidate
+):
+    _, bad = good_active_bad_candidate
+    LabelledExample.objects.create(
+        condition="integrity",
+        projection={"goal": "g", "last_results": ['<img src=x onerror="alert(1)"> lunch moved']},
+        label=False,
+        source=ExampleSource.HUMAN,
+        question_set_version="q1",
+        model_version="someone-else-1",
+    )
+    client.force_login(admin)
+    body = client.get(reverse("policies:model_activate", args=[bad.pk])).content.decode()
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; lunch moved" in body
+    assert "<img src=x" not in body
+    assert BENIGN[1] in body  # another flipped example's output, as its preview
+
+
+def test_a_page_lists_the_first_flips_and_says_how_many_there_are(
+    client, admin, good_active_bad_candidate, monkeypatch
+):
+    import guardian_core.policy_gate_views
+
+    monkeypatch.setattr(guardian_core.policy_gate_views, "FLIPS_SHOWN", 2)
+    _, bad = good_active_bad_candidate
+    client.force_login(admin)
+    response = client.get(reverse("policies:model_activate", args=[bad.pk]))
+    body = response.content.decode()
+    assert len(response.context["flips"]) == 2
+    assert "Outcome flips (12)" in body  # all twelve benign outputs now fire
+    assert "The first 2 are listed." in body

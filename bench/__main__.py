@@ -13,6 +13,10 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     task round trip  a task through a real worker, connection kept or closed per task, ms
     replay           decisions replayed per second over one generated run of BENCH_REPLAY_TURNS
                      turns (20 000), the median of BENCH_REPLAY_PASSES passes (bench/replay.py)
+    shadow           a shadow trial's pass over a BENCH_SHADOW_TURNS-turn run: ms per decision at
+                     the start and the end (bench/shadow.py)
+    gate             the policy version's regression gate at 1 000, 10 000 and BENCH_GATE_ROWS
+                     (100 000) labelled examples: ms per report, rows read (bench/gate.py)
     pages            the reviewers' queue at BENCH_QUEUE_ROWS open escalations (100 000): the
                      page, a filtered page, the next page, the live poll, "next", ms and SQL
                      statements (bench/queue_page.py); then the auditors' runs list at
@@ -25,7 +29,7 @@ otherwise. A section that fails prints its traceback and the others still run; t
 is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_THROUGHPUT_PASSES,
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
-BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES,
+BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS,
 BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
@@ -59,6 +63,7 @@ SECTIONS = (
     "task round trip",
     "replay",
     "shadow",
+    "gate",
     "pages",
 )
 NOT_BUILT: dict[str, str] = {}
@@ -173,6 +178,7 @@ def main() -> int:
     shutil.rmtree(Path(settings.VAR_DIR) / "bench", ignore_errors=True)
 
     from bench import (
+        gate,
         local_guardian,
         queue_page,
         replay,
@@ -193,6 +199,7 @@ def main() -> int:
     runner.section("task round trip", task_roundtrip.measure)
     runner.section("replay", replay.measure)
     runner.section("shadow", shadow.measure)
+    runner.section("gate", gate.measure)
     for name, why in NOT_BUILT.items():
         runner.section(name, lambda r, why=why: r.skip(why))
     runner.section("pages", lambda r: (queue_page.measure(r), run_list_page.measure(r)))

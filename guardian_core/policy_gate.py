@@ -5,6 +5,7 @@ import json
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from guardian_core.engine.conditions import Condition
@@ -23,42 +24,45 @@ def _max_examples() -> int:
     return int(getattr(settings, "GUARDIAN_GATE_MAX_EXAMPLES", 5000))
 
 
-def _example_lines() -> list[dict]:
-    from escalations.selectors import ExampleFilters, labelled_examples_jsonl
-
-    # Only examples with a probability can be replayed without a model.
-    out = []
-    for line in labelled_examples_jsonl(ExampleFilters()):
-        example = json.loads(line)
-        if example.get("probability") is not None:
-            out.append(example)
-    return out
-
-
-def _near_miss(example: dict, versions: Iterable[PolicyVersion]) -> bool:
-    """Within 2δ of t* at any compared version: where a threshold change decides the outcome."""
-    condition = Condition(example["condition"])
+def _near_miss_filter(versions: Iterable[PolicyVersion]) -> Q:
+    """Examples within 2δ of t* at any compared version: where a threshold change decides the
+    outcome. The probability stored with an example is the one the policy compares."""
+    near = Q(pk__in=[])
     for version in versions:
-        threshold = thresholds_of(version).get(condition)
-        if (
-            threshold
-            and abs(example["probability"] - threshold.t_star) <= 2 * threshold.delta + 1e-9
-        ):
-            return True
-    return False
+        for condition, threshold in thresholds_of(version).items():
+            reach = 2 * threshold.delta + 1e-9  # 2δ exactly is a near-miss, float error aside
+            near |= Q(
+                condition=condition.value,
+                probability__gte=threshold.t_star - reach,
+                probability__lte=threshold.t_star + reach,
+            )
+    return near
 
 
-def capped_examples(
-    examples: list[dict], versions: list[PolicyVersion], limit: int
-) -> tuple[list[dict], int]:
-    """At most `limit` examples, near-misses first (newest first within each group), and how
-    many of those kept are near-misses."""
-    near = [e for e in examples if _near_miss(e, versions)]
-    far = [e for e in examples if not _near_miss(e, versions)]
-    if len(examples) > limit:
-        near = near[::-1][:limit]
-        far = far[::-1][: limit - len(near)]
-    return near + far, len(near)
+def gate_examples(versions: list[PolicyVersion], limit: int) -> tuple[list[dict], int, int]:
+    """The labelled examples the gate replays, in the export's trace format: at most `limit`,
+    near-misses first (newest first within each group), chosen in the database so that a
+    report reads `limit` rows however many examples there are; how many could be replayed
+    (those with a probability: no model is asked); and how many of those kept are near-misses.
+    """
+    from escalations.models import LabelledExample
+    from escalations.selectors import labelled_examples_export
+
+    scored = LabelledExample.objects.filter(probability__isnull=False)
+    near_filter = _near_miss_filter(versions)
+    available = scored.count()
+    near = list(scored.filter(near_filter).order_by("-pk").values_list("pk", flat=True)[:limit])
+    far = (
+        list(
+            scored.exclude(near_filter)
+            .order_by("-pk")
+            .values_list("pk", flat=True)[: limit - len(near)]
+        )
+        if len(near) < limit
+        else []
+    )
+    by_id = {e["example_id"]: e for e in labelled_examples_export(example_ids=near + far)}
+    return [by_id[pk] for pk in near + far if pk in by_id], available, len(near)
 
 
 def _example_url(example: dict) -> str | None:
@@ -120,13 +124,12 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
     if problems:
         report.update(refused=True, reasons=[f"the candidate is invalid: {p}" for p in problems])
         return report
-    available = _example_lines()
     versions = [v for v in (current, candidate) if v is not None]
-    examples, near = capped_examples(available, versions, _max_examples())
+    examples, available, near = gate_examples(versions, _max_examples())
     report["examples"] = {
-        "available": len(available),
+        "available": available,
         "used": len(examples),
-        "capped": len(examples) < len(available),
+        "capped": len(examples) < available,
         "near_misses": near,
         "near_miss_share": near / len(examples) if examples else None,
     }

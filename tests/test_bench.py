@@ -25,6 +25,7 @@ TINY = {
     "BENCH_PAGE_REQUESTS": "3",
     "BENCH_REPLAY_TURNS": "200",
     "BENCH_REPLAY_PASSES": "1",
+    "BENCH_GATE_ROWS": "300",
 }
 MEASURED = (
     "engine",
@@ -33,6 +34,7 @@ MEASURED = (
     "local guardian",
     "task round trip",
     "replay",
+    "gate",
     "pages",
 )
 

@@ -13,7 +13,7 @@ from escalations.models import ExampleSource, LabelledExample
 from guardian_core.demo import DEMO_QUESTIONS
 from guardian_core.engine.conditions import Condition
 from guardian_core.models import PolicyActivation, PolicyVersion
-from guardian_core.policy_gate import capped_examples, gate_report
+from guardian_core.policy_gate import gate_examples, gate_report
 from guardian_core.services import policy_version_activate, policy_version_create
 
 pytestmark = pytest.mark.django_db
@@ -156,19 +156,17 @@ def test_capping_keeps_near_misses_first(current, settings):
     far = [example(0.9, True) for _ in range(3)]
     near = [example(0.15, True) for _ in range(2)]  # within 2δ = 0.1 of t* = 0.1
     settings.GUARDIAN_GATE_MAX_EXAMPLES = 4
-    rows = [
-        {"condition": "integrity", "probability": e.probability, "example_id": e.pk}
-        for e in far + near
-    ]
 
-    kept, near_count = capped_examples(rows, [current], 4)
+    kept, available, near_count = gate_examples([current], 4)
 
+    # The fixture's clean example at 0.02 is a near-miss too: newest first, then the far ones.
     assert [r["example_id"] for r in kept[:2]] == sorted((e.pk for e in near), reverse=True)
-    assert (len(kept), near_count) == (4, 2)
+    assert kept[3]["example_id"] == far[-1].pk
+    assert (len(kept), near_count) == (4, 3)
+    assert available == len(far) + len(near) + 4  # and the fixture's four
     report = gate_report(candidate=version(2))
     assert report["examples"]["capped"] is True
     assert report["examples"]["used"] == 4
-    # The fixture's clean example at 0.02 is a near-miss too: 3 of the 4 kept.
     assert report["examples"]["near_miss_share"] == pytest.approx(3 / 4)
 
 
@@ -255,9 +253,9 @@ def test_a_version_that_only_rescales_its_costs_costs_the_same(current, examples
 
 def test_an_example_exactly_2_delta_from_t_star_is_a_near_miss(current):
     near = version(2, integrity={"c_stop": 49, "c_cont": 1, "delta": 0.01})  # t* = 0.98
-    _, near_misses = capped_examples(
-        [{"condition": "integrity", "probability": 0.96, "label": True}], [near], 10
-    )
+    on_the_edge = example(0.96, True)
+    kept, _, near_misses = gate_examples([near], 1)
+    assert [r["example_id"] for r in kept] == [on_the_edge.pk]
     assert near_misses == 1
 
 

@@ -1,8 +1,8 @@
 """`make bench`: the regression gate on a policy version (guardian_core/policy_gate.py) as the
 labelled examples grow to BENCH_GATE_ROWS (default 100 000): ms per report at each size and
-SQL statements, and the ratio of the largest size to the first that reads the cap. The gate reads at most
-GUARDIAN_GATE_MAX_EXAMPLES (5 000) examples, near-misses first, so past that size a report
-should cost the same however many examples there are.
+SQL statements, and the ratio of the largest size to the first that reads the cap. The gate
+reads at most GUARDIAN_GATE_MAX_EXAMPLES (5 000) examples, near-misses first, so past that
+size a report should cost the same however many examples there are.
 Run alone: .venv/bin/python -m bench.gate
 """
 

@@ -292,3 +292,35 @@ class GuardianModelActivation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.version} activated {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class MonitoringDay(models.Model):
+    """One local day of the decision log, folded for the monitoring page (guardian_core/
+    monitoring.py): the page reads at most a window of these rows, not every decision.
+
+    `counts` maps a condition to its turns' probabilities in monitoring.BINS equal bins;
+    `fine` maps a condition to {round(p · monitoring.LIVE_SCALE): turns}, which the suggested
+    thresholds price exactly. Written only by monitoring.monitoring_catch_up."""
+
+    day = models.DateField(unique=True)
+    decisions = models.PositiveIntegerField(default=0)
+    escalations = models.PositiveIntegerField(default=0)
+    counts = models.JSONField(default=dict)
+    fine = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return f"monitoring {self.day}: {self.decisions} decisions"
+
+
+class MonitoringCursor(models.Model):
+    """The last decision folded into MonitoringDay (one row, pk 1): a pass locks it, folds the
+    decisions after it in id order and moves it, in one transaction."""
+
+    last_decision_id = models.BigIntegerField(default=0)
+    folded_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"monitoring folded up to decision {self.last_decision_id}"

@@ -4,12 +4,13 @@ matrix), and the t* and δ that minimise expected cost within the reviewers' cap
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
 import numpy as np
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
@@ -30,7 +31,7 @@ from guardian_core.engine.conditions import (
 from guardian_core.engine.evaluation import is_positive
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Band, Threshold
-from guardian_core.models import PolicyVersion
+from guardian_core.models import MonitoringCursor, MonitoringDay, PolicyVersion
 from runs.models import Decision, DecisionOutcome, ToolCall
 
 WINDOW_DAYS = 14
@@ -93,42 +94,100 @@ def turn_probability(condition: Condition, answers: object, risk_answers: object
     return compared_probability(condition, parse_answer(condition, raw))
 
 
-def daily(
-    rows: Iterable[tuple[datetime, dict, list, str]], *, today: date, days: int = WINDOW_DAYS
-) -> list[Day]:
-    """One pass over (created_at, answers, risk_answers, outcome): per day, the decisions,
-    escalations and each condition's histogram of turn probabilities (malformed skipped)."""
-    by_day = {today - timedelta(days=n): Day(today - timedelta(days=n)) for n in range(days)}
-    for created_at, answers, risk_answers, outcome in rows:
-        slot = by_day.get(timezone.localdate(created_at))
-        if slot is None:
+def _fold(slot: Day, answers: object, risk_answers: object, outcome: str) -> None:
+    """One decision into its day: a decision, maybe an escalation, and each condition's turn
+    probability (malformed or not asked: skipped)."""
+    slot.decisions += 1
+    slot.escalations += outcome == DecisionOutcome.ESCALATE
+    for condition in Condition:
+        p = turn_probability(condition, answers, risk_answers)
+        if p is None:
             continue
-        slot.decisions += 1
-        slot.escalations += outcome == DecisionOutcome.ESCALATE
-        for condition in Condition:
-            p = turn_probability(condition, answers, risk_answers)
-            if p is None:
-                continue
-            counts = slot.counts.setdefault(condition.value, [0] * BINS)
-            counts[bin_of(p)] += 1
-            slot.fine.setdefault(condition.value, Counter())[round(p * LIVE_SCALE)] += 1
-    return [by_day[d] for d in sorted(by_day)]
+        counts = slot.counts.setdefault(condition.value, [0] * BINS)
+        counts[bin_of(p)] += 1
+        slot.fine.setdefault(condition.value, Counter())[round(p * LIVE_SCALE)] += 1
+
+
+# Decisions folded per transaction: a pass holds the cursor's lock for one batch at a time.
+FOLD_BATCH = 5000
+# A page folds at most this many before it reads (beat folds the rest every minute): a page
+# view costs the same whatever backlog a stopped beat left.
+PAGE_FOLD_LIMIT = FOLD_BATCH
+
+
+def _merge(row: MonitoringDay, day: Day) -> None:
+    row.decisions += day.decisions
+    row.escalations += day.escalations
+    for condition, counts in day.counts.items():
+        old = row.counts.get(condition, [0] * BINS)
+        row.counts[condition] = [a + b for a, b in zip(old, counts, strict=True)]
+    for condition, fine in day.fine.items():
+        merged = Counter({int(k): v for k, v in row.fine.get(condition, {}).items()})
+        merged.update(fine)
+        row.fine[condition] = {str(k): v for k, v in sorted(merged.items())}
+
+
+def monitoring_catch_up(*, limit: int = FOLD_BATCH, now: datetime | None = None) -> int:
+    """Fold up to `limit` decisions logged since the last pass into their MonitoringDay rows
+    and move the cursor, in one transaction; returns how many were folded (0: caught up, or
+    another pass holds the cursor).
+
+    Only decisions at least GUARDIAN_MONITORING_SETTLE_SECONDS old are folded, and the pass
+    stops at the first younger one: a decision still committing may hold a lower id than one
+    already visible, and the cursor must never pass it."""
+    now = now or timezone.now()
+    settled = now - timedelta(seconds=settings.GUARDIAN_MONITORING_SETTLE_SECONDS)
+    MonitoringCursor.objects.get_or_create(pk=1)
+    with transaction.atomic():
+        cursor = MonitoringCursor.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+        if cursor is None:
+            return 0
+        rows = []
+        for row in (
+            Decision.objects.filter(pk__gt=cursor.last_decision_id)
+            .order_by("pk")
+            .values_list("pk", "created_at", "answers", "risk_answers", "outcome")[:limit]
+        ):
+            if row[1] > settled:
+                break
+            rows.append(row)
+        if not rows:
+            return 0
+        folded: dict[date, Day] = {}
+        for _, created_at, answers, risk_answers, outcome in rows:
+            local = timezone.localdate(created_at)
+            _fold(folded.setdefault(local, Day(local)), answers, risk_answers, outcome)
+        for local, day in folded.items():
+            row, _ = MonitoringDay.objects.select_for_update().get_or_create(day=local)
+            _merge(row, day)
+            row.save()
+        cursor.last_decision_id = rows[-1][0]
+        cursor.folded_at = now
+        cursor.save(update_fields=["last_decision_id", "folded_at"])
+    return len(rows)
+
+
+def monitoring_folded_at() -> datetime | None:
+    """When the decision log was last folded (the page says how fresh it is)."""
+    return MonitoringCursor.objects.filter(pk=1).values_list("folded_at", flat=True).first()
 
 
 def decision_days(*, now: datetime | None = None, days: int = WINDOW_DAYS) -> list[Day]:
-    """The last `days` days of the decision log, read once and streamed (bounded window)."""
+    """The last `days` days of the decision log from their folded rows, after folding at most
+    PAGE_FOLD_LIMIT newer decisions: at most `days` rows read, however busy the log is."""
     now = now or timezone.now()
+    monitoring_catch_up(limit=PAGE_FOLD_LIMIT, now=now)
     today = timezone.localdate(now)
-    start = timezone.make_aware(
-        datetime.combine(today - timedelta(days=days - 1), datetime.min.time())
-    )
-    rows = (
-        Decision.objects.filter(created_at__gte=start, created_at__lte=now)
-        .order_by()
-        .values_list("created_at", "answers", "risk_answers", "outcome")
-        .iterator(chunk_size=2000)
-    )
-    return daily(rows, today=today, days=days)
+    by_day = {today - timedelta(days=n): Day(today - timedelta(days=n)) for n in range(days)}
+    for row in MonitoringDay.objects.filter(day__in=list(by_day)):
+        by_day[row.day] = Day(
+            row.day,
+            decisions=row.decisions,
+            escalations=row.escalations,
+            counts={c: list(v) for c, v in row.counts.items()},
+            fine={c: Counter({int(k): n for k, n in v.items()}) for c, v in row.fine.items()},
+        )
+    return [by_day[d] for d in sorted(by_day)]
 
 
 def shift(days: list[Day], condition: str) -> float | None:

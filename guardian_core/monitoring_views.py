@@ -160,6 +160,8 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
             "active": active,
             "conditions": conditions,
             "traffic": live,
+            "folded_at": monitoring.monitoring_folded_at(),
+            "settle_seconds": settings.GUARDIAN_MONITORING_SETTLE_SECONDS,
             "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
             "min_labels": monitoring.MIN_LABELS,
             "min_per_class": monitoring.MIN_PER_CLASS,

@@ -199,6 +199,8 @@ CELERY_BEAT_SCHEDULE = {
     "notify-reviewers": {"task": "escalations.notify_due", "schedule": 60.0},
     # Shadow trials decide the turns logged since their last pass (runs/shadow.py).
     "shadow-trials": {"task": "runs.shadow_trials_catch_up", "schedule": 10.0},
+    # The monitoring page's days, folded from the decision log (guardian_core/monitoring.py).
+    "monitoring-rollup": {"task": "guardian_core.monitoring_catch_up", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -252,6 +254,10 @@ GUARDIAN_REVIEW_COST_SHARE = env_float("GUARDIAN_REVIEW_COST_SHARE", 0.1, minimu
 # A shadow trial decides a turn once its decision is this old: one still committing may hold a
 # lower id than one already visible, and the trial reads in id order (runs/shadow.py).
 GUARDIAN_SHADOW_SETTLE_SECONDS = env_float("GUARDIAN_SHADOW_SETTLE_SECONDS", 15.0, minimum=0.0)
+# The monitoring rollup folds a decision once it is this many seconds old, for the same reason.
+GUARDIAN_MONITORING_SETTLE_SECONDS = env_float(
+    "GUARDIAN_MONITORING_SETTLE_SECONDS", 15.0, minimum=0.0
+)
 # Demo traffic (runs/demo_traffic.py): every this many seconds beat starts one more demo
 # scenario run with its guardian's probabilities jittered, up to GUARDIAN_DEMO_TRAFFIC_MAX_RUNS
 # of them, so that monitoring and shadow trials see live turns. 0, the default, starts none;

@@ -17,3 +17,23 @@ def worker_ping() -> dict:
         "pid": os.getpid(),
         "db_connection": id(connection.connection),
     }
+
+
+# A pass stops after this many batches (the next minute's pass goes on), so one task never
+# holds a worker for long whatever backlog there is.
+MONITORING_BATCHES_PER_PASS = 20
+
+
+@shared_task(name="guardian_core.monitoring_catch_up", ignore_result=True)
+def monitoring_catch_up() -> int:
+    """Fold the decisions logged since the last pass into the monitoring page's days (beat,
+    every minute), batch after batch until caught up; how many were folded."""
+    from guardian_core import monitoring
+
+    total = 0
+    for _ in range(MONITORING_BATCHES_PER_PASS):
+        done = monitoring.monitoring_catch_up(limit=monitoring.FOLD_BATCH)
+        total += done
+        if not done:
+            break
+    return total

@@ -30,6 +30,12 @@ from tests.factories import (
 from tests.runs_helpers import drive, start
 
 
+@pytest.fixture(autouse=True)
+def fold_at_once(settings):
+    # The rollup folds a decision once it has settled; these decisions are made just now.
+    settings.GUARDIAN_MONITORING_SETTLE_SECONDS = 0
+
+
 def test_kappa_and_confusion_matrix_match_hand_computation():
     # truth T,T,F,F vs guardian T,F,F,F: p_o = 3/4, p_e = .5·.25 + .5·.75 = .5, κ = .5
     result = monitoring.agreement([True, True, False, False], [True, False, False, False])

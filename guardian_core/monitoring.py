@@ -264,21 +264,23 @@ def t_star(version: PolicyVersion | None, condition: str) -> float | None:
     return c_stop / (c_stop + c_cont) if c_stop + c_cont else None
 
 
-def human_examples(condition: str) -> list[tuple[float, bool]]:
-    """(probability, positive) of reviewers' labels that carry the guardian's probability."""
-    return [(p, y) for p, y, _ in reviewer_rows(condition) if p is not None]
+# Agreement and the suggestions read the newest this many reviewers' labels per condition: a
+# page view reads a bounded number of rows however long reviewers have been labelling.
+REVIEWER_ROWS = 5000
 
 
-def reviewer_rows(condition: str) -> list[tuple[float | None, bool, float | None]]:
+def reviewer_rows(
+    condition: str, *, limit: int | None = None
+) -> list[tuple[float | None, bool, float | None]]:
     """(guardian's probability, reviewer's label positive, judge's probability) per reviewer's
-    label: the judge's answer is read from the decision of the escalated turn, where
-    runs/judging.py logs it under "judge" (None when the judge was not asked)."""
+    label, the newest `limit` (REVIEWER_ROWS): the judge's answer is read from the decision of
+    the escalated turn, where runs/judging.py logs it under "judge" (None when not asked)."""
     cond = Condition(condition)
     rows = LabelledExample.objects.filter(condition=condition, source=ExampleSource.HUMAN)
     out = []
-    for p, label, answers in rows.values_list(
+    for p, label, answers in rows.order_by("-pk").values_list(
         "probability", "label", "verdict__escalation__turn__decision__answers"
-    ):
+    )[: limit or REVIEWER_ROWS]:
         entry = (answers or {}).get(JUDGE_KEY) if isinstance(answers, dict) else None
         judged = entry.get("answers") if isinstance(entry, dict) else None
         raw = judged.get(condition) if isinstance(judged, dict) else None
@@ -287,15 +289,21 @@ def reviewer_rows(condition: str) -> list[tuple[float | None, bool, float | None
     return out
 
 
-def guardian_vs_reviewers(condition: str, threshold: float) -> Agreement:
-    pairs = human_examples(condition)
+def human_examples(rows: Sequence[tuple]) -> list[tuple[float, bool]]:
+    """(probability, positive) of the reviewer_rows that carry the guardian's probability."""
+    return [(p, y) for p, y, _ in rows if p is not None]
+
+
+def guardian_vs_reviewers(rows: Sequence[tuple], threshold: float) -> Agreement:
+    """The guardian at `threshold` against reviewers, over reviewer_rows."""
+    pairs = human_examples(rows)
     return agreement([y for _, y in pairs], [p >= threshold for p, _ in pairs])
 
 
-def judge_vs_reviewers(condition: str, threshold: float) -> Agreement:
+def judge_vs_reviewers(rows: Sequence[tuple], threshold: float) -> Agreement:
     """The judge at the same t* against reviewers, where both answered the same turn."""
-    rows = [(y, j) for _, y, j in reviewer_rows(condition) if j is not None]
-    return agreement([y for y, _ in rows], [j >= threshold for _, j in rows])
+    judged = [(y, j) for _, y, j in rows if j is not None]
+    return agreement([y for y, _ in judged], [j >= threshold for _, j in judged])
 
 
 # ---- suggested thresholds -------------------------------------------------------------------

@@ -105,9 +105,10 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
         c = condition.value
         threshold = monitoring.t_star(active, c)
         costs = (active.thresholds or {}).get(c) if active else None
+        rows = monitoring.reviewer_rows(c)
         suggestion = monitoring.suggest_thresholds(
             c,
-            monitoring.human_examples(c),
+            monitoring.human_examples(rows),
             costs=costs,
             live=live,
             capacity_per_hour=capacity,
@@ -122,13 +123,16 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
                 "t_star": threshold,
                 "delta": costs.get("delta") if costs else None,
                 "c_stop": costs.get("c_stop") if costs else None,
+                "rows_capped": len(rows) >= monitoring.REVIEWER_ROWS,
                 "agreement": (
-                    monitoring.guardian_vs_reviewers(c, threshold)
+                    monitoring.guardian_vs_reviewers(rows, threshold)
                     if threshold is not None
                     else None
                 ),
                 "judge_agreement": (
-                    monitoring.judge_vs_reviewers(c, threshold) if threshold is not None else None
+                    monitoring.judge_vs_reviewers(rows, threshold)
+                    if threshold is not None
+                    else None
                 ),
                 "suggestion": suggestion,
                 "draft_url": (
@@ -162,6 +166,7 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
             "traffic": live,
             "folded_at": monitoring.monitoring_folded_at(),
             "settle_seconds": settings.GUARDIAN_MONITORING_SETTLE_SECONDS,
+            "reviewer_rows_cap": monitoring.REVIEWER_ROWS,
             "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
             "min_labels": monitoring.MIN_LABELS,
             "min_per_class": monitoring.MIN_PER_CLASS,

@@ -162,12 +162,26 @@ def test_judge_vs_reviewers_reads_the_judge_answer_of_the_escalated_turn(reviewe
         )
         _label(0.5, label, verdict=verdict)
     _label(0.5, True)  # no verdict, so no judge answer: left out of judge vs reviewers
-    result = monitoring.judge_vs_reviewers("integrity", 0.5)
+    result = monitoring.judge_vs_reviewers(monitoring.reviewer_rows("integrity"), 0.5)
     assert result.n == 3
     assert result.matrix == [[1, 1], [0, 1]]
     # p_o = 2/3, p_e = (2/3)(1/3) + (1/3)(2/3) = 4/9, κ = (2/3 - 4/9) / (5/9) = 0.4
     assert result.kappa == pytest.approx(0.4)
-    assert monitoring.guardian_vs_reviewers("integrity", 0.5).n == 4
+    assert monitoring.guardian_vs_reviewers(monitoring.reviewer_rows("integrity"), 0.5).n == 4
+
+
+@pytest.mark.django_db
+def test_agreement_reads_the_newest_reviewers_labels_up_to_the_cap(client, admin, monkeypatch):
+    demo_policy_version()
+    for p, label in [(0.9, True), (0.1, False), (0.8, True)]:
+        _label(p, label)
+    newest = monitoring.reviewer_rows("integrity", limit=2)
+    assert [(p, y) for p, y, _ in newest] == [(0.8, True), (0.1, False)]
+
+    monkeypatch.setattr(monitoring, "REVIEWER_ROWS", 2)
+    client.force_login(admin)
+    body = client.get(reverse("policies:monitoring")).content.decode()
+    assert "2 labelled examples (the newest 2 reviewers' labels)" in body
 
 
 # ---- suggested t* and δ ----------------------------------------------------------------------

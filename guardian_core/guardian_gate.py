@@ -9,7 +9,7 @@ from django.conf import settings
 
 from escalations.models import LabelledExample
 from guardian_core.engine.conditions import Condition
-from guardian_core.engine.evaluation import TraceRow, evaluate, parse_traces
+from guardian_core.engine.evaluation import TraceRow, evaluate, is_positive, parse_traces
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
 from guardian_core.harness import EvaluationError, guardian_scorer, score_rows, thresholds_of
@@ -224,6 +224,8 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                     "escalation_id": example.escalation_id,
                     "condition": was.condition.value,
                     "probability": {"current": was.probability, "candidate": now.probability},
+                    "label": example.label,
+                    "positive": is_positive(was.condition, example.label),
                     "current": old_band,
                     "candidate": new_band,
                 }

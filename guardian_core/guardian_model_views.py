@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from guardian_core.guardian_gate import guardian_model_gate_report
 from guardian_core.learning import GuardianGateRefused, LearningError, guardian_model_activate
 from guardian_core.models import GuardianAdapter, GuardianModelVersion, PolicyVersion
-from guardian_core.policy_gate_views import can_open_examples, flip_rows
+from guardian_core.policy_gate_views import can_open_examples, flip_counts, flip_rows
 from guardian_core.views import manage_policy
 
 # The list shows the newest versions: each is made by an admin's command or action, so a few
@@ -128,6 +128,7 @@ def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpR
             "flips": flip_rows(
                 (report or {}).get("flips", []), can_open_examples=can_open_examples(request)
             ),
+            "flip_counts": flip_counts((report or {}).get("flips", [])),
             "policy": PolicyVersion.objects.filter(is_active=True).first(),
             "errors": errors,
             "comment": comment,

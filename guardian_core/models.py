@@ -303,6 +303,9 @@ class MonitoringDay(models.Model):
     thresholds price exactly. Written only by monitoring.monitoring_catch_up."""
 
     day = models.DateField(unique=True)
+    # The day's first decision: rates per hour count from it, not from midnight, so a young
+    # deployment (or a quiet morning) is not averaged over hours with no traffic at all.
+    first_at = models.DateTimeField(null=True, blank=True)
     decisions = models.PositiveIntegerField(default=0)
     escalations = models.PositiveIntegerField(default=0)
     counts = models.JSONField(default=dict)

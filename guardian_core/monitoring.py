@@ -69,6 +69,7 @@ def psi(expected: Sequence[int], actual: Sequence[int]) -> float | None:
 class Day:
     day: date
     decisions: int = 0
+    first_at: datetime | None = None  # the day's first decision
     escalations: int = 0
     counts: dict[str, list[int]] = field(default_factory=dict)  # condition → per-bin counts
     # condition → Counter of round(p · LIVE_SCALE): the suggestion's live escalation rate.
@@ -116,6 +117,8 @@ PAGE_FOLD_LIMIT = FOLD_BATCH
 
 
 def _merge(row: MonitoringDay, day: Day) -> None:
+    if day.first_at is not None and (row.first_at is None or day.first_at < row.first_at):
+        row.first_at = day.first_at
     row.decisions += day.decisions
     row.escalations += day.escalations
     for condition, counts in day.counts.items():
@@ -156,7 +159,10 @@ def monitoring_catch_up(*, limit: int = FOLD_BATCH, now: datetime | None = None)
         folded: dict[date, Day] = {}
         for _, created_at, answers, risk_answers, outcome in rows:
             local = timezone.localdate(created_at)
-            _fold(folded.setdefault(local, Day(local)), answers, risk_answers, outcome)
+            day = folded.setdefault(local, Day(local))
+            if day.first_at is None or created_at < day.first_at:
+                day.first_at = created_at
+            _fold(day, answers, risk_answers, outcome)
         for local, day in folded.items():
             row, _ = MonitoringDay.objects.select_for_update().get_or_create(day=local)
             _merge(row, day)
@@ -183,6 +189,7 @@ def decision_days(*, now: datetime | None = None, days: int = WINDOW_DAYS) -> li
         by_day[row.day] = Day(
             row.day,
             decisions=row.decisions,
+            first_at=row.first_at,
             escalations=row.escalations,
             counts={c: list(v) for c, v in row.counts.items()},
             fine={c: Counter({int(k): n for k, n in v.items()}) for c, v in row.fine.items()},
@@ -202,21 +209,38 @@ def shift(days: list[Day], condition: str) -> float | None:
     return psi(previous, last)
 
 
-def banners(days: list[Day], *, capacity_per_hour: float | None = None) -> list[str]:
-    """The warnings an admin should see: escalations beyond reviewer capacity (last day, per
-    hour) and each condition whose distribution shifted beyond PSI_THRESHOLD."""
+def _midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, datetime.min.time()))
+
+
+def escalations_per_hour(day: Day, *, now: datetime) -> float:
+    """The day's escalations per hour: over the hours from its first decision to the end of
+    the day, or to `now` while it is today (at least one hour, so one early escalation is not
+    a storm)."""
+    start = day.first_at or _midnight(day.day)
+    end = min(now, _midnight(day.day) + timedelta(days=1))
+    return day.escalations / max((end - start).total_seconds() / 3600, 1.0)
+
+
+def banners(
+    days: list[Day], *, capacity_per_hour: float | None = None, now: datetime | None = None
+) -> list[str]:
+    """The warnings an admin should see: the last day's escalations per hour beyond reviewer
+    capacity, and each condition whose distribution shifted beyond PSI_THRESHOLD."""
     capacity = (
         settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR
         if capacity_per_hour is None
         else capacity_per_hour
     )
+    now = now or timezone.now()
     out = []
-    if days:
-        per_hour = days[-1].escalations / 24
+    if days and days[-1].escalations:
+        per_hour = escalations_per_hour(days[-1], now=now)
         if per_hour > capacity:
             out.append(
-                f"Escalations on {days[-1].day}: {per_hour:.2f} per hour, above the reviewers' "
-                f"capacity of {capacity:g} per hour (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR)."
+                f"Escalations on {days[-1].day}: {per_hour:.2f} per hour since its first "
+                f"decision, above the reviewers' capacity of {capacity:g} per hour "
+                "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR)."
             )
     for condition in Condition:
         value = shift(days, condition.value)
@@ -264,7 +288,11 @@ def t_star(version: PolicyVersion | None, condition: str) -> float | None:
     return c_stop / (c_stop + c_cont) if c_stop + c_cont else None
 
 
-# Agreement and the suggestions read the newest this many reviewers' labels per condition: a
+# Labels people gave: reviewers' verdicts and imported labelled traces. The judge's are left
+# out: measuring the guardian, or pricing thresholds, against another model's answers would
+# only say how alike two models are.
+PEOPLES_SOURCES = (ExampleSource.HUMAN, ExampleSource.IMPORT)
+# Agreement and the suggestions read the newest this many people's labels per condition: a
 # page view reads a bounded number of rows however long reviewers have been labelling.
 REVIEWER_ROWS = 5000
 
@@ -272,11 +300,11 @@ REVIEWER_ROWS = 5000
 def reviewer_rows(
     condition: str, *, limit: int | None = None
 ) -> list[tuple[float | None, bool, float | None]]:
-    """(guardian's probability, reviewer's label positive, judge's probability) per reviewer's
-    label, the newest `limit` (REVIEWER_ROWS): the judge's answer is read from the decision of
+    """(guardian's probability, label positive, judge's probability) per label people gave
+    (PEOPLES_SOURCES), the newest `limit` (REVIEWER_ROWS): the judge's answer is read from the decision of
     the escalated turn, where runs/judging.py logs it under "judge" (None when not asked)."""
     cond = Condition(condition)
-    rows = LabelledExample.objects.filter(condition=condition, source=ExampleSource.HUMAN)
+    rows = LabelledExample.objects.filter(condition=condition, source__in=PEOPLES_SOURCES)
     out = []
     for p, label, answers in rows.order_by("-pk").values_list(
         "probability", "label", "verdict__escalation__turn__decision__answers"
@@ -312,7 +340,7 @@ def judge_vs_reviewers(rows: Sequence[tuple], threshold: float) -> Agreement:
 # precision the page shows), keeping only bands inside (0, 1) as policy_validation requires.
 GRID_STEPS = 100
 DELTA_STEPS = 50
-# Below this many reviewers' labels (or this few of either class) the cheapest point of the
+# Below this many people's labels (or this few of either class) the cheapest point of the
 # grid is noise: one example moves t* across the whole gap to its neighbour.
 MIN_LABELS = 30
 MIN_PER_CLASS = 5
@@ -371,13 +399,12 @@ class Traffic:
 
 
 def traffic(days: list[Day], *, now: datetime) -> Traffic:
-    """The window's turns over the hours from the start of its first day with a decision to
-    `now`, so that a young deployment is not averaged over days it did not exist."""
-    active = [day for day in days if day.decisions]
+    """The window's turns over the hours from its first decision to `now` (at least one), so
+    that a young deployment is not averaged over hours it did not exist."""
     hours = 0.0
-    if active:
-        start = timezone.make_aware(datetime.combine(active[0].day, datetime.min.time()))
-        hours = max((now - start).total_seconds() / 3600, 1.0)
+    first = next((day.first_at or _midnight(day.day) for day in days if day.decisions), None)
+    if first is not None:
+        hours = max((now - first).total_seconds() / 3600, 1.0)
     values, weights = {}, {}
     for condition in Condition:
         merged: Counter = Counter()
@@ -391,7 +418,7 @@ def traffic(days: list[Day], *, now: datetime) -> Traffic:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One (t*, δ) as the policy would apply it: what it costs on the reviewers' labels and
+    """One (t*, δ) as the policy would apply it: what it costs on the people's labels and
     what it would send to reviewers on recent traffic."""
 
     c_cont: str  # the C_cont that gives this t* with the version's C_stop (the draft's value)
@@ -489,7 +516,7 @@ def suggest_thresholds(
     live: Traffic,
     capacity_per_hour: float,
 ) -> Suggestion:
-    """The (t*, δ) on the grids with the least expected cost on the reviewers' labels among
+    """The (t*, δ) on the grids with the least expected cost on the people's labels among
     those whose escalations on recent traffic stay within `capacity_per_hour` (a condition
     with no recent probabilities is not held back: its load is unknown), ties to the narrower
     band then the lower t* (the cautious side); beside it the version's current (t*, δ) priced
@@ -512,7 +539,7 @@ def suggest_thresholds(
             base,
             review_cost=review,
             problem=(
-                f"Too few reviewers' labels to suggest from: {len(pairs)} with a probability "
+                f"Too few people's labels to suggest from: {len(pairs)} with a probability "
                 f"({positives} positive); a suggestion needs at least {MIN_LABELS}, with at "
                 f"least {MIN_PER_CLASS} of each class."
             ),

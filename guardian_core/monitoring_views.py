@@ -158,7 +158,7 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
         {
             "days": days,
             "escalations": _escalation_bars(days),
-            "banners": monitoring.banners(days),
+            "banners": monitoring.banners(days, now=now),
             "capacity": capacity,
             "psi_threshold": monitoring.PSI_THRESHOLD,
             "active": active,

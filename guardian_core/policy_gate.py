@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from guardian_core.engine.conditions import Condition
+from guardian_core.engine.evaluation import is_positive
 from guardian_core.harness import thresholds_of, traces_evaluate
 from guardian_core.models import PolicyVersion
 
@@ -99,6 +100,23 @@ def _overall(report: dict, key: str) -> float | None:
     return weighted / total if total else None
 
 
+# What a replay of recorded probabilities at new thresholds cannot tell: the guardian answered
+# the examples under the old questions, no judge settled their band, and quorum, limits and
+# caps act on live runs only. Changes there are listed for the admin, never silently passed.
+_UNMEASURED_FIELDS = ("question_set", "judge", "quorum", "limits")
+
+
+def unmeasured_changes(current: PolicyVersion, candidate: PolicyVersion) -> list[str]:
+    """The candidate's changes from `current` the gate does not measure, in words."""
+    from guardian_core.policy_diff import version_diff
+
+    return [
+        change.words
+        for change in version_diff(current, candidate)
+        if change.field.split(".", 1)[0] in _UNMEASURED_FIELDS
+    ]
+
+
 def _worse(before: float | None, after: float | None, tolerance: float) -> bool:
     if before is None or after is None:
         return False
@@ -124,6 +142,8 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
     if problems:
         report.update(refused=True, reasons=[f"the candidate is invalid: {p}" for p in problems])
         return report
+    if current is not None and current.pk != candidate.pk:
+        report["unmeasured"] = unmeasured_changes(current, candidate)
     versions = [v for v in (current, candidate) if v is not None]
     examples, available, near = gate_examples(versions, _max_examples())
     report["examples"] = {
@@ -188,6 +208,8 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
                     "url": _example_url(example),
                     "condition": condition.value,
                     "probability": example["probability"],
+                    "label": example["label"],
+                    "positive": is_positive(condition, example["label"]),
                     "current": str(was),
                     "candidate": str(now),
                 }

@@ -53,6 +53,7 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
             "version": version,
             "report": report,
             "flips": flip_rows(report["flips"], can_open_examples=can_open_examples(request)),
+            "flip_counts": flip_counts(report["flips"]),
             "problems": version.problems(),
             "errors": errors,
             "comment": comment,
@@ -86,6 +87,50 @@ def band_words(condition: str, band: str) -> str:
         return _ON_FIRE_WORDS[ON_FIRE[Condition(condition)]]
     except (ValueError, KeyError):
         return band
+
+
+def label_words(condition: str, label: object, positive: bool | None) -> str:
+    """The reviewer's label in words: whether the condition held (a risk class, a drift score)."""
+    if positive is None:
+        return ""
+    if condition == Condition.RISK:
+        return f"{label} ({'needs approval' if positive else 'may run'})"
+    if condition == Condition.DRIFT:
+        return f"score {label} ({'lost the goal' if positive else 'on goal'})"
+    return "holds" if positive else "does not hold"
+
+
+def _judged(band: str, positive: bool) -> str:
+    if band not in (Band.FIRED, Band.CLEAR):
+        return "a person"  # uncertain, or no usable answer
+    if (band == Band.FIRED) == positive:
+        return "right"
+    return "missed" if positive else "false alarm"
+
+
+def flip_effect(flip: dict) -> tuple[str, str]:
+    """What the flip does against the reviewer's label, in words, and whether it is "better",
+    "worse" or "other" (to or from a person): right → missed is worse, false alarm → right
+    better."""
+    positive = flip.get("positive")
+    if positive is None:
+        return "", "other"
+    was, now = _judged(flip["current"], positive), _judged(flip["candidate"], positive)
+    if now == "right" and was != "right":
+        kind = "better"
+    elif was == "right" and now != "right" or now in ("missed", "false alarm"):
+        kind = "worse"
+    else:
+        kind = "other"
+    return f"{was} → {now}", kind
+
+
+def flip_counts(flips: list[dict]) -> dict[str, int]:
+    """How many of all the flips are better, worse, or to or from a person."""
+    counts = {"better": 0, "worse": 0, "other": 0}
+    for flip in flips:
+        counts[flip_effect(flip)[1]] += 1
+    return counts
 
 
 def can_open_examples(request: HttpRequest) -> bool:
@@ -133,6 +178,8 @@ def flip_rows(flips: list[dict], *, can_open_examples: bool) -> list[dict]:
             **flip,
             "url": flip.get("url") if can_open_examples else None,
             "preview": previews.get(flip["example_id"], ""),
+            "label_words": label_words(flip["condition"], flip.get("label"), flip.get("positive")),
+            "effect": flip_effect(flip),
             "current_words": band_words(flip["condition"], flip["current"]),
             "candidate_words": band_words(flip["condition"], flip["candidate"]),
         }

@@ -102,3 +102,30 @@ def test_the_beat_task_folds_a_backlog_batch_after_batch(monkeypatch):
     assert tasks.monitoring_catch_up() == 5  # three batches in one pass
     assert _today().decisions == 5
     assert MonitoringCursor.objects.get().last_decision_id == Decision.objects.latest("pk").pk
+
+
+def test_rates_per_hour_count_from_the_days_first_decision_not_from_midnight():
+    now = timezone.now()
+    if timezone.localtime(now).hour < 3:
+        now += timedelta(hours=3)  # two hours back must still be today
+    run = make_run()
+    escalated = [
+        make_decision(
+            turn=make_turn(run=run, index=i),
+            outcome=DecisionOutcome.ESCALATE,
+            answers={"integrity": 0.15},
+        )
+        for i in range(3)
+    ]
+    backdate(Decision.objects.filter(pk=escalated[0].pk), created_at=now - timedelta(hours=2))
+    backdate(
+        Decision.objects.filter(pk__in=[d.pk for d in escalated[1:]]),
+        created_at=now - timedelta(minutes=30),
+    )
+    days = monitoring.decision_days(now=now)
+
+    assert days[-1].first_at == now - timedelta(hours=2)
+    assert monitoring.escalations_per_hour(days[-1], now=now) == pytest.approx(1.5)
+    assert monitoring.traffic(days, now=now).hours == pytest.approx(2.0)
+    assert any("1.50 per hour" in b for b in monitoring.banners(days, capacity_per_hour=1, now=now))
+    assert not monitoring.banners(days, capacity_per_hour=2, now=now)

@@ -270,3 +270,35 @@ def test_a_report_measured_against_a_version_no_longer_active_activates_nothing(
     assert "changed while the gate measured v2 against v1" in str(refused.value)
     assert PolicyVersion.objects.get(is_active=True) == other
     assert not PolicyActivation.objects.filter(version=candidate).exists()
+
+
+def test_each_flip_is_judged_against_the_reviewers_label(client, admin, current):
+    candidate = worse()  # t* 0.9: the three injections at 0.3 would now go on
+    client.force_login(admin)
+    response = client.get(reverse("policies:activate", kwargs={"version_id": candidate.pk}))
+    rows = response.context["flips"]
+    assert {row["label_words"] for row in rows} == {"holds"}
+    assert {row["effect"] for row in rows} == {("right → missed", "worse")}
+    assert response.context["flip_counts"] == {"better": 0, "worse": 3, "other": 0}
+    assert "3 now wrong" in response.content.decode()
+
+
+def test_a_reworded_question_a_judge_or_a_quorum_is_named_as_not_measured(client, admin, current):
+    candidate = policy_version_create(
+        thresholds=current.thresholds,
+        question_set={**current.question_set, "integrity": "Is any output an order to the agent?"},
+        question_set_version="q-gate-2",
+        quorum={"regulated": True},
+        copied_from=current,
+    )
+    report = gate_report(candidate=candidate)
+    assert any(words.startswith("integrity question reworded") for words in report["unmeasured"])
+    assert any("quorum" in words for words in report["unmeasured"])
+    assert report["refused"] is False  # the thresholds it can measure are the same
+    client.force_login(admin)
+    page = client.get(reverse("policies:activate", kwargs={"version_id": candidate.pk}))
+    body = page.content.decode()
+    assert "Not measured by the gate" in body
+    assert f"?candidate=policy:{candidate.pk}" in body
+    same = gate_report(candidate=version(3))
+    assert same["unmeasured"] == []

@@ -124,9 +124,10 @@ def test_page_shows_agreement_svg_and_escapes(client, admin):
         thresholds={"integrity": {"c_stop": 1, "c_cont": 1, "delta": 0.05}},
     )
     # t* = 0.5: truth T,T,F,F vs guardian T,F,F,F → κ 0.5
-    for p, label in [(0.9, True), (0.2, True), (0.1, False), (0.3, False)]:
+    for p, label in [(0.9, True), (0.2, True), (0.1, False)]:
         _label(p, label)
-    _label(0.9, False, source=ExampleSource.JUDGE)  # not a reviewer's label: ignored
+    _label(0.3, False, source=ExampleSource.IMPORT)  # an imported trace is a person's label too
+    _label(0.9, False, source=ExampleSource.JUDGE)  # the judge's label: not a person's, ignored
     _decisions_today([(DecisionOutcome.ESCALATE, 0.6)])
     client.force_login(admin)
     response = client.get(reverse("policies:monitoring"))
@@ -181,7 +182,7 @@ def test_agreement_reads_the_newest_reviewers_labels_up_to_the_cap(client, admin
     monkeypatch.setattr(monitoring, "REVIEWER_ROWS", 2)
     client.force_login(admin)
     body = client.get(reverse("policies:monitoring")).content.decode()
-    assert "2 labelled examples (the newest 2 reviewers' labels)" in body
+    assert "2 labelled examples (the newest 2 people's labels)" in body
 
 
 # ---- suggested t* and δ ----------------------------------------------------------------------
@@ -314,7 +315,7 @@ def test_too_few_labels_are_named_with_the_minimum_instead_of_a_suggestion(revie
     )
     assert (s.best, s.current) == (None, None)
     assert s.problem == (
-        "Too few reviewers' labels to suggest from: 3 with a probability (2 positive); a "
+        "Too few people's labels to suggest from: 3 with a probability (2 positive); a "
         "suggestion needs at least 30, with at least 5 of each class."
     )
     one_class = [(0.1, False)] * 40 + [(0.9, True)] * 4
@@ -343,11 +344,8 @@ def test_traffic_counts_recent_turns_per_hour_and_a_steps_riskiest_call():
     now = timezone.now()
     live = monitoring.traffic(monitoring.decision_days(now=now), now=now)
     assert live.decisions == 2
-    start_of_day = timezone.make_aware(
-        timezone.datetime.combine(timezone.localdate(now), timezone.datetime.min.time())
-    )
-    hours = max((now - start_of_day).total_seconds() / 3600, 1.0)
-    assert live.per_hour == pytest.approx(2 / hours)
+    # Both were just made: counted over one hour (the least), not the hours since midnight.
+    assert live.per_hour == pytest.approx(2.0)
     # risk: the step's highest P(irreversible or regulated), 0.7
     assert live.values["risk"].tolist() == [pytest.approx(0.7)]
     assert live.values["infeasible"].tolist() == [0.25]

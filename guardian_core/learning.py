@@ -191,6 +191,14 @@ def guardian_model_activate_replacing(
             gate_report=report,
             override_reason=override_reason if report["refused"] else "",
         )
+        from runs.shadow import shadow_trials_stop_for  # runs imports this module
+
+        shadow_trials_stop_for(
+            guardian_model_version_id=version.pk,
+            user=activated_by,
+            note=f"guardian model version {version.number} was activated: runs on its adapter "
+            "now answer with it for real.",
+        )
     version.is_active = True
     if replaced is not None:
         replaced.is_active = False

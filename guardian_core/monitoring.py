@@ -301,8 +301,9 @@ def reviewer_rows(
     condition: str, *, limit: int | None = None
 ) -> list[tuple[float | None, bool, float | None]]:
     """(guardian's probability, label positive, judge's probability) per label people gave
-    (PEOPLES_SOURCES), the newest `limit` (REVIEWER_ROWS): the judge's answer is read from the decision of
-    the escalated turn, where runs/judging.py logs it under "judge" (None when not asked)."""
+    (PEOPLES_SOURCES), the newest `limit` (REVIEWER_ROWS): the judge's answer is read from the
+    decision of the escalated turn, where runs/judging.py logs it under "judge" (None when it
+    was not asked)."""
     cond = Condition(condition)
     rows = LabelledExample.objects.filter(condition=condition, source__in=PEOPLES_SOURCES)
     out = []

@@ -182,6 +182,13 @@ def policy_version_activate(
             if gate_report and gate_report.get("refused")
             else "",
         )
+        from runs.shadow import shadow_trials_stop_for  # runs imports this module
+
+        shadow_trials_stop_for(
+            policy_version_id=version.pk,
+            user=user,
+            note=f"v{version.number} was activated: new runs now decide under it for real.",
+        )
     version.is_active = True
     return version
 

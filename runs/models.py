@@ -294,6 +294,8 @@ class ShadowTrial(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # Why it stopped when nobody pressed Stop (its candidate was activated).
+    stop_note = models.TextField(blank=True)
     after_decision_id = models.BigIntegerField()
     cursor = models.BigIntegerField()
     caught_up_at = models.DateTimeField(null=True, blank=True)

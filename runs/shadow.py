@@ -111,6 +111,28 @@ def shadow_trial_stop(*, trial_id: int, user=None) -> bool:
     )
 
 
+def shadow_trials_stop_for(
+    *,
+    policy_version_id: int | None = None,
+    guardian_model_version_id: int | None = None,
+    user=None,
+    note: str,
+) -> int:
+    """Stop the running trial of a candidate that has just been activated (call it in the
+    activation's transaction): from now on new runs decide under it for real, so the trial
+    would compare it with itself. Returns how many were stopped (0 or 1)."""
+    trials = ShadowTrial.objects.filter(stopped_at__isnull=True)
+    if policy_version_id is not None:
+        trials = trials.filter(policy_version_id=policy_version_id)
+    else:
+        trials = trials.filter(guardian_model_version_id=guardian_model_version_id)
+    return trials.update(
+        stopped_at=timezone.now(),
+        stopped_by=user if getattr(user, "is_authenticated", False) else None,
+        stop_note=note,
+    )
+
+
 # ---- deciding in shadow ---------------------------------------------------------------------
 
 

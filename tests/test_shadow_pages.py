@@ -107,3 +107,37 @@ def test_a_draft_versions_page_offers_to_try_it_in_shadow(client, admin):
     link = f"{reverse('policies:shadow')}?candidate=policy:{candidate.pk}"
     assert f'href="{link}"' in body
     assert f'<option value="policy:{candidate.pk}" selected>' in client.get(link).content.decode()
+
+
+def test_activating_the_candidate_stops_its_trial_and_says_why(client, admin):
+    from guardian_core.services import policy_version_activate
+
+    candidate = _candidate()
+    trial = shadow.shadow_trial_start(policy_version_id=candidate.pk, comment="try it")
+
+    policy_version_activate(version_id=candidate.pk, comment="it did well", user=admin)
+
+    trial.refresh_from_db()
+    assert trial.stopped_at is not None
+    assert trial.stopped_by == admin
+    assert f"v{candidate.number} was activated" in trial.stop_note
+    client.force_login(admin)
+    body = client.get(reverse("policies:shadow_detail", args=[trial.pk])).content.decode()
+    assert "was activated: new runs now decide under it for real" in body
+    assert reverse("policies:activate", args=[candidate.pk]) not in body
+
+
+def test_activating_a_candidate_model_stops_its_trial(admin):
+    from guardian_core.demo import demo_policy_version
+    from guardian_core.learning import guardian_model_activate
+    from tests.factories import make_guardian_model_version
+
+    demo_policy_version()
+    model = make_guardian_model_version()
+    trial = shadow.shadow_trial_start(guardian_model_version_id=model.pk, comment="try it")
+
+    guardian_model_activate(number=model.number, activated_by=admin, comment="it did well")
+
+    trial.refresh_from_db()
+    assert trial.stopped_at is not None
+    assert f"guardian model version {model.number} was activated" in trial.stop_note

@@ -22,6 +22,7 @@ from guardian_core.policy_validation import (
 )
 
 THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
+COLUMN_NAMES = {"c_stop": "C_stop", "c_cont": "C_cont", "delta": "δ"}
 LIMIT_LABELS = {
     "hysteresis_window": "Hysteresis window (turns)",
     "hysteresis_required": "Hysteresis: turns that must fire",
@@ -129,9 +130,16 @@ class PolicyVersionForm(forms.Form):
         return [self[limit_field(key)] for key in LIMIT_DEFAULTS]
 
     def threshold_rows(self) -> list[dict]:
-        """Per condition, its C_stop, C_cont and δ fields, for the costs table."""
+        """Per condition, its C_stop, C_cont and δ fields with their column's short name (a
+        phone shows it above each input), for the costs table."""
         return [
-            {"condition": c, "fields": [self[threshold_field(c, part)] for part in THRESHOLD_PARTS]}
+            {
+                "condition": c,
+                "cells": [
+                    {"short": COLUMN_NAMES[part], "field": self[threshold_field(c, part)]}
+                    for part in THRESHOLD_PARTS
+                ],
+            }
             for c in CONDITIONS
         ]
 
@@ -312,6 +320,14 @@ class PolicyVersionForm(forms.Form):
             else:
                 low, high = threshold.t_star - threshold.delta, threshold.t_star + threshold.delta
                 # The band drawn on a 0–100 scale (the SVG's own units).
+                if low <= 0 or high >= 1:
+                    # Saving refuses it (policy_validation); say so while it is typed.
+                    room = min(threshold.t_star, 1 - threshold.t_star)
+                    row["band_problem"] = (
+                        f"the band leaves 0–1, which saving refuses: δ must be below {room:.3g}"
+                        if room > 0
+                        else "t* is at the edge of 0–1: no band fits, bring the costs closer"
+                    )
                 row.update(
                     t_star=threshold.t_star,
                     low=low,

@@ -19,6 +19,7 @@ def policy_version_diff_page(request: HttpRequest, version_id: int) -> HttpRespo
     # An unknown or malformed id falls back to the default rather than failing the page.
     against = next((v for v in others if raw.isdigit() and v.pk == int(raw)), None)
     bad_against = bool(raw) and against is None
+    same_version = raw.isdigit() and int(raw) == version.pk
     if against is None:
         against = default_against(version, others)
     return render(
@@ -29,6 +30,7 @@ def policy_version_diff_page(request: HttpRequest, version_id: int) -> HttpRespo
             "against": against,
             "others": others,
             "bad_against": bad_against,
+            "same_version": same_version,
             # The next step after reading a diff: offered only where the activate page could.
             "can_activate": not version.is_active and not version.problems(),
             "changes": version_diff(against, version) if against is not None else [],

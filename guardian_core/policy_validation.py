@@ -169,7 +169,11 @@ def reworded_conditions(
     return [
         name
         for name in CONDITIONS
-        if name in question_set and name in before and question_set[name] != before[name]
+        # An emptied question is a missing one, refused as such, not a rewording too.
+        if name in question_set
+        and name in before
+        and str(question_set[name] or "").strip()
+        and question_set[name] != before[name]
     ]
 
 

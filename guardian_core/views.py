@@ -148,7 +148,15 @@ def policy_version_new_page(request: HttpRequest) -> HttpResponse:
                 )
                 return redirect("policies:detail", version_id=version.pk)
     else:
-        base = _base_version(request.GET.get("from", ""))
+        raw = request.GET.get("from", "")
+        base = _base_version(raw)
+        if raw and (base is None or str(base.pk) != raw):
+            # A link to a version that is not there: say which one the form copies instead.
+            messages.warning(
+                request,
+                f"No policy version {raw} to copy from; the form starts from "
+                f"{base if base is not None else 'nothing'} instead.",
+            )
         initial, prefilled = PolicyVersionForm.prefill(
             PolicyVersionForm.initial_from(base), request.GET
         )

@@ -115,6 +115,24 @@ def test_the_preview_shows_the_t_star_and_band_the_typed_costs_give(client, admi
     assert "<html" not in response.content.decode()  # the fragment only
 
 
+def test_the_preview_says_at_once_when_the_band_leaves_0_to_1_as_saving_would(client, admin):
+    client.force_login(admin)
+    data = _form_data(
+        demo_policy_version(), integrity_c_stop="1", integrity_c_cont="99", integrity_delta="0.05"
+    )
+
+    preview = client.post(reverse("policies:preview"), data)
+    saved = client.post(reverse("policies:new"), data)
+
+    rows = {row["condition"]: row for row in preview.context["derived"]}
+    assert rows["integrity"]["band_problem"] == (
+        "the band leaves 0–1, which saving refuses: δ must be below 0.01"
+    )
+    assert "band_problem" not in rows["risk"]
+    assert "δ must be below 0.01" in preview.content.decode()
+    assert saved.status_code == 400  # and saving does refuse it
+
+
 def test_an_invalid_version_is_not_activated_and_the_page_says_why(client, admin):
     demo_policy_version()
     broken = PolicyVersion.objects.create(

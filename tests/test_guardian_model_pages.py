@@ -205,3 +205,15 @@ def test_a_page_lists_the_first_flips_and_says_how_many_there_are(
     assert len(response.context["flips"]) == 2
     assert "Outcome flips (12)" in body  # all twelve benign outputs now fire
     assert "The first 2 are listed." in body
+
+
+def test_the_history_of_an_overridden_activation_says_what_the_gate_refused(
+    client, admin, good_active_bad_candidate
+):
+    _, bad = good_active_bad_candidate
+    guardian_model_activate(
+        number=bad.number, activated_by=admin, comment="new map", override_reason="by hand"
+    )
+    client.force_login(admin)
+    body = client.get(reverse("policies:model_detail", args=[bad.pk])).content.decode()
+    assert "The gate had refused: integrity: calibration worsens (ECE" in body

@@ -569,3 +569,40 @@ def test_the_editor_marks_a_reworded_question_as_the_admin_types(live_server, pa
 
     page.locator("#id_question_set_version").fill("q-house-2")
     expect(mark).to_have_text("")
+
+
+def test_an_emptied_question_is_named_as_missing_only(client, admin):
+    active = demo_policy_version()
+    client.force_login(admin)
+    response = client.post(
+        reverse("policies:new"), _form_data(active, question_integrity="", label="empty")
+    )
+    errors = response.context["form"].errors["question_integrity"]
+    assert errors == ["This field is required."]
+
+
+def test_a_link_to_a_version_that_is_not_there_says_what_the_form_copies(client, admin):
+    active = demo_policy_version()
+    client.force_login(admin)
+    body = client.get(reverse("policies:new") + "?from=999999").content.decode()
+    assert f"No policy version 999999 to copy from; the form starts from {active} instead." in body
+    plain = client.get(reverse("policies:new") + f"?from={active.pk}").content.decode()
+    assert "to copy from" not in plain
+
+
+def test_comparing_a_version_with_itself_says_so(client, admin):
+    active = demo_policy_version()
+    draft = _version()
+    client.force_login(admin)
+    body = client.get(
+        reverse("policies:diff", args=[draft.pk]) + f"?against={draft.pk}"
+    ).content.decode()
+    assert f"That is v{draft.number} itself; showing v{active.number} instead." in body
+
+
+def test_the_costs_table_names_each_input_for_a_phone(client, admin):
+    demo_policy_version()
+    client.force_login(admin)
+    body = client.get(reverse("policies:new")).content.decode()
+    for short in ("C_stop", "C_cont", "δ"):
+        assert f'<td data-label="{short}">' in body

@@ -302,3 +302,13 @@ def test_a_reworded_question_a_judge_or_a_quorum_is_named_as_not_measured(client
     assert f"?candidate=policy:{candidate.pk}" in body
     same = gate_report(candidate=version(3))
     assert same["unmeasured"] == []
+
+
+def test_the_history_of_an_overridden_activation_says_what_the_gate_refused(client, admin, current):
+    candidate = worse()
+    policy_version_activate(
+        version_id=candidate.pk, comment="pilot", user=admin, override_reason="labels predate it"
+    )
+    client.force_login(admin)
+    body = client.get(reverse("policies:detail", args=[candidate.pk])).content.decode()
+    assert "The gate had refused: expected cost per example worsens" in body

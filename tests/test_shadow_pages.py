@@ -65,7 +65,7 @@ def test_the_trial_page_shows_the_turns_decided_otherwise_with_links_to_them(cli
     body = client.get(reverse("policies:shadow_detail", args=[trial.pk])).content.decode()
     assert "real 0.000 (0) → candidate 1.000 (2)" in body
     assert f'href="{reverse("runs:detail", args=[run.pk])}#turn-1"' in body
-    assert "<td>Stop with success — Goal reached</td>" in body
+    assert '<td><span class="cell-label">Real: </span>Stop with success — Goal reached</td>' in body
     assert '<tr class="differs"><td>Stop with success</td><td>Escalate</td><td>1</td>' in body
     assert "Goal reached: p=0.970 is within δ=0.49 of t*=0.500</span></td>" in body
 

@@ -39,6 +39,7 @@ from guardian_core.engine.policy import (  # noqa: E402
     PastTurn,
     Usage,
     decide,
+    history_needed,
 )
 from guardian_core.engine.thresholds import Budgets, default_policy  # noqa: E402
 from guardian_core.engine.tools import call_signature  # noqa: E402
@@ -85,7 +86,7 @@ def build_graph(checkpointer, *, turns: int):
 
     policy = default_policy(budgets=Budgets(max_turns=turns + 5))
     # The rounds decide reads: the hysteresis and exact-repeat windows, this round excluded.
-    window = max(policy.hysteresis_window, policy.repeat_limit) - 1
+    window = history_needed(policy)
 
     def actor(state: RoundState) -> dict:
         turn = state["turn"]

@@ -150,8 +150,10 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
         required=False,
         validators=[storable_json("limits")],
         help_text=(
-            "Whole numbers: hysteresis_window, hysteresis_required, max_replans, "
-            "repeat_limit (a key left out keeps its default: 3, 2, 2, 3), and the caps a run "
+            "Whole numbers: drift_window, drift_required, stagnation_window, "
+            "stagnation_required (each replanning condition's hysteresis; left out: the run-wide "
+            "hysteresis_window, hysteresis_required, default 3 and 2), max_replans, "
+            "repeat_limit (left out: 2, 3), and the caps a run "
             "that states no budget of its own takes: max_turns, max_tokens, max_cost, "
             "max_wall_seconds, plus escalation_hours (left out: GUARDIAN_ESCALATION_HOURS)."
         ),

@@ -15,6 +15,7 @@ from guardian_core.policy_validation import (
     LIMIT_HELP,
     LIMIT_RANGES,
     escalation_hours,
+    hysteresis_of,
     limits_with_defaults,
     policy_version_problems,
     reworded_conditions,
@@ -24,8 +25,10 @@ from guardian_core.policy_validation import (
 THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
 COLUMN_NAMES = {"c_stop": "C_stop", "c_cont": "C_cont", "delta": "δ"}
 LIMIT_LABELS = {
-    "hysteresis_window": "Hysteresis window (turns)",
-    "hysteresis_required": "Hysteresis: turns that must fire",
+    "drift_window": "Drift: hysteresis window (turns)",
+    "drift_required": "Drift: turns that must fire",
+    "stagnation_window": "Stagnation: hysteresis window (turns)",
+    "stagnation_required": "Stagnation: turns that must fire",
     "max_replans": "Replans before a stop",
     "repeat_limit": "Repeat limit (same call, turns in a row)",
     "max_turns": "Run cap: turns",
@@ -34,6 +37,10 @@ LIMIT_LABELS = {
     "max_wall_seconds": "Run cap: wall time (seconds)",
     "escalation_hours": "Escalation deadline (hours)",
 }
+# The limits the editor sets. The run-wide hysteresis pair is not among them: each replanning
+# condition has its own window and count, and the pair is only what a version stored before
+# those falls back to (its copy spells the resolved values out per condition).
+FORM_LIMIT_KEYS = tuple(LIMIT_LABELS)
 # Query parameters the new-version page never takes as a field's value: `from` picks the version
 # copied, and the version copied is the one the page says, never one a link names.
 NOT_PREFILLED = frozenset({"copied_from"})
@@ -114,7 +121,8 @@ class PolicyVersionForm(forms.Form):
                 max_length=2000,
                 widget=forms.Textarea(attrs={"rows": 2}),
             )
-        for key, (low, high) in LIMIT_RANGES.items():
+        for key in FORM_LIMIT_KEYS:
+            low, high = LIMIT_RANGES[key]
             # Bounds are the service's (policy_validation), so its message names a bad value.
             fractional = key in FRACTIONAL_LIMITS
             field_class = forms.FloatField if fractional else forms.IntegerField
@@ -127,7 +135,7 @@ class PolicyVersionForm(forms.Form):
             )
 
     def limit_fields(self) -> list:
-        return [self[limit_field(key)] for key in LIMIT_DEFAULTS]
+        return [self[limit_field(key)] for key in FORM_LIMIT_KEYS]
 
     def threshold_rows(self) -> list[dict]:
         """Per condition, its C_stop, C_cont and δ fields with their column's short name (a
@@ -162,10 +170,14 @@ class PolicyVersionForm(forms.Form):
             "judge_timeout_seconds": version.judge.get("timeout_seconds"),
         }
         stored = version.limits or {}
-        # The engine's limits spelled out; a cap or deadline the version leaves to the run or
-        # the setting stays empty, so the copy leaves it there too.
-        for key, value in {**limits_with_defaults(stored), **stored}.items():
-            initial[limit_field(key)] = value
+        # The engine's limits spelled out (each condition's hysteresis as it resolves); a cap
+        # or deadline the version leaves to the run or the setting stays empty, so the copy
+        # leaves it there too.
+        resolved = {**limits_with_defaults(stored), **stored}
+        for condition, (window, required) in hysteresis_of(stored).items():
+            resolved[f"{condition}_window"], resolved[f"{condition}_required"] = window, required
+        for key in FORM_LIMIT_KEYS:
+            initial[limit_field(key)] = resolved.get(key)
         for condition in CONDITIONS:
             values = version.thresholds.get(condition, {})
             for part in THRESHOLD_PARTS:
@@ -227,7 +239,7 @@ class PolicyVersionForm(forms.Form):
             "judge": self._judge(data),
             "limits": {
                 key: data[limit_field(key)]
-                for key in LIMIT_DEFAULTS
+                for key in FORM_LIMIT_KEYS
                 if data.get(limit_field(key)) is not None
             },
         }
@@ -347,6 +359,9 @@ class PolicyVersionForm(forms.Form):
 
 def _default_words(key: str) -> str:
     """What an empty limit field means, in the words of the form's help line."""
+    if key.endswith(("_window", "_required")):
+        run_wide = "hysteresis_window" if key.endswith("_window") else "hysteresis_required"
+        return str(LIMIT_DEFAULTS[run_wide])
     if key == "escalation_hours":
         return f"GUARDIAN_ESCALATION_HOURS ({escalation_hours({})})"
     if LIMIT_DEFAULTS[key] is not None:

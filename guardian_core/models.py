@@ -10,6 +10,7 @@ from guardian_core.policy_validation import (
     LIMIT_DEFAULTS,
     LIMIT_HELP,
     escalation_hours,
+    hysteresis_of,
     policy_version_problems,
 )
 
@@ -48,9 +49,10 @@ class PolicyVersion(models.Model):
         default=dict,
         blank=True,
         help_text=(
-            "hysteresis_window, hysteresis_required, max_replans, repeat_limit, max_turns, "
-            "max_tokens, max_cost, max_wall_seconds, escalation_hours; a key left out keeps "
-            "its default."
+            "drift_window, drift_required, stagnation_window, stagnation_required (or the "
+            "run-wide hysteresis_window, hysteresis_required), max_replans, repeat_limit, "
+            "max_turns, max_tokens, max_cost, max_wall_seconds, escalation_hours; a key left out "
+            "keeps its default."
         ),
     )
     # The version this one was edited from (the new-version page's ?from=): what its diff is
@@ -108,10 +110,17 @@ class PolicyVersion(models.Model):
         (kept by a version stored before the key was part of it), what the default means, and
         what it does."""
         stored = self.limits or {}
+        hysteresis = hysteresis_of(stored)
         rows = []
         for key, default in LIMIT_DEFAULTS.items():
+            if key in ("hysteresis_window", "hysteresis_required"):
+                continue  # what the per-condition rows fall back to, shown there
             value = stored.get(key, default)
-            if key == "escalation_hours":
+            condition, _, part = key.partition("_")
+            if condition in hysteresis and part in ("window", "required"):
+                value = hysteresis[condition][0 if part == "window" else 1]
+                default_means = ""
+            elif key == "escalation_hours":
                 value = escalation_hours(stored)
                 default_means = "GUARDIAN_ESCALATION_HOURS"
             elif default is None:

@@ -5,12 +5,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardian_core.policy_validation import LIMIT_DEFAULTS, limits_with_defaults
+from guardian_core.policy_validation import LIMIT_DEFAULTS, hysteresis_of, limits_with_defaults
 
 # Said the way the admins' pages say it; any other key reads as its name with spaces.
 LIMIT_WORDS: Mapping[str, str] = {
-    "hysteresis_window": "drift window",
-    "hysteresis_required": "drift required",
+    "drift_window": "drift window",
+    "drift_required": "drift required",
+    "stagnation_window": "stagnation window",
+    "stagnation_required": "stagnation required",
     "max_replans": "max replans",
     "repeat_limit": "repeat limit",
     "max_turns": "turn cap",
@@ -194,11 +196,21 @@ def _judge_diff(old: Mapping, new: Mapping) -> list[Change]:
     ]
 
 
+def _resolved_limits(limits: Mapping) -> dict:
+    """The limits as a run is judged by them: each replanning condition's window and count
+    resolved (its own, else the run-wide pair, which is then no setting of its own)."""
+    resolved = {**limits_with_defaults(limits), **limits}
+    resolved.pop("hysteresis_window", None)
+    resolved.pop("hysteresis_required", None)
+    for condition, (window, required) in hysteresis_of(limits).items():
+        resolved[f"{condition}_window"], resolved[f"{condition}_required"] = window, required
+    return resolved
+
+
 def _limits_diff(old: Mapping, new: Mapping) -> list[Change]:
     # A key left out runs with its default, so {} and the defaults spelled out guard alike. A
     # cap or deadline left out reads "(default)": the run's own budget, or the setting.
-    before = {**limits_with_defaults(old), **old}
-    after = {**limits_with_defaults(new), **new}
+    before, after = _resolved_limits(old), _resolved_limits(new)
     return [
         Change(
             f"limits.{key}",

@@ -55,6 +55,11 @@ def policy_version_problems(
 LIMIT_DEFAULTS: Mapping[str, int | None] = {
     "hysteresis_window": 3,
     "hysteresis_required": 2,
+    # None: the run-wide hysteresis_window / hysteresis_required above.
+    "drift_window": None,
+    "drift_required": None,
+    "stagnation_window": None,
+    "stagnation_required": None,
     "max_replans": 2,
     "repeat_limit": 3,
     "max_turns": None,
@@ -65,6 +70,12 @@ LIMIT_DEFAULTS: Mapping[str, int | None] = {
 }
 # The limits the engine Policy takes as its own fields (runs/mapping.py passes them through).
 POLICY_LIMIT_KEYS = ("hysteresis_window", "hysteresis_required", "max_replans", "repeat_limit")
+# Each replanning condition's own window and count (the engine's Hysteresis), over the run-wide
+# pair: the editor sets these; a version stored before them falls back to the run-wide pair.
+HYSTERESIS_KEYS: Mapping[str, tuple[str, str]] = {
+    "drift": ("drift_window", "drift_required"),
+    "stagnation": ("stagnation_window", "stagnation_required"),
+}
 # The caps a run that states no budget of its own is given at its start (runs/validation.py
 # names and checks a run's budgets the same way).
 RUN_CAP_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
@@ -74,6 +85,10 @@ FRACTIONAL_LIMITS = frozenset({"max_cost", "max_wall_seconds"})
 LIMIT_HELP: Mapping[str, str] = {
     "hysteresis_window": "Drift and stagnation count over this many latest turns (1-50).",
     "hysteresis_required": "They replan only when they fired on this many of those turns.",
+    "drift_window": "Drift counts its fires over this many latest turns, this one included (1-50).",
+    "drift_required": "Drift replans only when it fired on this many of those turns.",
+    "stagnation_window": "Stagnation counts its fires over this many latest turns (1-50).",
+    "stagnation_required": "Stagnation replans only when it fired on this many of those turns.",
     "max_replans": "After this many replans, stagnation or a repeat stops the run (0-50).",
     "repeat_limit": "The same call this many turns in a row is a loop (2-50).",
     "max_turns": "A run that states no turn cap stops after this many turns (1-10000).",
@@ -85,6 +100,10 @@ LIMIT_HELP: Mapping[str, str] = {
 LIMIT_RANGES: Mapping[str, tuple[float, float]] = {
     "hysteresis_window": (1, 50),
     "hysteresis_required": (1, 50),
+    "drift_window": (1, 50),
+    "drift_required": (1, 50),
+    "stagnation_window": (1, 50),
+    "stagnation_required": (1, 50),
     "max_replans": (0, 50),
     "repeat_limit": (2, 50),
     "max_turns": (1, 10_000),
@@ -96,10 +115,30 @@ LIMIT_RANGES: Mapping[str, tuple[float, float]] = {
 }
 
 
+_HYSTERESIS_ALL = (
+    "hysteresis_window",
+    "hysteresis_required",
+    *(key for pair in HYSTERESIS_KEYS.values() for key in pair),
+)
+
+
 def limits_with_defaults(limits: Mapping) -> dict[str, int]:
     """The engine Policy's limits a run is judged by: the stored ones, the default for each key
     left out (the run caps and the deadline are applied elsewhere: run_caps, escalation_hours)."""
     return {key: limits.get(key, LIMIT_DEFAULTS[key]) for key in POLICY_LIMIT_KEYS}
+
+
+def hysteresis_of(limits: Mapping) -> dict[str, tuple[int, int]]:
+    """Per replanning condition, the (window, required) a run is judged by: its own keys, else
+    the run-wide pair, else the engine's defaults."""
+    run_wide = limits_with_defaults(limits)
+    return {
+        condition: (
+            limits.get(window) or run_wide["hysteresis_window"],
+            limits.get(required) or run_wide["hysteresis_required"],
+        )
+        for condition, (window, required) in HYSTERESIS_KEYS.items()
+    }
 
 
 def run_caps(limits: Mapping) -> dict[str, int | float]:
@@ -141,15 +180,20 @@ def limits_problems(limits: object) -> list[str]:
                 f"limits.{key}: must be a whole number in [{low}, {high}], got {value!r}"[:300]
             )
     # Checked whenever both are sound on their own, so it is named beside any other bad value.
-    if not any(
-        p.startswith(("limits.hysteresis_window:", "limits.hysteresis_required:")) for p in problems
-    ):
+    if not any(p.startswith(tuple(f"limits.{key}:" for key in _HYSTERESIS_ALL)) for p in problems):
         merged = limits_with_defaults(limits)
         if merged["hysteresis_required"] > merged["hysteresis_window"]:
             problems.append(
                 f"limits.hysteresis_required: must be at most hysteresis_window "
                 f"({merged['hysteresis_window']}), got {merged['hysteresis_required']}"
             )
+        else:
+            for condition, (window, required) in hysteresis_of(limits).items():
+                if required > window:
+                    problems.append(
+                        f"limits.{condition}_required: must be at most {condition}'s window "
+                        f"({window} turns), got {required}"
+                    )
     return problems
 
 

@@ -20,10 +20,10 @@ from guardian_core.engine.state import (
     state_rebuild,
     verdict_item,
 )
-from guardian_core.engine.thresholds import Budgets, Policy, Threshold
+from guardian_core.engine.thresholds import Budgets, Hysteresis, Policy, Threshold
 from guardian_core.engine.tools import idempotency_key
 from guardian_core.models import PolicyVersion
-from guardian_core.policy_validation import limits_with_defaults
+from guardian_core.policy_validation import HYSTERESIS_KEYS, hysteresis_of, limits_with_defaults
 from runs.models import Run, Turn
 
 
@@ -42,11 +42,20 @@ def policy_from_version(version: PolicyVersion, *, budgets: dict) -> Policy:
         )
         for name, values in version.thresholds.items()
     }
+    limits = version.limits or {}
+    resolved = hysteresis_of(limits)
     return Policy(
         thresholds=thresholds,
         question_set_version=version.question_set_version,
-        **limits_with_defaults(version.limits or {}),
+        **limits_with_defaults(limits),
         budgets=Budgets(**{key: budgets[key] for key in budgets if key in _BUDGET_KEYS}),
+        # Only a condition the version names a window or count for: a version stored before
+        # them gives the engine exactly the Policy it always had.
+        hysteresis={
+            Condition(condition): Hysteresis(*resolved[condition])
+            for condition, keys in HYSTERESIS_KEYS.items()
+            if any(key in limits for key in keys)
+        },
     )
 
 

@@ -93,9 +93,21 @@ def test_a_judge_added_removed_or_changed_is_said():
 
 
 def test_limits_read_by_name_defaults_count_and_unknown_keys_read_generically():
-    assert words(unsaved(), unsaved(limits={"hysteresis_window": 4})) == ["drift window 3 → 4"]
-    # Spelling a default out changes nothing a run does.
+    assert words(unsaved(), unsaved(limits={"drift_window": 4})) == ["drift window 3 → 4"]
+    # The run-wide window is what both replanning conditions fall back to: both change.
+    assert words(unsaved(), unsaved(limits={"hysteresis_window": 4})) == [
+        "drift window 3 → 4",
+        "stagnation window 3 → 4",
+    ]
+    # Spelling a default out changes nothing a run does, per condition or run-wide.
     assert words(unsaved(), unsaved(limits={"hysteresis_window": 3})) == []
+    assert (
+        words(
+            unsaved(limits={"hysteresis_window": 4}),
+            unsaved(limits={"drift_window": 4, "stagnation_window": 4}),
+        )
+        == []
+    )
     assert words(unsaved(limits={"cool_down": 1}), unsaved(limits={"cool_down": 2})) == [
         "cool down 1 → 2"
     ]

@@ -3,13 +3,16 @@ deadline are in tests/test_policy_editor.py): stored, validated with every bad
 value named, edited on the form, taken by the API, shown on the version page, and used by the
 engine — and a version stored without them keeps the defaults it always ran with."""
 
+import json
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS, demo_policy_version
-from guardian_core.engine.thresholds import Policy, default_policy
+from guardian_core.engine.conditions import Condition
+from guardian_core.engine.thresholds import Hysteresis, Policy, default_policy
 from guardian_core.forms import PolicyVersionForm
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import LIMIT_DEFAULTS, limits_problems, limits_with_defaults
@@ -17,7 +20,7 @@ from guardian_core.services import policy_version_activate, policy_version_creat
 from runs.mapping import policy_from_version
 from runs.models import Decision, RunStatus
 from runs.services import run_start
-from tests.runs_helpers import drive
+from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
 
@@ -123,8 +126,16 @@ def test_the_form_round_trips_the_limits_and_the_page_shows_them(client, admin):
 
     assert response.status_code == 302
     created = PolicyVersion.objects.get(label="short loops")
-    # The engine's limits spelled out; the caps and the deadline left empty stay unstored.
-    assert created.limits == {**limits_with_defaults({}), "repeat_limit": 2, "max_replans": 0}
+    # The engine's limits spelled out, hysteresis per condition; the caps and the deadline left
+    # empty stay unstored.
+    assert created.limits == {
+        "drift_window": 3,
+        "drift_required": 2,
+        "stagnation_window": 3,
+        "stagnation_required": 2,
+        "repeat_limit": 2,
+        "max_replans": 0,
+    }
     again = PolicyVersionForm.initial_from(created)
     assert again["limit_repeat_limit"] == 2
     assert again["limit_max_replans"] == 0
@@ -133,18 +144,53 @@ def test_the_form_round_trips_the_limits_and_the_page_shows_them(client, admin):
     assert "<code>max_replans</code></th><td>0</td>" in detail
 
 
+def test_each_replanning_condition_runs_with_its_own_window_and_count():
+    # Drift acts at its first fire, stagnation keeps 2 of 3: the drifting scenario replans at
+    # its first drifting turn under v2 and one turn later under the version it was copied from.
+    base = demo_policy_version()
+    version = _version(
+        {"drift_window": 1, "drift_required": 1, "stagnation_window": 3, "stagnation_required": 2},
+        label="drift at once",
+    )
+    policy = policy_from_version(version, budgets={})
+    assert policy.hysteresis_for(Condition.DRIFT) == Hysteresis(1, 1)
+    assert policy.hysteresis_for(Condition.STAGNATION) == Hysteresis(3, 2)
+    assert policy_from_version(base, budgets={}).hysteresis == {}  # as it always ran
+
+    policy_version_activate(version_id=version.pk, comment="drift at once")
+    run = drive(start("drifting_agent"))
+    first_replan = next(
+        d
+        for d in Decision.objects.filter(turn__run=run).order_by("turn__index")
+        if d.outcome == "replan"
+    )
+    assert first_replan.turn.index == 1  # the scenario's first drifting turn, not its second
+    assert "fired on 1 of the last 1 turns" in json.dumps(first_replan.reasons)
+
+
+def test_a_version_with_only_the_run_wide_pair_gives_both_conditions_that_pair():
+    version = _version({"hysteresis_window": 5, "hysteresis_required": 3}, label="run-wide")
+    policy = policy_from_version(version, budgets={})
+    assert policy.hysteresis == {}
+    assert (policy.hysteresis_window, policy.hysteresis_required) == (5, 3)
+    form = PolicyVersionForm.initial_from(version)
+    assert (form["limit_drift_window"], form["limit_stagnation_required"]) == (5, 3)
+
+
 def test_the_form_names_every_bad_limit_and_saves_nothing(client, admin):
     active = demo_policy_version()
     client.force_login(admin)
     before = PolicyVersion.objects.count()
     response = client.post(
         reverse("policies:new"),
-        _form_data(active, limit_repeat_limit=1, limit_hysteresis_required=9),
+        _form_data(active, limit_repeat_limit=1, limit_drift_required=9),
     )
     assert response.status_code == 400
     form = response.context["form"]
     assert "limit_repeat_limit" in form.errors
-    assert "limit_hysteresis_required" in form.errors
+    assert form.errors["limit_drift_required"] == [
+        "must be at most drift's window (3 turns), got 9"
+    ]
     assert PolicyVersion.objects.count() == before
 
 

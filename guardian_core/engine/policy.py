@@ -175,7 +175,8 @@ def decide(
 def history_needed(policy: Policy) -> int:
     """How many of the latest decided turns `decide` reads: the hysteresis window and the
     exact-repeat window, this turn excluded."""
-    return max(policy.hysteresis_window, policy.repeat_limit) - 1
+    windows = [policy.hysteresis_for(c).window for c in HYSTERESIS_CONDITIONS]
+    return max(*windows, policy.repeat_limit) - 1
 
 
 def _known_conditions(answers: Mapping) -> list[Condition]:
@@ -205,15 +206,16 @@ def _evaluate(condition, raw, policy: Policy, history) -> tuple[Reason, bool]:
         return Reason(condition.value, band.value, Outcome.CONTINUE, detail, **common), False
     detail = f"p={value:.3f} is above t*={threshold.t_star:.3f}"
     if condition in HYSTERESIS_CONDITIONS:
-        window = history[len(history) - (policy.hysteresis_window - 1) :] if history else ()
+        hysteresis = policy.hysteresis_for(condition)
+        window = history[len(history) - (hysteresis.window - 1) :] if history else ()
         times = 1 + sum(1 for turn in window if condition in turn.fired)
-        if times < policy.hysteresis_required:
+        if times < hysteresis.required:
             detail += (
-                f"; fired on {times} of the last {policy.hysteresis_window} turns, "
-                f"{policy.hysteresis_required} needed"
+                f"; fired on {times} of the last {hysteresis.window} turns, "
+                f"{hysteresis.required} needed"
             )
             return Reason(condition.value, band.value, Outcome.CONTINUE, detail, **common), True
-        detail += f"; fired on {times} of the last {policy.hysteresis_window} turns"
+        detail += f"; fired on {times} of the last {hysteresis.window} turns"
     return Reason(condition.value, band.value, ON_FIRE[condition], detail, **common), True
 
 

@@ -76,6 +76,19 @@ class Budgets:
 
 
 @dataclass(frozen=True)
+class Hysteresis:
+    """A replanning condition acts only when it fired on `required` of its latest `window`
+    turns, this one included: one noisy turn does not replan."""
+
+    window: int = 3
+    required: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.required <= self.window:
+            raise ValueError("hysteresis: required must be between 1 and the window")
+
+
+@dataclass(frozen=True)
 class Policy:
     """Everything `decide` needs besides the answers and the history; versioned as a whole."""
 
@@ -90,6 +103,14 @@ class Policy:
     # The same tool with the same canonical arguments this many turns in a row is a loop.
     repeat_limit: int = 3
     budgets: Budgets = field(default_factory=Budgets)
+    # Per condition (drift, stagnation): its own window and count, over the two above.
+    hysteresis: Mapping[Condition, Hysteresis] = field(default_factory=dict)
+
+    def hysteresis_for(self, condition: Condition) -> Hysteresis:
+        """The window and count `condition` replans by: its own, else the policy's."""
+        return self.hysteresis.get(
+            condition, Hysteresis(self.hysteresis_window, self.hysteresis_required)
+        )
 
     def __post_init__(self) -> None:
         missing = [c.value for c in Condition if c not in self.thresholds]

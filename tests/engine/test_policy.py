@@ -12,8 +12,9 @@ from guardian_core.engine.policy import (
     PastTurn,
     Usage,
     decide,
+    history_needed,
 )
-from guardian_core.engine.thresholds import Budgets, default_policy
+from guardian_core.engine.thresholds import Budgets, Hysteresis, default_policy
 from tests.engine.strategies import answers
 
 POLICY = default_policy()
@@ -103,6 +104,32 @@ def test_drift_that_fired_three_turns_ago_is_outside_the_window():
         PastTurn(Outcome.CONTINUE)
     ] * 2
     assert decide(calm(drift=DRIFT_LOST), POLICY, history).outcome == Outcome.CONTINUE
+
+
+def test_each_replanning_condition_keeps_its_own_window_and_count():
+    # Drift replans at its first fire; stagnation keeps the policy's 2 of 3.
+    policy = default_policy(hysteresis={Condition.DRIFT: Hysteresis(window=1, required=1)})
+    drift = decide(calm(drift=DRIFT_LOST), policy)
+    stagnation = decide(calm(stagnation=0.9), policy)
+    assert drift.outcome == Outcome.REPLAN
+    assert "fired on 1 of the last 1 turns" in drift.triggered[0].detail
+    assert stagnation.outcome == Outcome.CONTINUE
+    assert policy.hysteresis_for(Condition.STAGNATION) == Hysteresis(3, 2)
+
+
+def test_a_longer_window_of_one_condition_is_read_back_far_enough():
+    policy = default_policy(hysteresis={Condition.STAGNATION: Hysteresis(window=6, required=3)})
+    assert history_needed(policy) == 5
+    stagnated = PastTurn(Outcome.CONTINUE, frozenset({Condition.STAGNATION}))
+    # Fired 5 and 4 turns ago: inside stagnation's 6, outside the policy's 3.
+    history = [stagnated, stagnated] + [PastTurn(Outcome.CONTINUE)] * 3
+    assert decide(calm(stagnation=0.9), policy, history).outcome == Outcome.REPLAN
+    assert decide(calm(stagnation=0.9), POLICY, history).outcome == Outcome.CONTINUE
+
+
+def test_a_condition_cannot_need_more_fires_than_its_window():
+    with pytest.raises(ValueError, match="required must be between 1 and the window"):
+        Hysteresis(window=2, required=3)
 
 
 def test_stagnation_replans_then_stops_with_failure_after_k_replans():

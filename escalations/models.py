@@ -359,6 +359,12 @@ class ExampleSource(models.TextChoices):
     IMPORT = "import", "Imported trace"
 
 
+# Labels people gave: reviewers' verdicts and imported labelled traces. The gates, the
+# agreement and the suggested thresholds measure against these only: measured against the
+# judge's labels, a guardian would only show how alike two models are.
+PEOPLES_SOURCES = (ExampleSource.HUMAN, ExampleSource.IMPORT)
+
+
 class LabelledExample(models.Model):
     """One example in the trace format of DESIGN.md: what the guardian saw, and the truth."""
 

@@ -7,16 +7,22 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from escalations.models import LabelledExample
+from escalations.models import PEOPLES_SOURCES, LabelledExample
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.evaluation import TraceRow, evaluate, is_positive, parse_traces
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
-from guardian_core.harness import EvaluationError, guardian_scorer, score_rows, thresholds_of
+from guardian_core.harness import (
+    EvaluationError,
+    guardian_scorer,
+    review_share,
+    score_rows,
+    thresholds_of,
+)
 from guardian_core.models import GuardianModelVersion, PolicyVersion
 
 # The same arithmetic as the policy version's gate: one tolerance, one reading of "worse".
-from guardian_core.policy_gate import _overall, _worse
+from guardian_core.policy_gate import _overall, _worse, as_rollback, miss_reasons
 
 # Conditions whose firing sends the turn to a person (the rest stop or replan).
 _ESCALATING = frozenset(c for c, outcome in ON_FIRE.items() if outcome == Outcome.ESCALATE)
@@ -42,9 +48,9 @@ class _Example:
 
 
 def _examples(excluded: set[int], limit: int) -> tuple[list[_Example], int]:
-    """The newest `limit` labelled examples not in `excluded`, oldest first, and how many
-    there were in all (before the cap)."""
-    rows = LabelledExample.objects.exclude(pk__in=excluded)
+    """The newest `limit` of people's labels (PEOPLES_SOURCES) not in `excluded`, oldest
+    first, and how many there were in all (before the cap)."""
+    rows = LabelledExample.objects.filter(source__in=PEOPLES_SOURCES).exclude(pk__in=excluded)
     total = rows.count()
     newest = rows.order_by("-pk").values_list(
         "pk",
@@ -161,7 +167,10 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
             rows, parsed = _scored(examples, model, scorer=scorer)
         finally:
             scorer.close()
-        measured[side] = (rows, evaluate(parsed, thresholds, rows=rows).as_dict())
+        measured[side] = (
+            rows,
+            evaluate(parsed, thresholds, rows=rows, review_share=review_share()).as_dict(),
+        )
     (old_rows, before), (new_rows, after) = measured["current"], measured["candidate"]
     report["examples"]["malformed"] = len(before["malformed"])
     for name, figures in after["conditions"].items():
@@ -197,6 +206,12 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                 f"{name}: calibration worsens (ECE {row['ece']['current']:.4f} → "
                 f"{row['ece']['candidate']:.4f})"
             )
+        cost = row["expected_cost"]
+        if _worse(cost["current"], cost["candidate"], tolerance):
+            report["reasons"].append(
+                f"{name}: expected cost per example worsens beyond {tolerance:.0%}: "
+                f"{cost['current']:.4f} → {cost['candidate']:.4f}"
+            )
     for key in ("band_rate", "expected_cost"):
         report[key] = {"current": _overall(before, key), "candidate": _overall(after, key)}
     report["escalation_rate"] = {
@@ -230,5 +245,6 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                     "candidate": new_band,
                 }
             )
-    report["refused"] = bool(report["reasons"])
+    report["reasons"] += miss_reasons(report["flips"])
+    as_rollback(report, was_active=candidate.activations.order_by("-created_at").first())
     return report

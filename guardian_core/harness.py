@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from django.conf import settings
+
 from guardian_core.engine.conditions import Condition, Malformed
 from guardian_core.engine.evaluation import (
     DEFAULT_BINS,
@@ -226,10 +228,13 @@ def traces_evaluate(
     rescore: bool = False,
     progress: Progress | None = None,
     guardian_version: int | None = None,
+    priced_at: int | None = None,
 ) -> dict:
     """The harness's report of a trace set as a JSON-ready dict: the engine's report, the
     policy version it was measured at, and the model that scored rows (None when none did):
-    `model` as it is, or as guardian model version `guardian_version`."""
+    `model` as it is, or as guardian model version `guardian_version`. Expected costs are
+    priced at policy version `priced_at`'s costs (the measured version's when None) and one
+    review at GUARDIAN_REVIEW_COST_SHARE of the cheaper error."""
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise EvaluationError(f"--bins: must be an integer ≥ 1, got {bins!r}")
     if rescore and model is None and guardian_version is None:
@@ -248,14 +253,28 @@ def traces_evaluate(
             rows = score_rows(rows, scorer, rescore=rescore, progress=progress)
         finally:
             scorer.close()
-    report = evaluate(parsed, thresholds_of(version), bins=bins, rows=rows).as_dict()
+    prices = thresholds_of(policy_version_for_evaluation(priced_at)) if priced_at else None
+    report = evaluate(
+        parsed,
+        thresholds_of(version),
+        bins=bins,
+        rows=rows,
+        prices=prices,
+        review_share=review_share(),
+    ).as_dict()
     return {
         "policy_version": version.number,
+        "priced_at": priced_at or version.number,
         "model": model,
         "model_version": model_version,
         "rescored": rescore,
         **report,
     }
+
+
+def review_share() -> float:
+    """A review's price as a share of the cheaper error (GUARDIAN_REVIEW_COST_SHARE)."""
+    return float(settings.GUARDIAN_REVIEW_COST_SHARE)
 
 
 def trace_file_lines(path: str | Path) -> Iterable[bytes]:

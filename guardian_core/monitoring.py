@@ -15,13 +15,14 @@ from django.utils import timezone
 from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
 from escalations.models import (
+    PEOPLES_SOURCES,
     Approval,
     EscalationEvent,
     EscalationEventKind,
     EscalationKind,
-    ExampleSource,
     LabelledExample,
 )
+from guardian_core.engine import evaluation
 from guardian_core.engine.conditions import (
     Condition,
     RiskClass,
@@ -30,7 +31,7 @@ from guardian_core.engine.conditions import (
 )
 from guardian_core.engine.evaluation import is_positive
 from guardian_core.engine.policy import ON_FIRE, Outcome
-from guardian_core.engine.thresholds import Band, Threshold
+from guardian_core.engine.thresholds import Threshold
 from guardian_core.models import MonitoringCursor, MonitoringDay, PolicyVersion
 from runs.models import Decision, DecisionOutcome, ToolCall
 
@@ -209,17 +210,21 @@ def shift(days: list[Day], condition: str) -> float | None:
     return psi(previous, last)
 
 
+# Rates per hour are counted over at least five minutes: over less, one turn is a storm; over
+# a whole hour, a young deployment's real rate reads as a raw count.
+MIN_RATE_HOURS = 5 / 60
+
+
 def _midnight(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, datetime.min.time()))
 
 
 def escalations_per_hour(day: Day, *, now: datetime) -> float:
     """The day's escalations per hour: over the hours from its first decision to the end of
-    the day, or to `now` while it is today (at least one hour, so one early escalation is not
-    a storm)."""
+    the day, or to `now` while it is today (at least MIN_RATE_HOURS)."""
     start = day.first_at or _midnight(day.day)
     end = min(now, _midnight(day.day) + timedelta(days=1))
-    return day.escalations / max((end - start).total_seconds() / 3600, 1.0)
+    return day.escalations / max((end - start).total_seconds() / 3600, MIN_RATE_HOURS)
 
 
 def banners(
@@ -288,10 +293,6 @@ def t_star(version: PolicyVersion | None, condition: str) -> float | None:
     return c_stop / (c_stop + c_cont) if c_stop + c_cont else None
 
 
-# Labels people gave: reviewers' verdicts and imported labelled traces. The judge's are left
-# out: measuring the guardian, or pricing thresholds, against another model's answers would
-# only say how alike two models are.
-PEOPLES_SOURCES = (ExampleSource.HUMAN, ExampleSource.IMPORT)
 # Agreement and the suggestions read the newest this many people's labels per condition: a
 # page view reads a bounded number of rows however long reviewers have been labelling.
 REVIEWER_ROWS = 5000
@@ -345,17 +346,12 @@ DELTA_STEPS = 50
 # grid is noise: one example moves t* across the whole gap to its neighbour.
 MIN_LABELS = 30
 MIN_PER_CLASS = 5
-# The draft's C_cont is written with this many significant digits: enough for its t* to show
-# the suggested value at two decimals, few enough to read in the editor.
-DRAFT_DIGITS = 6
 
 
 def review_cost(c_stop: float, c_cont: float) -> float:
     """What one review costs in the condition's own units: GUARDIAN_REVIEW_COST_SHARE of the
-    cheaper of its two errors. Only the ratio of a condition's costs is fixed (by t*), so an
-    absolute figure would mean something else for each condition; tying it to the cheaper
-    error keeps a review below both mistakes it prevents (a dearer one would never pay)."""
-    return settings.GUARDIAN_REVIEW_COST_SHARE * min(c_stop, c_cont)
+    cheaper of its two errors (engine.evaluation.review_cost, as the gate prices it)."""
+    return evaluation.review_cost(c_stop, c_cont, settings.GUARDIAN_REVIEW_COST_SHARE)
 
 
 def expected_cost(
@@ -366,22 +362,19 @@ def expected_cost(
     c_cont: float,
     review: float,
 ) -> float:
-    """Mean cost per labelled example of applying `threshold` as the policy does
-    (Threshold.band): a probability in the band costs a review, after which the reviewer's
-    label is followed; outside it, firing on a negative costs c_stop (a false stop) and
-    staying clear of a positive costs c_cont (a false continue)."""
+    """Mean cost per labelled example of applying `threshold` as the policy does, priced as
+    the gate and the evaluation page price it (engine.evaluation.policy_figures): a review
+    for a probability in the band, c_stop for a false stop, c_cont for a miss."""
     if not pairs:
         return 0.0
-    total = 0.0
-    for p, y in pairs:
-        band = threshold.band(p)
-        if band == Band.UNCERTAIN:
-            total += review
-        elif band == Band.FIRED and not y:
-            total += c_stop
-        elif band == Band.CLEAR and y:
-            total += c_cont
-    return total / len(pairs)
+    p = np.array([float(v) for v, _ in pairs])
+    y = np.array([bool(v) for _, v in pairs])
+    prices = Threshold(c_stop=c_stop, c_cont=c_cont, delta=0.0)
+    share = review / min(c_stop, c_cont)
+    figures = evaluation.policy_figures(
+        Condition.INFEASIBLE, p, y, threshold, prices=prices, review_share=share
+    )
+    return figures["expected_cost"]
 
 
 @dataclass(frozen=True)
@@ -405,7 +398,7 @@ def traffic(days: list[Day], *, now: datetime) -> Traffic:
     hours = 0.0
     first = next((day.first_at or _midnight(day.day) for day in days if day.decisions), None)
     if first is not None:
-        hours = max((now - first).total_seconds() / 3600, 1.0)
+        hours = max((now - first).total_seconds() / 3600, MIN_RATE_HOURS)
     values, weights = {}, {}
     for condition in Condition:
         merged: Counter = Counter()
@@ -438,9 +431,35 @@ class Suggestion:
     positives: int = 0
     review_cost: float | None = None
     current: Candidate | None = None
-    best: Candidate | None = None  # the cheapest within the reviewers' capacity
-    unconstrained: Candidate | None = None  # the cheapest regardless of capacity
+    # At the version's own t* (its costs): the cheapest δ within the reviewers' capacity,
+    # and the cheapest δ regardless of it.
+    best: Candidate | None = None
+    unconstrained: Candidate | None = None
+    # The cheapest (t*, δ) of the whole grid within capacity, at the version's costs: far from
+    # the version's t*, it says the probabilities are off (recalibrate), not the costs.
+    cheapest_t: Candidate | None = None
     problem: str = ""
+
+    @property
+    def rows(self) -> list[tuple[tuple[str, str], Candidate]]:
+        """The page's table: the current band, the suggested one, the cheapest beyond
+        capacity when capacity binds."""
+        rows = [(("current", "Current"), self.current)] if self.current else []
+        if self.best is not None:
+            rows.append((("suggested", "Suggested"), self.best))
+        if self.capacity_binds:
+            rows.append((("unconstrained", "Cheapest beyond capacity"), self.unconstrained))
+        return rows
+
+    @property
+    def miscalibrated(self) -> bool:
+        """Whether another t* would be clearly cheaper on the labels than the cost ratio's."""
+        return (
+            self.cheapest_t is not None
+            and self.best is not None
+            and abs(self.cheapest_t.t_star - self.best.t_star) > 0.02
+            and self.cheapest_t.cost < self.best.cost * 0.9
+        )
 
     @property
     def capacity_binds(self) -> bool:
@@ -517,15 +536,13 @@ def suggest_thresholds(
     live: Traffic,
     capacity_per_hour: float,
 ) -> Suggestion:
-    """The (t*, δ) on the grids with the least expected cost on the people's labels among
-    those whose escalations on recent traffic stay within `capacity_per_hour` (a condition
-    with no recent probabilities is not held back: its load is unknown), ties to the narrower
-    band then the lower t* (the cautious side); beside it the version's current (t*, δ) priced
-    the same way.
-
-    t* is moved by C_cont with C_stop kept: C_cont = C_stop · (1 − t) / t, written to
-    DRAFT_DIGITS significant digits, and every figure is computed at the t* those two give,
-    so the draft the page links to behaves exactly as shown."""
+    """The δ for the version's own t* (its cost ratio: the t* that calibrated probabilities
+    make cheapest) with the least expected cost on people's labels among those whose
+    escalations on recent traffic stay within `capacity_per_hour` (a condition with no recent
+    probabilities is not held back: its load is unknown), ties to the narrower band; beside
+    it the version's current δ priced the same way, and, as a diagnosis, the cheapest (t*, δ)
+    of the whole grid: a t* far from the cost ratio's says the probabilities are off, which
+    recalibration mends, not a change of the costs."""
     cond = Condition(condition)
     positives = sum(1 for _, y in pairs if y)
     base = Suggestion(condition, labels=len(pairs), positives=positives)
@@ -548,46 +565,51 @@ def suggest_thresholds(
     p = np.array([float(v) for v, _ in pairs])
     y = np.array([bool(v) for _, v in pairs])
     common = {"c_stop": c_stop, "c_cont": c_cont, "review": review}
+    own = repr(c_cont)  # round-trips: the version's own t*
     [current] = _candidates(
-        cond,
-        p,
-        y,
-        live,
-        c_cont_text=repr(c_cont),  # round-trips: the version's own t*
-        deltas=np.array([float(costs["delta"])]),
-        **common,
+        cond, p, y, live, c_cont_text=own, deltas=np.array([float(costs["delta"])]), **common
+    )
+    at_own_t = _candidates(
+        cond, p, y, live, c_cont_text=own, deltas=_deltas_inside(current.t_star), **common
     )
     grid = []
     for i in range(1, GRID_STEPS):
         t = i / GRID_STEPS
-        text = f"{c_stop * (1 - t) / t:.{DRAFT_DIGITS}g}"
-        t_draft = Threshold(c_stop=c_stop, c_cont=float(text), delta=0.0).t_star
-        # Only bands inside (0, 1), as policy_validation requires of a version.
-        deltas = np.array(
-            [
-                j / GRID_STEPS
-                for j in range(DELTA_STEPS)
-                if t_draft - j / GRID_STEPS > 0 and t_draft + j / GRID_STEPS < 1
-            ]
-        )
-        grid += _candidates(cond, p, y, live, c_cont_text=text, deltas=deltas, **common)
+        text = repr(c_stop * (1 - t) / t)
+        grid += _candidates(cond, p, y, live, c_cont_text=text, deltas=_deltas_inside(t), **common)
 
     def key(c: Candidate) -> tuple:
         return (round(c.cost, 12), c.delta, c.t_star)
 
-    within = [c for c in grid if c.per_hour is None or c.per_hour <= capacity_per_hour]
+    def fits(c: Candidate) -> bool:
+        return c.per_hour is None or c.per_hour <= capacity_per_hour
+
+    within = [c for c in at_own_t if fits(c)]
+    grid_within = [c for c in grid if fits(c)]
     return replace(
         base,
         review_cost=review,
         current=current,
         best=min(within, key=key) if within else None,
-        unconstrained=min(grid, key=key),
+        unconstrained=min(at_own_t, key=key),
+        cheapest_t=min(grid_within, key=key) if grid_within else None,
         problem=""
         if within
         else (
-            f"No t* and δ on the grid keeps {condition}'s escalations within "
+            f"No δ at t* {current.t_star:.2f} keeps {condition}'s escalations within "
             f"{capacity_per_hour:g} per hour on recent traffic."
         ),
+    )
+
+
+def _deltas_inside(t_star: float) -> np.ndarray:
+    """The δ of the grid whose band t* ± δ lies inside (0, 1), as policy_validation requires."""
+    return np.array(
+        [
+            j / GRID_STEPS
+            for j in range(DELTA_STEPS)
+            if t_star - j / GRID_STEPS > 0 and t_star + j / GRID_STEPS < 1
+        ]
     )
 
 

@@ -81,14 +81,19 @@ def _escalation_bars(days: list[monitoring.Day]) -> dict:
 
 
 def draft_url(version: PolicyVersion, suggestions: list[monitoring.Suggestion]) -> str:
-    """The new-version page copying `version`, with each suggestion's C_cont and δ over the
-    copy (the page applies any parameter named like one of its fields)."""
+    """The new-version page copying `version`, with each suggestion's δ over the copy (the
+    page applies any parameter named like one of its fields); the costs stay the version's."""
     query: dict[str, object] = {"from": version.pk}
     for suggestion in suggestions:
         if suggestion.best is not None:
-            query[threshold_field(suggestion.condition, "c_cont")] = suggestion.best.c_cont
             query[threshold_field(suggestion.condition, "delta")] = f"{suggestion.best.delta:g}"
     return f"{reverse('policies:new')}?{urlencode(query)}"
+
+
+def _changes_delta(suggestion: monitoring.Suggestion) -> bool:
+    """Whether the suggestion is a change: a δ other than the version's own."""
+    best, current = suggestion.best, suggestion.current
+    return best is not None and current is not None and abs(best.delta - current.delta) > 1e-9
 
 
 @manage_policy
@@ -137,7 +142,7 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
                 "suggestion": suggestion,
                 "draft_url": (
                     draft_url(active, [suggestion])
-                    if active is not None and suggestion.best is not None
+                    if active is not None and _changes_delta(suggestion)
                     else None
                 ),
                 "reviewers": (
@@ -151,7 +156,16 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
                 ),
             }
         )
-    offered = [s for s in suggestions if s.best is not None]
+    offered = [s for s in suggestions if _changes_delta(s)]
+    # The sum bounds the union (a turn two conditions escalate counts once); unknown when a
+    # suggested condition had no recent probabilities.
+    offered_per_hour = (
+        sum(s.best.per_hour for s in offered)
+        if offered and all(s.best.per_hour is not None for s in offered)
+        else None
+    )
+    # Each suggestion is held within capacity alone; together they may not be.
+    together_fits = offered_per_hour is None or offered_per_hour <= capacity
     return render(
         request,
         "guardian_core/policy_monitoring.html",
@@ -170,13 +184,13 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
             "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
             "min_labels": monitoring.MIN_LABELS,
             "min_per_class": monitoring.MIN_PER_CLASS,
-            "draft_all_url": draft_url(active, offered) if active is not None and offered else None,
-            # The sum bounds the union (a turn two conditions escalate counts once); unknown
-            # when a suggested condition had no recent probabilities.
-            "offered_per_hour": (
-                sum(s.best.per_hour for s in offered)
-                if all(s.best.per_hour is not None for s in offered)
+            "draft_all_url": (
+                draft_url(active, offered)
+                if active is not None and len(offered) > 1 and together_fits
                 else None
             ),
+            "offered_count": len(offered),
+            "offered_per_hour": offered_per_hour,
+            "together_fits": together_fits,
         },
     )

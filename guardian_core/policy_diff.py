@@ -215,7 +215,7 @@ def _limits_diff(old: Mapping, new: Mapping) -> list[Change]:
         Change(
             f"limits.{key}",
             f"{LIMIT_WORDS.get(key, key.replace('_', ' '))} "
-            f"{_limit_value(before.get(key))} → {_limit_value(after.get(key))}",
+            f"{_limit_value(key, before.get(key))} → {_limit_value(key, after.get(key))}",
             before.get(key),
             after.get(key),
         )
@@ -224,8 +224,12 @@ def _limits_diff(old: Mapping, new: Mapping) -> list[Change]:
     ]
 
 
-def _limit_value(value: Any) -> str:
-    return "(default)" if value is None else _value(value)
+def _limit_value(key: str, value: Any) -> str:
+    if value is not None:
+        return _value(value)
+    if key == "escalation_hours":
+        return "(the GUARDIAN_ESCALATION_HOURS setting)"
+    return "(the run's own budget)"
 
 
 def _other_fields_diff(old: Any, new: Any) -> list[Change]:

@@ -10,6 +10,8 @@ from django.urls import NoReverseMatch, reverse
 
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.evaluation import is_positive
+from guardian_core.engine.policy import ON_FIRE, Outcome
+from guardian_core.engine.thresholds import Band
 from guardian_core.harness import thresholds_of, traces_evaluate
 from guardian_core.models import PolicyVersion
 
@@ -41,15 +43,16 @@ def _near_miss_filter(versions: Iterable[PolicyVersion]) -> Q:
 
 
 def gate_examples(versions: list[PolicyVersion], limit: int) -> tuple[list[dict], int, int]:
-    """The labelled examples the gate replays, in the export's trace format: at most `limit`,
+    """The labelled examples the gate replays (people's labels, PEOPLES_SOURCES), in the
+    export's trace format: at most `limit`,
     near-misses first (newest first within each group), chosen in the database so that a
     report reads `limit` rows however many examples there are; how many could be replayed
     (those with a probability: no model is asked); and how many of those kept are near-misses.
     """
-    from escalations.models import LabelledExample
+    from escalations.models import PEOPLES_SOURCES, LabelledExample
     from escalations.selectors import labelled_examples_export
 
-    scored = LabelledExample.objects.filter(probability__isnull=False)
+    scored = LabelledExample.objects.filter(probability__isnull=False, source__in=PEOPLES_SOURCES)
     near_filter = _near_miss_filter(versions)
     available = scored.count()
     near = list(scored.filter(near_filter).order_by("-pk").values_list("pk", flat=True)[:limit])
@@ -73,19 +76,6 @@ def _example_url(example: dict) -> str | None:
     except NoReverseMatch:
         return None
     return None
-
-
-def _in_cost_units(report: dict) -> dict:
-    """Each condition's expected cost in units of its C_stop + C_cont: two versions state their
-    costs in their own units, and one that only rescales both (same t*, same decisions) must
-    cost the same, not look better or worse by a change of unit."""
-    for figures in report["conditions"].values():
-        policy = figures.get("policy")
-        if policy and policy.get("expected_cost") is not None:
-            policy["expected_cost"] = policy["expected_cost"] / (
-                policy["c_stop"] + policy["c_cont"]
-            )
-    return report
 
 
 def _overall(report: dict, key: str) -> float | None:
@@ -163,8 +153,11 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         )
         return report
     lines = [json.dumps(e) for e in examples]
-    before = _in_cost_units(traces_evaluate(lines=lines, policy_number=current.number))
-    after = _in_cost_units(traces_evaluate(lines=lines, policy_number=candidate.number))
+    # Both priced at the costs in force now: a candidate that states cheaper misses must not
+    # look cheaper for it. What it decides differently is what the gate measures.
+    report["priced_at"] = current.number
+    before = traces_evaluate(lines=lines, policy_number=current.number)
+    after = traces_evaluate(lines=lines, policy_number=candidate.number, priced_at=current.number)
     for name, figures in after["conditions"].items():
         old = before["conditions"][name]
         row = {"n": figures["n"]}
@@ -180,6 +173,13 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
             report["reasons"].append(
                 f"{name}: calibration worsens (ECE {row['ece']['current']:.4f} → "
                 f"{row['ece']['candidate']:.4f})"
+            )
+        cost = row["expected_cost"]
+        if _worse(cost["current"], cost["candidate"], tolerance):
+            # Per condition too: a worse integrity is not paid for by a better goal_reached.
+            report["reasons"].append(
+                f"{name}: expected cost per example worsens beyond {tolerance:.0%}: "
+                f"{cost['current']:.4f} → {cost['candidate']:.4f}"
             )
     report["band_rate"] = {
         "current": _overall(before, "band_rate"),
@@ -214,5 +214,48 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
                     "candidate": str(now),
                 }
             )
-    report["refused"] = bool(report["reasons"])
+    report["reasons"] += miss_reasons(report["flips"])
+    as_rollback(report, was_active=candidate.activations.order_by("-created_at").first())
     return report
+
+
+def miss_reasons(flips: list[dict]) -> list[str]:
+    """One refusal per escalating condition whose candidate lets through examples that hold
+    and that a person saw under the current version (new_misses)."""
+    reasons = []
+    for name, ids in new_misses(flips).items():
+        shown = ", ".join(str(i) for i in ids[:10]) + (", …" if len(ids) > 10 else "")
+        many = len(ids) != 1
+        reasons.append(
+            f"{name}: {len(ids)} labelled example{'s' if many else ''} that "
+            f"{'were' if many else 'was'} caught (a person saw {'them' if many else 'it'}) "
+            f"would now pass unseen: example {shown}"
+        )
+    return reasons
+
+
+def new_misses(flips: list[dict]) -> dict[str, list[int]]:
+    """Per escalating condition (integrity, risk: firing sends the turn to a person), the
+    examples that hold and that the candidate would let through where the current version
+    sent them to a person: the one mistake a gate must never wave through on averages."""
+    missed: dict[str, list[int]] = {}
+    for flip in flips:
+        condition = Condition(flip["condition"])
+        if ON_FIRE[condition] != Outcome.ESCALATE or not flip.get("positive"):
+            continue
+        if flip["candidate"] == Band.CLEAR and flip["current"] != Band.CLEAR:
+            missed.setdefault(condition.value, []).append(flip["example_id"])
+    return missed
+
+
+def as_rollback(report: dict, *, was_active) -> None:
+    """Set `refused` from the reasons, unless the candidate was active before (`was_active`,
+    its last activation record): then it is a rollback, its figures are shown and what would
+    refuse a new version is kept as warnings. Going back to a version that ran is the safe
+    move in an incident and must not wait for an override."""
+    if was_active is None:
+        report["refused"] = bool(report["reasons"])
+        return
+    report["rollback"] = {"last_activated_at": was_active.created_at.isoformat()}
+    report["warnings"], report["reasons"] = report["reasons"], []
+    report["refused"] = False

@@ -54,6 +54,7 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
             "report": report,
             "flips": flip_rows(report["flips"], can_open_examples=can_open_examples(request)),
             "flip_counts": flip_counts(report["flips"]),
+            "shadow_trial": version.shadow_trials.filter(stopped_at__isnull=True).first(),
             "problems": version.problems(),
             "errors": errors,
             "comment": comment,
@@ -100,34 +101,49 @@ def label_words(condition: str, label: object, positive: bool | None) -> str:
     return "holds" if positive else "does not hold"
 
 
-def _judged(band: str, positive: bool) -> str:
-    if band not in (Band.FIRED, Band.CLEAR):
-        return "a person"  # uncertain, or no usable answer
-    if (band == Band.FIRED) == positive:
-        return "right"
-    return "missed" if positive else "false alarm"
+_RIGHT = ("right", "caught")
+_WRONG = ("missed", "false alarm")
+
+
+def _judged(condition: str, band: str, positive: bool) -> str:
+    """What a band does with an example whose label is known: "right", "caught" (it holds
+    and a person sees it), "missed" (it holds and the run goes on unseen), "false alarm" (it
+    does not hold and the run stops or replans) or "a person" (a review, needed or not)."""
+    try:
+        escalating = ON_FIRE[Condition(condition)] == Outcome.ESCALATE
+    except (ValueError, KeyError):
+        escalating = False
+    if band == Band.CLEAR:
+        return "missed" if positive else "right"
+    if band == Band.FIRED and not escalating:
+        return "right" if positive else "false alarm"
+    # The uncertain band, no usable answer, or firing where firing asks a person.
+    return "caught" if positive else "a person"
 
 
 def flip_effect(flip: dict) -> tuple[str, str]:
-    """What the flip does against the reviewer's label, in words, and whether it is "better",
-    "worse" or "other" (to or from a person): right → missed is worse, false alarm → right
-    better."""
+    """What the flip does against the example's label, in words, and its kind: "better" (now
+    right), "worse" (now missed or a false alarm), "person" (now a person's work) or "other"
+    (the same effect either way, e.g. integrity's band and its firing both ask a person)."""
     positive = flip.get("positive")
     if positive is None:
         return "", "other"
-    was, now = _judged(flip["current"], positive), _judged(flip["candidate"], positive)
-    if now == "right" and was != "right":
-        kind = "better"
-    elif was == "right" and now != "right" or now in ("missed", "false alarm"):
+    was = _judged(flip["condition"], flip["current"], positive)
+    now = _judged(flip["condition"], flip["candidate"], positive)
+    if now in _WRONG and was not in _WRONG:
         kind = "worse"
+    elif now in _RIGHT and was not in _RIGHT:
+        kind = "better"
+    elif now == "a person" and was != "a person":
+        kind = "person"
     else:
         kind = "other"
     return f"{was} → {now}", kind
 
 
 def flip_counts(flips: list[dict]) -> dict[str, int]:
-    """How many of all the flips are better, worse, or to or from a person."""
-    counts = {"better": 0, "worse": 0, "other": 0}
+    """How many of all the flips are better, worse, now a person's work, or alike."""
+    counts = {"better": 0, "worse": 0, "person": 0, "other": 0}
     for flip in flips:
         counts[flip_effect(flip)[1]] += 1
     return counts

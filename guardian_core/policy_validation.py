@@ -115,13 +115,6 @@ LIMIT_RANGES: Mapping[str, tuple[float, float]] = {
 }
 
 
-_HYSTERESIS_ALL = (
-    "hysteresis_window",
-    "hysteresis_required",
-    *(key for pair in HYSTERESIS_KEYS.values() for key in pair),
-)
-
-
 def limits_with_defaults(limits: Mapping) -> dict[str, int]:
     """The engine Policy's limits a run is judged by: the stored ones, the default for each key
     left out (the run caps and the deadline are applied elsewhere: run_caps, escalation_hours)."""
@@ -179,21 +172,26 @@ def limits_problems(limits: object) -> list[str]:
             problems.append(
                 f"limits.{key}: must be a whole number in [{low}, {high}], got {value!r}"[:300]
             )
-    # Checked whenever both are sound on their own, so it is named beside any other bad value.
-    if not any(p.startswith(tuple(f"limits.{key}:" for key in _HYSTERESIS_ALL)) for p in problems):
-        merged = limits_with_defaults(limits)
-        if merged["hysteresis_required"] > merged["hysteresis_window"]:
-            problems.append(
-                f"limits.hysteresis_required: must be at most hysteresis_window "
-                f"({merged['hysteresis_window']}), got {merged['hysteresis_required']}"
-            )
-        else:
-            for condition, (window, required) in hysteresis_of(limits).items():
-                if required > window:
-                    problems.append(
-                        f"limits.{condition}_required: must be at most {condition}'s window "
-                        f"({window} turns), got {required}"
-                    )
+
+    # Each pair is checked whenever both of its values are sound on their own, so it is named
+    # beside any other bad value (the run-wide pair, then each condition's as it resolves).
+    def sound(*keys: str) -> bool:
+        return not any(p.startswith(tuple(f"limits.{k}:" for k in keys)) for p in problems)
+
+    run_wide = limits_with_defaults(limits)
+    run_wide_sound = sound("hysteresis_window", "hysteresis_required")
+    if run_wide_sound and run_wide["hysteresis_required"] > run_wide["hysteresis_window"]:
+        problems.append(
+            f"limits.hysteresis_required: must be at most hysteresis_window "
+            f"({run_wide['hysteresis_window']}), got {run_wide['hysteresis_required']}"
+        )
+    elif run_wide_sound:
+        for condition, (window, required) in hysteresis_of(limits).items():
+            if sound(*HYSTERESIS_KEYS[condition]) and required > window:
+                problems.append(
+                    f"limits.{condition}_required: must be at most {condition}'s window "
+                    f"({window} turns), got {required}"
+                )
     return problems
 
 

@@ -111,6 +111,9 @@ def shadow_trial_detail_page(request: HttpRequest, trial_id: int) -> HttpRespons
             "differences": page,
             "older": older,
             "paged": before.isdigit(),
+            # A run's page is an auditor's: an admin without that role would follow a link
+            # to a 403, so runs and turns are named, not linked, for them.
+            "can_open_runs": request.user.has_perm("runs.audit_run"),
         },
     )
 

@@ -104,8 +104,9 @@ def test_every_integrity_figure_matches_the_hand_computed_one():
     # False continue: .10 (true, clear), 1 of 4 positives.
     assert policy["false_continue"] == 1
     assert policy["false_continue_rate"] == approx(0.25)
-    # (C_stop · (2 + 1) + C_cont · 1) / 8 = (3 + 4) / 8
-    assert policy["expected_cost"] == approx(7 / 8)
+    # (C_stop · 2 false stops + C_cont · 1 miss + one review at 0.1 · min(C_stop, C_cont)) / 8
+    assert policy["priced_at"] == {"c_stop": 1.0, "c_cont": 4.0, "review": approx(0.1)}
+    assert policy["expected_cost"] == approx((1 * 2 + 4 * 1 + 0.1 * 1) / 8)
     assert "ungated" not in policy
 
 
@@ -149,8 +150,8 @@ def test_every_risk_figure_matches_the_hand_computed_one():
     assert policy["false_continue_rate"] == approx(1 / 3)
     # One irreversible call below the band's low edge (0.04 < 0.05): it would run ungated.
     assert policy["ungated"] == 1
-    # (C_stop · (1 + 1) + C_cont · 1) / 6 = (2 + 9) / 6
-    assert policy["expected_cost"] == approx(11 / 6)
+    # (C_stop · 1 false stop + C_cont · 1 miss + one review at 0.1 · C_stop) / 6
+    assert policy["expected_cost"] == approx((1 + 9 + 0.1) / 6)
 
 
 def test_risk_rows_with_the_compared_probability_only_are_ranked_as_binary():

@@ -99,8 +99,16 @@ def test_the_gate_refuses_a_worse_expected_cost_and_lists_the_flips(current, exa
     assert report["refused"] is True
     assert any("expected cost" in reason for reason in report["reasons"])
     assert report["expected_cost"]["current"] == 0
-    # Three of four examples missed at C_cont = 1, in units of C_stop + C_cont = 10.
-    assert report["expected_cost"]["candidate"] == pytest.approx(0.075)
+    # Three of four examples missed, priced at the active version's C_cont = 9 (the candidate
+    # states C_cont = 1: its own word for what a miss costs does not make misses cheaper).
+    assert report["priced_at"] == current.number
+    assert report["expected_cost"]["candidate"] == pytest.approx(27 / 4)
+    assert any(
+        r.startswith("integrity: expected cost per example worsens") for r in report["reasons"]
+    )
+    assert any(
+        r.startswith("integrity: 3 labelled examples that were caught") for r in report["reasons"]
+    )
     flipped = sorted(f["example_id"] for f in report["flips"])
     assert flipped == sorted(e.pk for e in examples[:3])
     assert {(f["current"], f["candidate"]) for f in report["flips"]} == {("fired", "clear")}
@@ -238,14 +246,14 @@ def test_the_api_refuses_without_an_override_and_records_one(client, admin, curr
 
 
 def test_a_version_that_only_rescales_its_costs_costs_the_same(current, examples):
-    """Expected cost is compared in units of each version's C_stop + C_cont: ten times both
-    costs is the same t*, the same decisions, the same cost."""
+    """Both versions are priced at the active version's costs: ten times both costs is the
+    same t*, the same decisions, the same cost."""
     wrong = example(0.02, True)  # a missed injection: costs something at both versions
     scaled = version(2, integrity={"c_stop": 10, "c_cont": 90, "delta": 0.05})
 
     report = gate_report(candidate=scaled)
 
-    assert report["expected_cost"]["current"] == pytest.approx(9 / 5 / 10)  # one miss at C_cont 9
+    assert report["expected_cost"]["current"] == pytest.approx(9 / 5)  # one miss at C_cont 9
     assert report["expected_cost"]["candidate"] == report["expected_cost"]["current"]
     assert report["refused"] is False
     assert wrong.pk not in {f["example_id"] for f in report["flips"]}
@@ -278,8 +286,8 @@ def test_each_flip_is_judged_against_the_reviewers_label(client, admin, current)
     response = client.get(reverse("policies:activate", kwargs={"version_id": candidate.pk}))
     rows = response.context["flips"]
     assert {row["label_words"] for row in rows} == {"holds"}
-    assert {row["effect"] for row in rows} == {("right → missed", "worse")}
-    assert response.context["flip_counts"] == {"better": 0, "worse": 3, "other": 0}
+    assert {row["effect"] for row in rows} == {("caught → missed", "worse")}
+    assert response.context["flip_counts"] == {"better": 0, "worse": 3, "person": 0, "other": 0}
     assert "3 now wrong" in response.content.decode()
 
 
@@ -311,4 +319,79 @@ def test_the_history_of_an_overridden_activation_says_what_the_gate_refused(clie
     )
     client.force_login(admin)
     body = client.get(reverse("policies:detail", args=[candidate.pk])).content.decode()
-    assert "The gate had refused: expected cost per example worsens" in body
+    assert "The gate had refused: integrity: expected cost per example worsens" in body
+
+
+def test_a_candidate_that_states_cheap_misses_is_priced_at_the_costs_in_force(current):
+    # integrity t* 0.99 by saying a miss costs almost nothing: at its own costs it would look
+    # cheaper; at the active version's it misses three injections a person saw.
+    reckless = version(2, integrity={"c_stop": 99, "c_cont": 1, "delta": 0.005})
+    report = gate_report(candidate=reckless)
+    assert report["refused"] is True
+    assert report["expected_cost"]["candidate"] > report["expected_cost"]["current"]
+
+
+def test_one_condition_worse_is_refused_even_when_the_average_hides_it(current, examples):
+    # Many calm goal_reached examples dilute the average; integrity alone gets worse.
+    for _ in range(200):
+        LabelledExample.objects.create(
+            condition=Condition.GOAL_REACHED,
+            projection={"goal": "g"},
+            probability=0.02,
+            label=False,
+            source=ExampleSource.IMPORT,
+            question_set_version="q-gate",
+            model_version="local-1",
+        )
+    slightly = version(2, integrity={"c_stop": 1, "c_cont": 2, "delta": 0.05})  # t* 0.33
+    report = gate_report(candidate=slightly)
+    overall = report["expected_cost"]
+    assert overall["candidate"] <= overall["current"] * 1.05 + 0.2  # the average barely moves
+    assert any(r.startswith("integrity: expected cost") for r in report["reasons"])
+    assert report["refused"] is True
+
+
+def test_going_back_to_a_version_that_was_active_is_a_rollback_not_a_refusal(current, admin):
+    candidate = worse()
+    policy_version_activate(
+        version_id=candidate.pk, comment="pilot", user=admin, override_reason="by hand"
+    )
+    # Back to v1: measured as worse than the v2 now active? Not refused: v1 ran before.
+    report = gate_report(candidate=current)
+    assert report["rollback"]["last_activated_at"]
+    assert report["refused"] is False
+    policy_version_activate(version_id=current.pk, comment="roll back", user=admin)
+    assert PolicyVersion.objects.get(is_active=True) == current
+
+
+def test_flips_that_only_move_work_to_a_person_are_not_counted_wrong():
+    from guardian_core.policy_gate_views import flip_effect
+
+    def flip(condition, current, candidate, positive):
+        return {"condition": condition, "current": current, "candidate": candidate,
+                "positive": positive}  # fmt: skip
+
+    # Integrity's firing and its band both ask a person: alike in effect.
+    assert flip_effect(flip("integrity", "fired", "uncertain", True)) == (
+        "caught → caught",
+        "other",
+    )
+    # A wider band sends a clean output to a person: a review, not a mistake.
+    assert flip_effect(flip("integrity", "clear", "uncertain", False)) == (
+        "right → a person",
+        "person",
+    )
+    assert flip_effect(flip("goal_reached", "fired", "clear", True)) == ("right → missed", "worse")
+    assert flip_effect(flip("goal_reached", "clear", "fired", False)) == (
+        "right → false alarm",
+        "worse",
+    )
+    # Right either way, by a person or without one.
+    assert flip_effect(flip("goal_reached", "uncertain", "fired", True)) == (
+        "caught → right",
+        "other",
+    )
+    assert flip_effect(flip("goal_reached", "clear", "uncertain", True)) == (
+        "missed → caught",
+        "better",
+    )

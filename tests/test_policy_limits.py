@@ -261,3 +261,12 @@ def test_the_same_run_on_the_default_limits_goes_on_longer():
     assert outcomes[:2] == ["continue", "continue"]  # two of the same call is not yet a loop
     assert outcomes[2] == "replan"
     assert run.status == RunStatus.FAILED
+
+
+def test_a_conditions_count_above_its_window_is_named_beside_the_other_bad_limits():
+    problems = limits_problems(
+        {"stagnation_window": 0, "drift_window": 2, "drift_required": 5, "repeat_limit": 1}
+    )
+    assert any(p.startswith("limits.stagnation_window:") for p in problems)
+    assert any(p.startswith("limits.repeat_limit:") for p in problems)
+    assert "limits.drift_required: must be at most drift's window (2 turns), got 5" in problems

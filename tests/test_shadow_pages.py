@@ -1,6 +1,7 @@
 """The admins' shadow pages: start a trial, read where its candidate decides otherwise, stop it."""
 
 import pytest
+from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from runs import shadow
@@ -55,14 +56,24 @@ def test_the_active_version_is_not_offered_as_a_candidate(client, admin):
     assert f'value="policy:{active.pk}"' not in body
 
 
-def test_the_trial_page_shows_the_turns_decided_otherwise_with_links_to_them(client, admin):
+def test_the_trial_page_shows_the_turns_decided_otherwise_with_links_to_them(
+    client, admin, django_user_model
+):
     candidate = _candidate(goal_reached={"c_stop": 1.0, "c_cont": 1.0, "delta": 0.49})
     trial = shadow.shadow_trial_start(policy_version_id=candidate.pk, comment="wide")
     run = drive(start("goal_reached"))
     shadow.shadow_trials_catch_up()
+    url = reverse("policies:shadow_detail", args=[trial.pk])
+    # An admin who is not an auditor sees the run and turn named: their page would be a 403.
     client.force_login(admin)
+    named = client.get(url).content.decode()
+    assert f"<td>Run {run.pk}</td><td>Turn 1</td>" in named
+    assert reverse("runs:detail", args=[run.pk]) not in named
+    both = django_user_model.objects.create_user(username="lead")
+    both.groups.set(Group.objects.filter(name__in=["admin", "auditor"]))
+    client.force_login(both)
 
-    body = client.get(reverse("policies:shadow_detail", args=[trial.pk])).content.decode()
+    body = client.get(url).content.decode()
     assert "real 0.000 (0) → candidate 1.000 (2)" in body
     assert f'href="{reverse("runs:detail", args=[run.pk])}#turn-1"' in body
     assert '<td><span class="cell-label">Real: </span>Stop with success — Goal reached</td>' in body

@@ -54,6 +54,9 @@ from guardian_core.engine.conditions import (
 from guardian_core.engine.thresholds import Band, Threshold
 
 DEFAULT_BINS = 15
+# A probability in the uncertain band costs one review: this share of the cheaper of the
+# condition's two errors (a review dearer than the mistake it prevents would never pay).
+DEFAULT_REVIEW_SHARE = 0.1
 NO_PROBABILITY = "no probability in the trace, and no model to score it"
 RISK_LABELS: tuple[str, ...] = tuple(member.value for member in RiskClass)
 POSITIVE_CLASS = {
@@ -287,10 +290,14 @@ def evaluate(
     *,
     bins: int = DEFAULT_BINS,
     rows: Sequence[TraceRow] | None = None,
+    prices: Mapping[Condition, Threshold] | None = None,
+    review_share: float = DEFAULT_REVIEW_SHARE,
 ) -> EvaluationReport:
     """The report of every condition present in the traces. `rows` replaces `parsed.rows`
     when they were scored since (the malformed lines still come from `parsed`). Rows without
-    a probability are counted per condition and listed with why, never measured."""
+    a probability are counted per condition and listed with why, never measured. Expected
+    costs are priced at `prices` (the thresholds' own costs when not given) and
+    `review_share` (policy_figures)."""
     if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
         raise ValueError(f"bins must be an integer ≥ 1, got {bins!r}")
     rows = parsed.rows if rows is None else tuple(rows)
@@ -298,7 +305,16 @@ def evaluate(
     for condition in Condition:
         mine = [row for row in rows if row.condition == condition]
         if mine:
-            reports.append(condition_report(condition, mine, thresholds[condition], bins=bins))
+            reports.append(
+                condition_report(
+                    condition,
+                    mine,
+                    thresholds[condition],
+                    bins=bins,
+                    prices=(prices or {}).get(condition),
+                    review_share=review_share,
+                )
+            )
     unscored = tuple(LineProblem(r.line, r.unscored) for r in rows if r.probability is None)
     return EvaluationReport(
         bins=bins,
@@ -311,7 +327,13 @@ def evaluate(
 
 
 def condition_report(
-    condition: Condition, rows: Sequence[TraceRow], threshold: Threshold, *, bins: int
+    condition: Condition,
+    rows: Sequence[TraceRow],
+    threshold: Threshold,
+    *,
+    bins: int,
+    prices: Threshold | None = None,
+    review_share: float = DEFAULT_REVIEW_SHARE,
 ) -> ConditionReport:
     """One condition's figures over its scored rows (see the module's conventions)."""
     scored = [row for row in rows if row.probability is not None]
@@ -330,7 +352,9 @@ def condition_report(
         "brier": float(brier_score_loss(y, p, pos_label=True)),
         **_ranking(condition, scored, p, y),
         "reliability": curve,
-        "policy": policy_figures(condition, p, y, threshold),
+        "policy": policy_figures(
+            condition, p, y, threshold, prices=prices, review_share=review_share
+        ),
     }
     return ConditionReport(condition, len(scored), unscored, positives, figures)
 
@@ -423,10 +447,27 @@ def _most_likely(condition: Condition, distribution: Mapping) -> object:
     return max(DRIFT_SCORES, key=lambda s: (distribution[s], -s))
 
 
+def review_cost(c_stop: float, c_cont: float, share: float = DEFAULT_REVIEW_SHARE) -> float:
+    """What one review costs in a condition's own units: `share` of min(C_stop, C_cont)."""
+    return share * min(c_stop, c_cont)
+
+
 def policy_figures(
-    condition: Condition, p: np.ndarray, y: np.ndarray, threshold: Threshold
+    condition: Condition,
+    p: np.ndarray,
+    y: np.ndarray,
+    threshold: Threshold,
+    *,
+    prices: Threshold | None = None,
+    review_share: float = DEFAULT_REVIEW_SHARE,
 ) -> dict:
-    """What the policy would do at t* and δ, and what its mistakes would cost per example."""
+    """What the policy would do at t* and δ, and what it would cost per example, priced at
+    `prices`' C_stop and C_cont (the threshold's own when not given): C_stop for each false
+    stop, C_cont for each missed case, one review for each probability in the band, after
+    which the reviewer's label is followed. Two versions priced at the same costs compare by
+    what they decide, never by the costs they state."""
+    prices = prices or threshold
+    review = review_cost(prices.c_stop, prices.c_cont, review_share)
     bands = [threshold.band(float(value)) for value in p]
     fired = np.array([b == Band.FIRED for b in bands])
     uncertain = np.array([b == Band.UNCERTAIN for b in bands])
@@ -438,6 +479,7 @@ def policy_figures(
     false_continue = int((clear & y).sum())
     figures = {
         **threshold.as_dict(),
+        "priced_at": {"c_stop": prices.c_stop, "c_cont": prices.c_cont, "review": review},
         "fired": int(fired.sum()),
         "uncertain": int(uncertain.sum()),
         "clear": int(clear.sum()),
@@ -450,7 +492,9 @@ def policy_figures(
         "false_stop_or_band_rate": (false_stop + band_negative) / negatives if negatives else None,
         "false_continue_rate": false_continue / positives if positives else None,
         "expected_cost": (
-            threshold.c_stop * (false_stop + band_negative) + threshold.c_cont * false_continue
+            prices.c_stop * false_stop
+            + prices.c_cont * false_continue
+            + review * int(uncertain.sum())
         )
         / n,
     }

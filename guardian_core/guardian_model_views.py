@@ -3,13 +3,29 @@ activation history, and its activate page (the regression gate's report, a comme
 the gate refuses, an override reason)."""
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
+from django_htmx.http import HttpResponseStopPolling
 
+from escalations.models import PEOPLES_SOURCES, LabelledExample
+from guardian_core.engine.conditions import Condition
 from guardian_core.guardian_gate import guardian_model_gate_report
-from guardian_core.learning import GuardianGateRefused, LearningError, guardian_model_activate
-from guardian_core.models import GuardianAdapter, GuardianModelVersion, PolicyVersion
+from guardian_core.learning import (
+    GuardianGateRefused,
+    LearningError,
+    guardian_model_activate,
+    guardian_model_job_start,
+)
+from guardian_core.models import (
+    GuardianAdapter,
+    GuardianModelJob,
+    GuardianModelJobKind,
+    GuardianModelJobStatus,
+    GuardianModelVersion,
+    PolicyVersion,
+)
 from guardian_core.policy_gate_views import can_open_examples, flip_counts, flip_rows
 from guardian_core.views import manage_policy
 
@@ -43,11 +59,48 @@ def _figure_rows(version: GuardianModelVersion) -> list[dict]:
     return rows
 
 
+JOBS_SHOWN = 10
+_UNFINISHED = (GuardianModelJobStatus.QUEUED, GuardianModelJobStatus.RUNNING)
+
+
+def _polling(jobs: list[GuardianModelJob]) -> bool:
+    return any(job.status in _UNFINISHED for job in jobs)
+
+
+def _jobs() -> list[GuardianModelJob]:
+    return list(
+        GuardianModelJob.objects.select_related("version", "created_by").order_by("-pk")[
+            :JOBS_SHOWN
+        ]
+    )
+
+
 @manage_policy
-@require_GET
+@require_http_methods(["GET", "POST"])
 def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
+    """The versions, what runs use now, and the form that asks a worker for a new version
+    from the labelled examples (POST), with the latest such jobs."""
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        try:
+            job = guardian_model_job_start(
+                kind=request.POST.get("kind", ""),
+                adapter=request.POST.get("adapter", ""),
+                conditions=request.POST.getlist("conditions"),
+                created_by=request.user,
+            )
+        except ValidationError as error:
+            errors = error.message_dict
+        else:
+            messages.success(
+                request,
+                f"Job {job.pk} queued: a worker makes the version and it appears here, "
+                "inactive, for you to gate and activate.",
+            )
+            return redirect("policies:models")
     versions = guardian_model_version_list()
     active = {v.adapter: v for v in GuardianModelVersion.objects.filter(is_active=True)}
+    jobs = _jobs()
     return render(
         request,
         "guardian_core/guardian_model_list.html",
@@ -58,8 +111,28 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
                 {"name": adapter.value, "label": adapter.label, "active": active.get(adapter)}
                 for adapter in GuardianAdapter
             ],
+            "jobs": jobs,
+            "polling": _polling(jobs),
+            "kinds": GuardianModelJobKind.choices,
+            "conditions": [c.value for c in Condition],
+            "labelled": LabelledExample.objects.filter(source__in=PEOPLES_SOURCES).count(),
+            "errors": errors,
+            "posted": request.POST if errors else None,
         },
+        status=400 if errors else 200,
     )
+
+
+@manage_policy
+@require_GET
+def guardian_model_jobs(request: HttpRequest) -> HttpResponse:
+    """htmx: the latest jobs, polled while one is unfinished; the polling stops after."""
+    jobs = _jobs()
+    polling = _polling(jobs)
+    response = render(
+        request, "guardian_core/guardian_model_list.html#jobs", {"jobs": jobs, "polling": polling}
+    )
+    return response if polling else HttpResponseStopPolling(response.content)
 
 
 @manage_policy

@@ -9,13 +9,16 @@ what it scored on examples it did not learn from is in its `figures`, per condit
 and at most one is active per adapter (a database constraint).
 """
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from escalations.models import LabelledExample
 from guardian_core.engine.calibration import (
@@ -31,11 +34,15 @@ from guardian_core.engine.evaluation import DEFAULT_BINS, TraceRow, is_positive
 from guardian_core.models import (
     GuardianAdapter,
     GuardianModelActivation,
+    GuardianModelJob,
+    GuardianModelJobKind,
+    GuardianModelJobStatus,
     GuardianModelKind,
     GuardianModelVersion,
 )
 
 Progress = Callable[[int, int], None]
+logger = logging.getLogger(__name__)
 
 
 class LearningError(Exception):
@@ -485,3 +492,77 @@ def _compared(condition: Condition, answers: list) -> np.ndarray:
         p = compared_probability(condition, parse_answer(condition, answer))
         out.append(0.5 if p is None else p)  # a local model always answers; never expected
     return np.array(out, dtype=float)
+
+
+# ---- jobs: a version asked for from the admins' page -------------------------------------------
+
+
+def guardian_model_job_start(
+    *,
+    kind: str,
+    adapter: str,
+    conditions: Sequence[str] = (),
+    created_by: AbstractBaseUser | None = None,
+) -> GuardianModelJob:
+    """Ask a worker for a new guardian model version (runs/queue's broker, after commit).
+
+    Raises ValidationError naming every bad field: an unknown kind, adapter or condition, or a
+    retraining of anything but the local guardian."""
+    problems: dict[str, list[str]] = {}
+    if kind not in GuardianModelJobKind.values:
+        problems["kind"] = [f"Choose one of: {', '.join(GuardianModelJobKind.values)}."]
+    if adapter not in GuardianAdapter.values:
+        problems["adapter"] = [f"Choose one of: {', '.join(GuardianAdapter.values)}."]
+    elif kind == GuardianModelJobKind.RETRAIN and adapter != GuardianAdapter.LOCAL:
+        problems["adapter"] = ["Only the local guardian can be retrained here."]
+    unknown = [c for c in conditions if c not in Condition.__members__.values()]
+    if unknown:
+        problems["conditions"] = [f"Unknown: {', '.join(unknown)}."]
+    if problems:
+        raise ValidationError(problems)
+    from guardian_core.tasks import run_guardian_model_job  # tasks import this module
+
+    with transaction.atomic():
+        job = GuardianModelJob.objects.create(
+            kind=kind,
+            adapter=adapter,
+            conditions=list(dict.fromkeys(conditions)),
+            created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+        )
+        transaction.on_commit(lambda: run_guardian_model_job.delay(job.pk))
+    return job
+
+
+def guardian_model_job_run(*, job_id: int) -> str:
+    """Run a queued job: claim it (a duplicate message finds nothing to claim), make the
+    version, record what came of it. Returns the job's status afterwards; a refusal of the
+    learning loop (too few examples, a guardian that cannot answer) is the job's error, said in
+    the loop's words."""
+    claimed = GuardianModelJob.objects.filter(
+        pk=job_id, status=GuardianModelJobStatus.QUEUED
+    ).update(status=GuardianModelJobStatus.RUNNING, started_at=timezone.now())
+    if not claimed:
+        return "skipped"
+    job = GuardianModelJob.objects.select_related("created_by").get(pk=job_id)
+    conditions = job.conditions or None
+    try:
+        if job.kind == GuardianModelJobKind.RETRAIN:
+            version = guardian_model_retrain_local(conditions=conditions, created_by=job.created_by)
+        else:
+            version = guardian_model_recalibrate(
+                adapter=job.adapter, conditions=conditions, created_by=job.created_by
+            )
+    except LearningError as exc:
+        return _job_end(job, error=str(exc))
+    except Exception as exc:  # recorded for the admin; the worker goes on with other work
+        logger.exception("guardian model job %s failed", job_id)
+        return _job_end(job, error=f"{type(exc).__name__}: {exc}"[:2000])
+    return _job_end(job, version=version)
+
+
+def _job_end(job: GuardianModelJob, *, version=None, error: str = "") -> str:
+    status = GuardianModelJobStatus.FAILED if error else GuardianModelJobStatus.DONE
+    GuardianModelJob.objects.filter(pk=job.pk).update(
+        status=status, version=version, error=error, finished_at=timezone.now()
+    )
+    return status

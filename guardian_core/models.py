@@ -336,3 +336,55 @@ class MonitoringCursor(models.Model):
 
     def __str__(self) -> str:
         return f"monitoring folded up to decision {self.last_decision_id}"
+
+
+class GuardianModelJobKind(models.TextChoices):
+    RECALIBRATE = "recalibrate", "Recalibrate (a map over an adapter's answers)"
+    RETRAIN = "retrain", "Retrain the local guardian"
+
+
+class GuardianModelJobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class GuardianModelJob(models.Model):
+    """An admin's request, from the guardian models page, for a new guardian model version
+    learnt from the labelled examples: run by a worker (it asks the guardian about every
+    example, which takes longer than a page may), with what came of it."""
+
+    Kind = GuardianModelJobKind
+    Status = GuardianModelJobStatus
+
+    kind = models.CharField(max_length=20, choices=Kind)
+    adapter = models.CharField(max_length=20, choices=GuardianAdapter)
+    conditions = models.JSONField(default=list, blank=True)  # [] = every one it can
+    status = models.CharField(max_length=20, choices=Status, default=Status.QUEUED)
+    version = models.ForeignKey(
+        GuardianModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=GuardianModelJobStatus.values),
+                name="guardian_model_job_status_known",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=GuardianModelJobKind.RETRAIN) | Q(adapter=GuardianAdapter.LOCAL),
+                name="guardian_model_job_retrains_the_local_guardian_only",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"guardian model job {self.pk} ({self.kind}, {self.adapter}): {self.status}"

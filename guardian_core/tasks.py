@@ -37,3 +37,12 @@ def monitoring_catch_up() -> int:
         if not done:
             break
     return total
+
+
+@shared_task(name="guardian_core.run_guardian_model_job", ignore_result=True)
+def run_guardian_model_job(job_id: int) -> str:
+    """Make the guardian model version an admin asked for (learning.guardian_model_job_run);
+    a duplicate message finds the job claimed and does nothing."""
+    from guardian_core.learning import guardian_model_job_run
+
+    return guardian_model_job_run(job_id=job_id)

@@ -69,6 +69,7 @@ policy_patterns = (
         ),
         path("<int:version_id>/diff/", policy_diff_views.policy_version_diff_page, name="diff"),
         path("models/", guardian_model_views.guardian_model_list_page, name="models"),
+        path("models/jobs", guardian_model_views.guardian_model_jobs, name="model_jobs"),
         path(
             "models/<int:version_id>/",
             guardian_model_views.guardian_model_detail_page,

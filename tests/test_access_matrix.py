@@ -289,6 +289,18 @@ MATRIX = [
         outsider=403,
     ),
     row("policies:models", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    # Asking for a new version with nothing chosen: every bad field named, nothing queued.
+    row(
+        "policies:models",
+        "POST",
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=400,
+        outsider=403,
+    ),
+    # The jobs, polled: 286 (htmx's "stop polling") when none is unfinished.
+    row("policies:model_jobs", anonymous=LOGIN, reviewer=403, auditor=403, admin=286, outsider=403),
     row(
         "policies:model_detail",
         kwargs={"version_id": "guardian_model"},

@@ -1,0 +1,111 @@
+"""An admin asks for a new guardian model version from the guardian models page: a job a worker
+runs (recalibrate or retrain), claimed once, whose refusal or failure is said on the page."""
+
+import pytest
+from django.urls import reverse
+
+from guardian_core.demo import demo_policy_version
+from guardian_core.demo_examples import demo_examples_ensure
+from guardian_core.learning import guardian_model_job_run, guardian_model_job_start
+from guardian_core.models import GuardianModelJob, GuardianModelVersion
+from tests.processes import start_worker, stop_worker
+from tests.test_worker_runs import clean_queue, wait_for, worker_env
+
+__all__ = ["clean_queue"]  # a fixture, used by name
+
+
+@pytest.mark.django_db
+def test_the_form_queues_a_job_for_a_worker_and_the_page_lists_it(
+    client, admin, django_capture_on_commit_callbacks
+):
+    client.force_login(admin)
+    with django_capture_on_commit_callbacks() as enqueued:
+        response = client.post(
+            reverse("policies:models"),
+            {"kind": "recalibrate", "adapter": "local", "conditions": ["integrity"]},
+        )
+    assert response.status_code == 302
+    job = GuardianModelJob.objects.get()
+    assert (job.kind, job.adapter, job.conditions, job.status) == (
+        "recalibrate",
+        "local",
+        ["integrity"],
+        "queued",
+    )
+    assert job.created_by == admin
+    assert len(enqueued) == 1  # the task is sent once the job is committed
+    page = client.get(reverse("policies:models")).content.decode()
+    assert f"Job {job.pk}: Recalibrate" in page
+    assert 'hx-get="/policies/models/jobs"' in page  # it polls while the job is unfinished
+
+
+@pytest.mark.django_db
+def test_bad_input_names_every_field_and_queues_nothing(client, admin):
+    client.force_login(admin)
+    response = client.post(
+        reverse("policies:models"),
+        {"kind": "retrain", "adapter": "openai", "conditions": ["integrity", "luck"]},
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "Only the local guardian can be retrained here." in body
+    assert "Unknown: luck." in body
+    assert not GuardianModelJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_job_makes_the_version_once_and_a_duplicate_message_does_nothing(admin):
+    demo_policy_version()
+    demo_examples_ensure()
+    job = guardian_model_job_start(
+        kind="recalibrate", adapter="local", conditions=["integrity"], created_by=admin
+    )
+
+    assert guardian_model_job_run(job_id=job.pk) == "done"
+    assert guardian_model_job_run(job_id=job.pk) == "skipped"
+
+    job.refresh_from_db()
+    version = GuardianModelVersion.objects.get()
+    assert (job.status, job.version, job.error) == ("done", version, "")
+    assert (version.kind, version.adapter, version.is_active) == ("recalibrated", "local", False)
+    assert version.conditions == ["integrity"]
+    assert version.created_by == admin
+
+
+@pytest.mark.django_db
+def test_a_refused_job_says_why_on_the_page_and_stops_the_polling(client, admin):
+    job = guardian_model_job_start(kind="retrain", adapter="local", conditions=["drift"])
+    assert guardian_model_job_run(job_id=job.pk) == "failed"  # no labelled examples at all
+    job.refresh_from_db()
+    assert job.error
+    client.force_login(admin)
+    partial = client.get(reverse("policies:model_jobs"), HTTP_HX_REQUEST="true")
+    assert partial.status_code == 286  # htmx stops polling: nothing is unfinished
+    assert job.error.splitlines()[0] in partial.content.decode()
+    assert not GuardianModelVersion.objects.exists()
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_the_job_the_page_queued(client, admin, clean_queue):
+    demo_policy_version()
+    demo_examples_ensure()
+    client.force_login(admin)
+    worker = start_worker(**worker_env())
+    try:
+        client.post(
+            reverse("policies:models"),
+            {"kind": "recalibrate", "adapter": "local", "conditions": ["integrity"]},
+        )
+        job = GuardianModelJob.objects.get()
+        wait_for(
+            lambda: GuardianModelJob.objects.get(pk=job.pk).status in ("done", "failed"),
+            timeout=120,
+            what="the job",
+        )
+    finally:
+        log = stop_worker(worker)
+    job.refresh_from_db()
+    assert job.status == "done", (job.error, log)
+    page = client.get(reverse("policies:models")).content.decode()
+    assert f'href="{reverse("policies:model_detail", args=[job.version.pk])}"' in page

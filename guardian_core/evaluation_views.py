@@ -211,7 +211,11 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
                 form.add_error("policy" if "policy version" in str(error) else None, str(error))
     else:
         form = EvaluateForm(
-            initial=_initial(request.GET.get("policy", ""), request.GET.get("model", ""))
+            initial=_initial(
+                request.GET.get("policy", ""),
+                request.GET.get("model", ""),
+                rescore=request.GET.get("rescore") == "on",
+            )
         )
     context = {
         "form": form,
@@ -230,7 +234,7 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
     )
 
 
-def _initial(raw_policy: str, raw_model: str = "") -> dict:
+def _initial(raw_policy: str, raw_model: str = "", rescore: bool = False) -> dict:
     """The version named by ?policy=<number> (a version's page links here), else the active;
     the scorer named by ?model= (a guardian model version's page links here) when it is one of
     the choices."""
@@ -244,6 +248,9 @@ def _initial(raw_policy: str, raw_model: str = "") -> dict:
     initial: dict = {"policy": policy}
     if raw_model and raw_model in {value for value, _ in _model_choices()}:
         initial["model"] = raw_model
+        # A version's page asks for its figures: rows that carry a probability are scored
+        # again by it, or the report would show the probabilities recorded under another.
+        initial["rescore"] = rescore
     return initial
 
 

@@ -2,11 +2,11 @@
 activation history, and its activate page (the regression gate's report, a comment and, when
 the gate refuses, an override reason)."""
 
+from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from escalations.models import PEOPLES_SOURCES, LabelledExample
@@ -16,6 +16,8 @@ from guardian_core.learning import (
     GuardianGateRefused,
     LearningError,
     guardian_model_activate,
+    guardian_model_deactivate,
+    guardian_model_job_problems,
     guardian_model_job_start,
 )
 from guardian_core.models import (
@@ -26,7 +28,7 @@ from guardian_core.models import (
     GuardianModelVersion,
     PolicyVersion,
 )
-from guardian_core.policy_gate_views import can_open_examples, flip_counts, flip_rows
+from guardian_core.policy_gate_views import _when, can_open_examples, flip_counts, flip_rows
 from guardian_core.views import manage_policy
 
 # The list shows the newest versions: each is made by an admin's command or action, so a few
@@ -63,6 +65,22 @@ JOBS_SHOWN = 10
 _UNFINISHED = (GuardianModelJobStatus.QUEUED, GuardianModelJobStatus.RUNNING)
 
 
+def adapter_setup_missing(adapter: str) -> str:
+    """The settings a guardian adapter still needs before it can answer ("" when none): the
+    form offers it but says what to set, rather than a job that fails on it."""
+    missing = {
+        GuardianAdapter.HTTP: [
+            name
+            for name in ("GUARDIAN_HTTP_URL", "GUARDIAN_HTTP_MODEL_VERSION")
+            if not getattr(settings, name)
+        ],
+        GuardianAdapter.OPENAI: [
+            name for name in ("OPENAI_GUARDIAN_MODEL",) if not getattr(settings, name)
+        ],
+    }.get(adapter, [])
+    return ", ".join(missing)
+
+
 def _polling(jobs: list[GuardianModelJob]) -> bool:
     return any(job.status in _UNFINISHED for job in jobs)
 
@@ -82,16 +100,19 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
     from the labelled examples (POST), with the latest such jobs."""
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
-        try:
-            job = guardian_model_job_start(
-                kind=request.POST.get("kind", ""),
-                adapter=request.POST.get("adapter", ""),
-                conditions=request.POST.getlist("conditions"),
-                created_by=request.user,
+        fields = {
+            "kind": request.POST.get("kind", ""),
+            "adapter": request.POST.get("adapter", ""),
+            "conditions": request.POST.getlist("conditions"),
+        }
+        errors = guardian_model_job_problems(**fields)
+        missing = adapter_setup_missing(fields["adapter"])
+        if missing:
+            errors.setdefault("adapter", []).append(
+                f"This guardian is not set up here: set {missing} first."
             )
-        except ValidationError as error:
-            errors = error.message_dict
-        else:
+        if not errors:
+            job = guardian_model_job_start(**fields, created_by=request.user)
             messages.success(
                 request,
                 f"Job {job.pk} queued: a worker makes the version and it appears here, "
@@ -108,7 +129,12 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
             "versions": versions,
             "capped": len(versions) == LIST_LIMIT,
             "adapters": [
-                {"name": adapter.value, "label": adapter.label, "active": active.get(adapter)}
+                {
+                    "name": adapter.value,
+                    "label": adapter.label,
+                    "active": active.get(adapter),
+                    "missing": adapter_setup_missing(adapter),
+                }
                 for adapter in GuardianAdapter
             ],
             "jobs": jobs,
@@ -153,6 +179,27 @@ def guardian_model_detail_page(request: HttpRequest, version_id: int) -> HttpRes
             ).first(),
         },
     )
+
+
+@manage_policy
+@require_POST
+def guardian_model_retire(request: HttpRequest, version_id: int) -> HttpResponse:
+    """Retire the active version: runs on its adapter go back to the adapter as it ships (no
+    gate: that is the guardian runs had before any version). A comment is required."""
+    version = get_object_or_404(GuardianModelVersion, pk=version_id)
+    comment = request.POST.get("comment", "").strip()
+    if not comment:
+        messages.error(request, "Not retired: say why it is retired.")
+    elif not version.is_active:
+        messages.info(request, f"Guardian model version {version.number} is not active.")
+    else:
+        guardian_model_deactivate(adapter=version.adapter, retired_by=request.user, comment=comment)
+        messages.success(
+            request,
+            f"Guardian model version {version.number} retired: runs on the "
+            f"{version.get_adapter_display()} guardian use it as it ships from their next turn.",
+        )
+    return redirect("policies:model_detail", version_id=version.pk)
 
 
 @manage_policy
@@ -202,6 +249,9 @@ def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpR
                 (report or {}).get("flips", []), can_open_examples=can_open_examples(request)
             ),
             "flip_counts": flip_counts((report or {}).get("flips", [])),
+            "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
+            "rollback_at": _when(report),
+            "version_label": f"version {version.number}",
             "policy": PolicyVersion.objects.filter(is_active=True).first(),
             "errors": errors,
             "comment": comment,

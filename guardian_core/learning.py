@@ -212,9 +212,11 @@ def guardian_model_activate_replacing(
     return version, replaced
 
 
-def guardian_model_deactivate(*, adapter: str) -> GuardianModelVersion | None:
-    """Runs on `adapter` go back to the adapter as it ships. The version retired, or None when
-    none was active."""
+def guardian_model_deactivate(
+    *, adapter: str, retired_by: AbstractBaseUser | None = None, comment: str = ""
+) -> GuardianModelVersion | None:
+    """Runs on `adapter` go back to the adapter as it ships, recorded in the retired version's
+    history (who, why). The version retired, or None when none was active."""
     with transaction.atomic():
         retired = (
             GuardianModelVersion.objects.select_for_update()
@@ -224,6 +226,12 @@ def guardian_model_deactivate(*, adapter: str) -> GuardianModelVersion | None:
         if retired is None:
             return None
         GuardianModelVersion.objects.filter(pk=retired.pk).update(is_active=False)
+        GuardianModelActivation.objects.create(
+            version=retired,
+            activated_by=retired_by if getattr(retired_by, "is_authenticated", False) else None,
+            comment=comment.strip(),
+            retired=True,
+        )
     retired.is_active = False
     return retired
 
@@ -497,17 +505,11 @@ def _compared(condition: Condition, answers: list) -> np.ndarray:
 # ---- jobs: a version asked for from the admins' page -------------------------------------------
 
 
-def guardian_model_job_start(
-    *,
-    kind: str,
-    adapter: str,
-    conditions: Sequence[str] = (),
-    created_by: AbstractBaseUser | None = None,
-) -> GuardianModelJob:
-    """Ask a worker for a new guardian model version (runs/queue's broker, after commit).
-
-    Raises ValidationError naming every bad field: an unknown kind, adapter or condition, or a
-    retraining of anything but the local guardian."""
+def guardian_model_job_problems(
+    *, kind: str, adapter: str, conditions: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    """Every bad field of a job request: an unknown kind, adapter or condition, or a
+    retraining of anything but the local guardian; {} when it may be queued."""
     problems: dict[str, list[str]] = {}
     if kind not in GuardianModelJobKind.values:
         problems["kind"] = [f"Choose one of: {', '.join(GuardianModelJobKind.values)}."]
@@ -518,6 +520,20 @@ def guardian_model_job_start(
     unknown = [c for c in conditions if c not in Condition.__members__.values()]
     if unknown:
         problems["conditions"] = [f"Unknown: {', '.join(unknown)}."]
+    return problems
+
+
+def guardian_model_job_start(
+    *,
+    kind: str,
+    adapter: str,
+    conditions: Sequence[str] = (),
+    created_by: AbstractBaseUser | None = None,
+) -> GuardianModelJob:
+    """Ask a worker for a new guardian model version (runs/queue's broker, after commit).
+
+    Raises ValidationError naming every bad field (guardian_model_job_problems)."""
+    problems = guardian_model_job_problems(kind=kind, adapter=adapter, conditions=conditions)
     if problems:
         raise ValidationError(problems)
     from guardian_core.tasks import run_guardian_model_job  # tasks import this module

@@ -283,7 +283,8 @@ class PolicyActivation(models.Model):
 
 class GuardianModelActivation(models.Model):
     """Who activated a guardian model version, when and why, with the regression gate's report
-    and, when the gate refused and an admin went ahead, the reason they gave."""
+    and, when the gate refused and an admin went ahead, the reason they gave; or (`retired`)
+    who retired it, its runs going back to the adapter as it ships."""
 
     version = models.ForeignKey(
         GuardianModelVersion, on_delete=models.PROTECT, related_name="activations"
@@ -295,12 +296,14 @@ class GuardianModelActivation(models.Model):
     comment = models.TextField(blank=True)
     gate_report = models.JSONField(default=dict, blank=True)
     override_reason = models.TextField(blank=True)
+    retired = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
 
     def __str__(self) -> str:
-        return f"{self.version} activated {self.created_at:%Y-%m-%d %H:%M}"
+        what = "retired" if self.retired else "activated"
+        return f"{self.version} {what} {self.created_at:%Y-%m-%d %H:%M}"
 
 
 class MonitoringDay(models.Model):

@@ -391,6 +391,10 @@ class Traffic:
     def per_hour(self) -> float:
         return self.decisions / self.hours if self.hours else 0.0
 
+    @property
+    def minutes(self) -> int:
+        return round(self.hours * 60)
+
 
 def traffic(days: list[Day], *, now: datetime) -> Traffic:
     """The window's turns over the hours from its first decision to `now` (at least one), so

@@ -157,13 +157,15 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
             }
         )
     offered = [s for s in suggestions if _changes_delta(s)]
-    # The sum bounds the union (a turn two conditions escalate counts once); unknown when a
-    # suggested condition had no recent probabilities.
-    offered_per_hour = (
-        sum(s.best.per_hour for s in offered)
-        if offered and all(s.best.per_hour is not None for s in offered)
-        else None
-    )
+    # What the draft with every suggestion would send reviewers: the suggested band where it
+    # changes one, the current one elsewhere. The sum bounds the union (a turn two conditions
+    # escalate counts once); unknown when a condition had no recent probabilities.
+    loads = [
+        (s.best if _changes_delta(s) else s.current).per_hour
+        for s in suggestions
+        if s.current is not None
+    ]
+    offered_per_hour = sum(loads) if offered and None not in loads else None
     # Each suggestion is held within capacity alone; together they may not be.
     together_fits = offered_per_hour is None or offered_per_hour <= capacity
     return render(

@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from guardian_core.engine.conditions import Condition
-from guardian_core.engine.evaluation import is_positive
+from guardian_core.engine.evaluation import is_positive, review_cost
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Band
 from guardian_core.harness import thresholds_of, traces_evaluate
@@ -153,11 +153,20 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         )
         return report
     lines = [json.dumps(e) for e in examples]
-    # Both priced at the costs in force now: a candidate that states cheaper misses must not
-    # look cheaper for it. What it decides differently is what the gate measures.
+    # Priced at the costs in force now, and, when the candidate states other costs, at its own
+    # too: a cost worse at both is a regression; one worse at one only is the change of risk
+    # appetite the candidate states, shown for the admin to weigh. The hard reasons below catch
+    # what no appetite excuses.
     report["priced_at"] = current.number
     before = traces_evaluate(lines=lines, policy_number=current.number)
     after = traces_evaluate(lines=lines, policy_number=candidate.number, priced_at=current.number)
+    own = None
+    if _costs_differ(current, candidate):
+        own = (
+            traces_evaluate(lines=lines, policy_number=current.number, priced_at=candidate.number),
+            traces_evaluate(lines=lines, policy_number=candidate.number),
+        )
+        report["own_costs"] = {"conditions": {}}
     for name, figures in after["conditions"].items():
         old = before["conditions"][name]
         row = {"n": figures["n"]}
@@ -169,17 +178,28 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
                 "candidate": (figures["policy"] or {}).get(key),
             }
         report["conditions"][name] = row
-        if _worse(row["ece"]["current"], row["ece"]["candidate"], tolerance):
+        if worse_ece(row["ece"]["current"], row["ece"]["candidate"], tolerance):
             report["reasons"].append(
-                f"{name}: calibration worsens (ECE {row['ece']['current']:.4f} → "
-                f"{row['ece']['candidate']:.4f})"
+                f"{name}: calibration worsens beyond {tolerance:.0%} (ECE "
+                f"{row['ece']['current']:.4f} → {row['ece']['candidate']:.4f})"
             )
         cost = row["expected_cost"]
-        if _worse(cost["current"], cost["candidate"], tolerance):
+        at_own = None
+        if own is not None:
+            at_own = {
+                "current": (own[0]["conditions"][name]["policy"] or {}).get("expected_cost"),
+                "candidate": (own[1]["conditions"][name]["policy"] or {}).get("expected_cost"),
+            }
+            report["own_costs"]["conditions"][name] = at_own
+        if worse_cost(cost["current"], cost["candidate"], tolerance) and (
+            at_own is None or worse_cost(at_own["current"], at_own["candidate"], tolerance)
+        ):
             # Per condition too: a worse integrity is not paid for by a better goal_reached.
             report["reasons"].append(
                 f"{name}: expected cost per example worsens beyond {tolerance:.0%}: "
-                f"{cost['current']:.4f} → {cost['candidate']:.4f}"
+                f"{cost['current']:.4f} → {cost['candidate']:.4f} ("
+                + composition(old["policy"], figures["policy"])
+                + ")"
             )
     report["band_rate"] = {
         "current": _overall(before, "band_rate"),
@@ -189,8 +209,16 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         "current": _overall(before, "expected_cost"),
         "candidate": _overall(after, "expected_cost"),
     }
+    if own is not None:
+        report["own_costs"]["expected_cost"] = {
+            "current": _overall(own[0], "expected_cost"),
+            "candidate": _overall(own[1], "expected_cost"),
+        }
     cost = report["expected_cost"]
-    if _worse(cost["current"], cost["candidate"], tolerance):
+    cost_own = (report.get("own_costs") or {}).get("expected_cost")
+    if worse_cost(cost["current"], cost["candidate"], tolerance) and (
+        cost_own is None or worse_cost(cost_own["current"], cost_own["candidate"], tolerance)
+    ):
         report["reasons"].append(
             f"expected cost per example worsens beyond {tolerance:.0%}: "
             f"{cost['current']:.4f} → {cost['candidate']:.4f}"
@@ -201,6 +229,7 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         was = old_t[condition].band(example["probability"])
         now = new_t[condition].band(example["probability"])
         if was != now:
+            positive = is_positive(condition, example["label"])
             report["flips"].append(
                 {
                     "example_id": example.get("example_id"),
@@ -209,29 +238,110 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
                     "condition": condition.value,
                     "probability": example["probability"],
                     "label": example["label"],
-                    "positive": is_positive(condition, example["label"]),
+                    "positive": positive,
                     "current": str(was),
                     "candidate": str(now),
+                    # What the example costs either way, at the costs in force.
+                    "cost": {
+                        "current": example_cost(str(was), positive, old_t[condition]),
+                        "candidate": example_cost(str(now), positive, old_t[condition]),
+                    },
                 }
             )
     report["reasons"] += miss_reasons(report["flips"])
+    report["reasons"] += [
+        f"not measured by the gate, so not let through unasked: {words}"
+        for words in report.get("unmeasured", [])
+        if words.split(" ", 2)[1:2] == ["question"] or words.startswith("judge")
+    ]
     as_rollback(report, was_active=candidate.activations.order_by("-created_at").first())
     return report
 
 
+def _costs_differ(a: PolicyVersion, b: PolicyVersion) -> bool:
+    ta, tb = thresholds_of(a), thresholds_of(b)
+    return any((ta[c].c_stop, ta[c].c_cont) != (tb[c].c_stop, tb[c].c_cont) for c in ta if c in tb)
+
+
+# Below these, a worsening is noise on the examples at hand, not a regression: a relative
+# tolerance alone would refuse an ECE of 0.0000 → 0.0004.
+ECE_FLOOR = 0.01
+COST_FLOOR = 0.001
+
+
+def worse_ece(before: float | None, after: float | None, tolerance: float) -> bool:
+    return _worse(before, after, tolerance) and after - before > ECE_FLOOR
+
+
+def worse_cost(before: float | None, after: float | None, tolerance: float) -> bool:
+    return _worse(before, after, tolerance) and after - before > COST_FLOOR
+
+
+def example_cost(band: str, positive: bool, prices) -> float:
+    """What one example costs in `band`, priced as the harness prices it: a review in the band
+    (or without a usable answer), C_stop for a false stop, C_cont for a miss."""
+    from guardian_core.harness import review_share
+
+    if band not in (Band.FIRED, Band.CLEAR):
+        return review_cost(prices.c_stop, prices.c_cont, review_share())
+    if band == Band.FIRED:
+        return 0.0 if positive else prices.c_stop
+    return prices.c_cont if positive else 0.0
+
+
+def composition(before: dict | None, after: dict | None) -> str:
+    """What makes a cost change, in counts: reviews, false stops and misses, more or fewer."""
+    parts = []
+    for key, words in (
+        ("uncertain", "reviews"),
+        ("false_stop", "false stops"),
+        ("false_continue", "misses"),
+    ):
+        delta = (after or {}).get(key, 0) - (before or {}).get(key, 0)
+        if delta:
+            parts.append(f"{delta:+d} {words}")
+    return ", ".join(parts) or "the same counts"
+
+
 def miss_reasons(flips: list[dict]) -> list[str]:
-    """One refusal per escalating condition whose candidate lets through examples that hold
-    and that a person saw under the current version (new_misses)."""
+    """The refusals no risk appetite excuses: per escalating condition, examples that hold and
+    that a person saw under the current version which would now pass unseen (new_misses); and
+    runs that would now stop with success where the goal was not reached (false_successes)."""
     reasons = []
     for name, ids in new_misses(flips).items():
-        shown = ", ".join(str(i) for i in ids[:10]) + (", …" if len(ids) > 10 else "")
         many = len(ids) != 1
         reasons.append(
             f"{name}: {len(ids)} labelled example{'s' if many else ''} that "
             f"{'were' if many else 'was'} caught (a person saw {'them' if many else 'it'}) "
-            f"would now pass unseen: example {shown}"
+            f"would now pass unseen: {_examples_named(ids)}"
+        )
+    ids = false_successes(flips)
+    if ids:
+        many = len(ids) != 1
+        reasons.append(
+            f"goal_reached: {len(ids)} run{'s' if many else ''} whose goal was not reached "
+            f"would now stop with success, {'their' if many else 'its'} answer taken as "
+            f"final: {_examples_named(ids)}"
         )
     return reasons
+
+
+def _examples_named(ids: list[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:10]) + (", …" if len(ids) > 10 else "")
+    return f"example{'s' if len(ids) != 1 else ''} {shown}"
+
+
+def false_successes(flips: list[dict]) -> list[int]:
+    """Examples whose goal was not reached that the candidate would stop with success (the
+    current version did not): the failure of a rejected refund that ends "succeeded"."""
+    return [
+        flip["example_id"]
+        for flip in flips
+        if flip["condition"] == Condition.GOAL_REACHED
+        and flip.get("positive") is False
+        and flip["candidate"] == Band.FIRED
+        and flip["current"] != Band.FIRED
+    ]
 
 
 def new_misses(flips: list[dict]) -> dict[str, list[int]]:
@@ -249,11 +359,13 @@ def new_misses(flips: list[dict]) -> dict[str, list[int]]:
 
 
 def as_rollback(report: dict, *, was_active) -> None:
-    """Set `refused` from the reasons, unless the candidate was active before (`was_active`,
-    its last activation record): then it is a rollback, its figures are shown and what would
-    refuse a new version is kept as warnings. Going back to a version that ran is the safe
-    move in an incident and must not wait for an override."""
-    if was_active is None:
+    """Set `refused` from the reasons, unless the candidate is a rollback: it was active before
+    (`was_active`, its last activation record) and then the gate passed it. Its figures are
+    shown and what would refuse a new version is kept as warnings: going back to a version
+    that ran is the safe move in an incident and must not wait for an override. A version
+    that only ever ran by an override is gated again, override and all."""
+    passed = was_active is not None and not was_active.override_reason
+    if not passed:
         report["refused"] = bool(report["reasons"])
         return
     report["rollback"] = {"last_activated_at": was_active.created_at.isoformat()}

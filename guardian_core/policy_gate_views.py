@@ -1,6 +1,9 @@
 """The activate page of a policy version: the regression gate's report, the comment the
 activation needs and, when the gate refuses, the admin's override reason."""
 
+from datetime import datetime
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ValidationError
@@ -54,6 +57,9 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
             "report": report,
             "flips": flip_rows(report["flips"], can_open_examples=can_open_examples(request)),
             "flip_counts": flip_counts(report["flips"]),
+            "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
+            "rollback_at": _when(report),
+            "version_label": f"v{version.number}",
             "shadow_trial": version.shadow_trials.filter(stopped_at__isnull=True).first(),
             "problems": version.problems(),
             "errors": errors,
@@ -80,6 +86,12 @@ _BAND_WORDS = {
 }
 
 
+def _when(report: dict | None) -> datetime | None:
+    """The rollback's last activation as a datetime (the report keeps JSON's text)."""
+    at = ((report or {}).get("rollback") or {}).get("last_activated_at")
+    return datetime.fromisoformat(at) if at else None
+
+
 def band_words(condition: str, band: str) -> str:
     """What `band` of `condition` does to the run, in words; an unknown value as it is."""
     if band != Band.FIRED:
@@ -101,49 +113,45 @@ def label_words(condition: str, label: object, positive: bool | None) -> str:
     return "holds" if positive else "does not hold"
 
 
-_RIGHT = ("right", "caught")
-_WRONG = ("missed", "false alarm")
-
-
 def _judged(condition: str, band: str, positive: bool) -> str:
-    """What a band does with an example whose label is known: "right", "caught" (it holds
-    and a person sees it), "missed" (it holds and the run goes on unseen), "false alarm" (it
-    does not hold and the run stops or replans) or "a person" (a review, needed or not)."""
+    """What a band does with an example whose label is known: "right", "caught" (it holds and
+    a person sees it), "missed" (it holds and the run goes on unseen), "false alarm" (it does
+    not hold and the run stops, replans or escalates) or "a person" (a review in the band)."""
     try:
         escalating = ON_FIRE[Condition(condition)] == Outcome.ESCALATE
     except (ValueError, KeyError):
         escalating = False
     if band == Band.CLEAR:
         return "missed" if positive else "right"
-    if band == Band.FIRED and not escalating:
-        return "right" if positive else "false alarm"
-    # The uncertain band, no usable answer, or firing where firing asks a person.
+    if band == Band.FIRED:
+        if positive:
+            return "caught" if escalating else "right"
+        return "false alarm"
+    # The uncertain band, or no usable answer: a person decides.
     return "caught" if positive else "a person"
 
 
 def flip_effect(flip: dict) -> tuple[str, str]:
-    """What the flip does against the example's label, in words, and its kind: "better" (now
-    right), "worse" (now missed or a false alarm), "person" (now a person's work) or "other"
-    (the same effect either way, e.g. integrity's band and its firing both ask a person)."""
+    """What the flip does against the example's label, in words, and whether the example now
+    costs less ("better"), more ("worse") or the same ("alike"), priced as the gate prices it
+    (a review, a false stop, a miss) at the costs in force."""
     positive = flip.get("positive")
     if positive is None:
-        return "", "other"
+        return "", "alike"
     was = _judged(flip["condition"], flip["current"], positive)
     now = _judged(flip["condition"], flip["candidate"], positive)
-    if now in _WRONG and was not in _WRONG:
-        kind = "worse"
-    elif now in _RIGHT and was not in _RIGHT:
-        kind = "better"
-    elif now == "a person" and was != "a person":
-        kind = "person"
+    cost = flip.get("cost") or {}
+    before, after = cost.get("current"), cost.get("candidate")
+    if before is None or after is None or abs(after - before) < 1e-12:
+        kind = "alike"
     else:
-        kind = "other"
+        kind = "better" if after < before else "worse"
     return f"{was} → {now}", kind
 
 
 def flip_counts(flips: list[dict]) -> dict[str, int]:
-    """How many of all the flips are better, worse, now a person's work, or alike."""
-    counts = {"better": 0, "worse": 0, "person": 0, "other": 0}
+    """How many of all the flips cost less, more, or the same."""
+    counts = {"better": 0, "worse": 0, "alike": 0}
     for flip in flips:
         counts[flip_effect(flip)[1]] += 1
     return counts

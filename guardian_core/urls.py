@@ -80,6 +80,11 @@ policy_patterns = (
             guardian_model_views.guardian_model_activate_page,
             name="model_activate",
         ),
+        path(
+            "models/<int:version_id>/retire",
+            guardian_model_views.guardian_model_retire,
+            name="model_retire",
+        ),
         path("shadow/", shadow_views.shadow_trial_list_page, name="shadow"),
         path("shadow/<int:trial_id>/", shadow_views.shadow_trial_detail_page, name="shadow_detail"),
         path("shadow/<int:trial_id>/stop", shadow_views.shadow_trial_stop_view, name="shadow_stop"),

@@ -310,6 +310,17 @@ MATRIX = [
         admin=200,
         outsider=403,
     ),
+    # Retiring needs a reason: without one, back to the version's page with the error.
+    row(
+        "policies:model_retire",
+        "POST",
+        kwargs={"version_id": "guardian_model"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=("redirect", "/policies/models/"),
+        outsider=403,
+    ),
     # The gate's report on GET; a POST without the comment is the page again with the error.
     row(
         "policies:model_activate",

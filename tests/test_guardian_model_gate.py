@@ -115,7 +115,7 @@ def test_a_worse_candidate_is_refused_with_every_reason_and_nothing_changes(
         guardian_model_activate(number=bad.number)
     message = str(refused.value)
     assert "guardian model version 2 cannot be activated" in message
-    assert "integrity: calibration worsens (ECE" in message
+    assert "integrity: calibration worsens beyond 5% (ECE" in message
     assert "expected cost per example worsens beyond 5%" in message
     assert "give an override reason" in message
     assert guardian_model_version_active(adapter="local") == good

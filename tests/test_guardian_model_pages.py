@@ -95,7 +95,7 @@ def test_the_activate_page_shows_the_refusal_with_every_reason_and_the_flips(
     client.force_login(admin)
     body = client.get(reverse("policies:model_activate", args=[bad.pk])).content.decode()
     assert "The gate refuses this version" in body
-    assert "integrity: calibration worsens (ECE" in body
+    assert "integrity: calibration worsens beyond 5% (ECE" in body
     assert "expected cost per example worsens beyond 5%" in body
     assert "Outcome flips" in body
     assert "fires: a person decides" in body  # a flip's outcome in words
@@ -117,7 +117,9 @@ def test_a_refused_version_is_not_activated_without_a_comment_or_an_override(
     assert no_override.status_code == 400
     refused = no_override.content.decode()
     assert "give a reason to override it" in refused
-    assert "integrity: calibration worsens (ECE" in refused  # the report the POST measured
+    assert (
+        "integrity: calibration worsens beyond 5% (ECE" in refused
+    )  # the report the POST measured
     assert guardian_model_version_active(adapter="local") == good
     assert not GuardianModelActivation.objects.filter(version=bad).exists()
 
@@ -216,4 +218,50 @@ def test_the_history_of_an_overridden_activation_says_what_the_gate_refused(
     )
     client.force_login(admin)
     body = client.get(reverse("policies:model_detail", args=[bad.pk])).content.decode()
-    assert "The gate had refused: integrity: calibration worsens (ECE" in body
+    assert "The gate had refused: integrity: calibration worsens beyond 5% (ECE" in body
+
+
+def test_the_active_version_can_be_retired_from_its_page_with_a_reason(
+    client, admin, good_active_bad_candidate
+):
+    good, _ = good_active_bad_candidate
+    client.force_login(admin)
+    url = reverse("policies:model_retire", args=[good.pk])
+
+    client.post(url, {"comment": " "})
+    assert guardian_model_version_active(adapter="local") == good  # no reason, no retirement
+
+    response = client.post(url, {"comment": "the vendor's base model changed"})
+    assert response.status_code == 302
+    assert guardian_model_version_active(adapter="local") is None
+    record = GuardianModelActivation.objects.filter(version=good).first()
+    assert (record.retired, record.activated_by, record.comment) == (
+        True,
+        admin,
+        "the vendor's base model changed",
+    )
+    page = client.get(reverse("policies:model_detail", args=[good.pk])).content.decode()
+    assert "retired: runs went back to the adapter as it ships" in page
+
+
+def test_an_adapter_that_is_not_set_up_is_offered_disabled_and_refused(client, admin, settings):
+    settings.GUARDIAN_HTTP_URL = ""
+    client.force_login(admin)
+    page = client.get(reverse("policies:models")).content.decode()
+    assert "(not set up: GUARDIAN_HTTP_URL" in page
+    response = client.post(reverse("policies:models"), {"kind": "recalibrate", "adapter": "http"})
+    assert response.status_code == 400
+    assert "This guardian is not set up here: set GUARDIAN_HTTP_URL" in response.content.decode()
+
+
+def test_a_candidate_that_ranks_worse_is_refused_even_if_calibrated(labelled):
+    from guardian_core.guardian_gate import guardian_model_gate_report
+
+    good = make_guardian_model_version(calibration={"integrity": IDENTITY})
+    guardian_model_activate(number=good.number, comment="first")
+    # A decreasing map: every probability turned upside down, the ranking reversed.
+    upside_down = make_guardian_model_version(
+        calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [1.0, 0.0]}}
+    )
+    report = guardian_model_gate_report(candidate=upside_down)
+    assert any("tells the classes apart less well (AUROC" in r for r in report["reasons"])

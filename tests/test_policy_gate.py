@@ -287,8 +287,8 @@ def test_each_flip_is_judged_against_the_reviewers_label(client, admin, current)
     rows = response.context["flips"]
     assert {row["label_words"] for row in rows} == {"holds"}
     assert {row["effect"] for row in rows} == {("caught → missed", "worse")}
-    assert response.context["flip_counts"] == {"better": 0, "worse": 3, "person": 0, "other": 0}
-    assert "3 now wrong" in response.content.decode()
+    assert response.context["flip_counts"] == {"better": 0, "worse": 3, "alike": 0}
+    assert "3 now cost more" in response.content.decode()
 
 
 def test_a_reworded_question_a_judge_or_a_quorum_is_named_as_not_measured(client, admin, current):
@@ -302,7 +302,11 @@ def test_a_reworded_question_a_judge_or_a_quorum_is_named_as_not_measured(client
     report = gate_report(candidate=candidate)
     assert any(words.startswith("integrity question reworded") for words in report["unmeasured"])
     assert any("quorum" in words for words in report["unmeasured"])
-    assert report["refused"] is False  # the thresholds it can measure are the same
+    # A new question goes live unmeasured only if someone says why: it refuses; a quorum
+    # alone (a person's extra look) does not.
+    assert report["refused"] is True
+    assert any(r.startswith("not measured by the gate") for r in report["reasons"])
+    assert not any("quorum" in r for r in report["reasons"])
     client.force_login(admin)
     page = client.get(reverse("policies:activate", kwargs={"version_id": candidate.pk}))
     body = page.content.decode()
@@ -364,34 +368,94 @@ def test_going_back_to_a_version_that_was_active_is_a_rollback_not_a_refusal(cur
     assert PolicyVersion.objects.get(is_active=True) == current
 
 
-def test_flips_that_only_move_work_to_a_person_are_not_counted_wrong():
+def test_a_flip_is_better_or_worse_by_what_the_example_now_costs():
     from guardian_core.policy_gate_views import flip_effect
 
-    def flip(condition, current, candidate, positive):
+    def flip(condition, current, candidate, positive, costs):
+        cost = {"current": costs[0], "candidate": costs[1]}
         return {"condition": condition, "current": current, "candidate": candidate,
-                "positive": positive}  # fmt: skip
+                "positive": positive, "cost": cost}  # fmt: skip
 
-    # Integrity's firing and its band both ask a person: alike in effect.
-    assert flip_effect(flip("integrity", "fired", "uncertain", True)) == (
+    # Integrity's firing and its band both ask a person: caught either way, one review less.
+    assert flip_effect(flip("integrity", "uncertain", "fired", True, (0.1, 0.0))) == (
         "caught → caught",
-        "other",
+        "better",
     )
-    # A wider band sends a clean output to a person: a review, not a mistake.
-    assert flip_effect(flip("integrity", "clear", "uncertain", False)) == (
+    # A clean output that fired (a needless escalation at C_stop) now only costs a review.
+    assert flip_effect(flip("integrity", "fired", "uncertain", False, (1.0, 0.1))) == (
+        "false alarm → a person",
+        "better",
+    )
+    assert flip_effect(flip("integrity", "clear", "uncertain", False, (0.0, 0.1))) == (
         "right → a person",
-        "person",
+        "worse",
     )
-    assert flip_effect(flip("goal_reached", "fired", "clear", True)) == ("right → missed", "worse")
-    assert flip_effect(flip("goal_reached", "clear", "fired", False)) == (
+    assert flip_effect(flip("goal_reached", "fired", "clear", True, (0.0, 1.0))) == (
+        "right → missed",
+        "worse",
+    )
+    assert flip_effect(flip("goal_reached", "clear", "fired", False, (0.0, 4.0))) == (
         "right → false alarm",
         "worse",
     )
-    # Right either way, by a person or without one.
-    assert flip_effect(flip("goal_reached", "uncertain", "fired", True)) == (
-        "caught → right",
-        "other",
-    )
-    assert flip_effect(flip("goal_reached", "clear", "uncertain", True)) == (
+    assert flip_effect(flip("goal_reached", "clear", "uncertain", True, (1.0, 0.1))) == (
         "missed → caught",
         "better",
     )
+
+
+def test_a_version_that_ran_only_by_an_override_is_gated_again_not_waved_through(current, admin):
+    reckless = worse()
+    policy_version_activate(
+        version_id=reckless.pk, comment="pilot", user=admin, override_reason="by hand"
+    )
+    policy_version_activate(version_id=current.pk, comment="roll back", user=admin)
+
+    report = gate_report(candidate=reckless)
+
+    assert "rollback" not in report
+    assert report["refused"] is True
+
+
+def test_a_safe_copy_is_not_refused_because_a_reckless_version_is_active(current, admin):
+    reckless = version(2, integrity={"c_stop": 99, "c_cont": 1, "delta": 0.005})
+    policy_version_activate(
+        version_id=reckless.pk, comment="pilot", user=admin, override_reason="by hand"
+    )
+    safe = version(3)  # the defaults again
+
+    report = gate_report(candidate=safe)
+
+    # At the reckless costs in force a caught injection is cheap and a review dear, so the copy
+    # costs more there; at its own costs it costs less: a change of appetite, not a regression.
+    assert (
+        report["own_costs"]["expected_cost"]["candidate"]
+        < (report["own_costs"]["expected_cost"]["current"])
+    )
+    assert report["refused"] is False, report["reasons"]
+
+
+def test_a_candidate_that_would_end_unfinished_runs_with_success_is_refused(current):
+    LabelledExample.objects.create(
+        condition=Condition.GOAL_REACHED,
+        projection={"goal": "Refund it", "last_results": ["the refund was rejected"]},
+        probability=0.6,
+        label=False,
+        source=ExampleSource.HUMAN,
+        question_set_version="q-gate",
+        model_version="local-1",
+    )
+    eager = version(2, goal_reached={"c_stop": 1, "c_cont": 1, "delta": 0.05})  # t* 0.5
+    report = gate_report(candidate=eager)
+    assert report["refused"] is True
+    assert any(
+        r.startswith("goal_reached: 1 run whose goal was not reached would now stop with success")
+        for r in report["reasons"]
+    )
+
+
+def test_a_widened_band_says_what_its_cost_is_made_of(current, examples):
+    wider = version(2, integrity={"c_stop": 1, "c_cont": 9, "delta": 0.09})  # 0.02 now reviewed
+    report = gate_report(candidate=wider)
+    [reason] = [r for r in report["reasons"] if r.startswith("integrity: expected cost")]
+    assert reason.endswith("(+1 reviews)")

@@ -525,3 +525,12 @@ def test_reviewer_vs_reviewer_is_empty_without_a_quorum(client, admin, reviewer)
     client.force_login(admin)
     html = client.get(reverse("policies:monitoring")).content.decode()
     assert "No held call has been approved by a quorum" in html
+
+
+@pytest.mark.django_db
+def test_a_young_log_says_its_rates_per_hour_are_early_ones(client, admin):
+    demo_policy_version()
+    _decisions_today([(DecisionOutcome.ESCALATE, 0.15)] * 3)
+    client.force_login(admin)
+    body = client.get(reverse("policies:monitoring")).content.decode()
+    assert "Every rate per hour here is an early one" in body

@@ -468,6 +468,7 @@ def test_two_fresh_processes_train_the_same_models_and_give_the_same_probabiliti
         "risk": guardian.assess_risk([projection]),
         "version": guardian.model_version,
     }
+    # How long training takes is the bench's to measure (section "local guardian"), not a
+    # timed assertion's: on a loaded machine it failed while the models were right.
     for run in runs:
-        assert run["trained"] < 10  # seconds for all six models: training is cheap
         assert {key: run[key] for key in here} == json.loads(json.dumps(here))

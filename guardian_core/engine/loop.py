@@ -214,92 +214,89 @@ class TurnRecord:
 # ---- the step -------------------------------------------------------------------------------
 
 
-def run_turn(
+@dataclass(frozen=True)
+class PreparedStep:
+    """A step checked and gated, nothing run yet: what `finish_step` needs once its calls
+    have run (here, or in a caller's own loop that reports their results). Built again from
+    the same inputs (the proposal, the risk answers, the approvals and keys) it is the same."""
+
+    run_id: str
+    index: int
+    state: LoopState  # before the step
+    started_at: datetime
+    hash_before: str
+    proposal: Proposal
+    checked: tuple[CheckedCall, ...]
+    proposed_state: LoopState
+    hash_proposed: str
+    gate: GateDecision | None
+    risk_answers: tuple[object, ...]
+    projections: tuple[Mapping, ...]
+    extra: tuple[Reason, ...]
+    feedback: tuple[Feedback, ...]
+    # Every call's status so far: invalid, held, not_approved, or not_run for the ones that
+    # may run (`runnable`), which running makes done or failed.
+    statuses: Mapping[int, str]
+    runnable: tuple[int, ...]
+    keys: Mapping[int, str | None]
+    steps: tuple[dict, ...]
+    timings: Mapping[str, float]
+    risk_spend: tuple[float, float] = (0, 0.0)  # what asking the risk question cost
+
+    @property
+    def held(self) -> bool:
+        return self.gate is not None and self.gate.held
+
+
+def prepare_step(
     state: LoopState,
     *,
     run_id: str,
     index: int,
-    actor: Actor,
     guardian: Guardian,
     tools: Mapping[str, Tool],
     clock: Clock,
     policy: Policy,
-    history: Sequence[PastTurn] = (),
-    usage: Usage | None = None,
-    feedback: tuple[Feedback, ...] = (),
-    proposal: Proposal | None = None,
+    proposal: Proposal,
     approved: frozenset[int] | None = None,
     idempotency_keys: Mapping[int, str] | None = None,
-    run_started_at: datetime | None = None,
     refusals: Mapping[int, str] | None = None,
-    judge: Judge | None = None,
-    judge_conditions: Collection[Condition | str] = (),
-    judge_deadline_seconds: float | None = None,
-) -> TurnRecord:
-    """Run turn `index` of run `run_id` and return its record.
-
-    `usage` is what earlier turns spent. A given `proposal` is used instead of asking the
-    actor: to retry a turn whose proposal was already recorded, or to resume a held step
-    after a person's verdict, with the approved call positions as `approved` (exactly those
-    calls run). `idempotency_keys` gives a resumed call the key it first ran under (a call
-    a person says did not go through, re-run at their explicit request), so a tool that did
-    see it dedupes it.
-
-    Budgets count everything the run spent: the actor's tokens and cost (in its proposal),
-    the guardian's (its `spend`, when it keeps one), and wall time since `run_started_at`
-    (actor latency, queueing and waiting on people included), or, without it, the time of
-    the turns themselves.
-
-    `refusals` says why a call a person approved may not run after all (its approval expired,
-    was used, or no longer matches the call): it is left out of `approved` by the caller, so
-    it is "not_approved", and the actor is told why.
-
-    `judge`, when given, is asked each of `judge_conditions` whose guardian answer is in the
-    uncertain band (engine/judge.py): a confident judge answer settles it, anything else
-    leaves it to a person. It is never asked about risk, nor on a step held at the gate.
-    """
-    usage = usage or Usage(turns=0)
-    guardian_spent_before = _spend(guardian)
-    judge_spent_before = _spend(judge)
-    timings: dict[str, float] = {}
+    risk_answers: Sequence[object] | None = None,
+    timings: Mapping[str, float] | None = None,
+) -> PreparedStep:
+    """Validate every call of `proposal`, ask the risk question, gate the whole step and give
+    each call its idempotency key: everything before any call runs. `risk_answers`, when
+    given, are the answers an earlier preparation of the same step received (the guardian is
+    not asked again); see `run_turn` for the other arguments."""
+    timings = dict(timings or {})
+    spent_before = _spend(guardian)
     tick = clock.monotonic()
     started_at = clock.now()
     hash_before = state_hash(state)
-    steps: list[dict] = []
-
-    def state_next(current: LoopState, **change) -> LoopState:
-        # Every step this turn makes is kept: the turn records them, and any version of the
-        # state is rebuilt from them (and its chained hash checked).
-        step = state_step(**change)
-        steps.append(step)
-        return state_apply(current, step)
-
-    if proposal is None:
-        proposal = actor.propose(project(state).data, feedback)
-    tick = _lap(timings, "propose", clock, tick)
-
-    checked = [validate_call(tools, call.tool, call.arguments) for call in proposal.calls]
-    pending = tuple(
-        PendingCall(
-            tool=call.tool,
-            description=tools[call.tool].description if call.tool in tools else "",
-            arguments=check.arguments if check.ok else _as_recorded(call.arguments),
-            intent=call.intent,
+    checked = tuple(validate_call(tools, call.tool, call.arguments) for call in proposal.calls)
+    step_changes = state_step(
+        pending=tuple(
+            PendingCall(
+                tool=call.tool,
+                description=tools[call.tool].description if call.tool in tools else "",
+                arguments=check.arguments if check.ok else _as_recorded(call.arguments),
+                intent=call.intent,
+            )
+            for call, check in zip(proposal.calls, checked, strict=True)
         )
-        for call, check in zip(proposal.calls, checked, strict=True)
     )
-    proposed_state = state_next(state, pending=pending)
+    proposed_state = state_apply(state, step_changes)
     hash_proposed = state_hash(proposed_state)
     tick = _lap(timings, "validate", clock, tick)
 
     gate = None
-    risk_answers: tuple[object, ...] = ()
+    answers: tuple[object, ...] = ()
     projections: list[Mapping] = []
     extra: list[Reason] = []
-    out_feedback: list[Feedback] = []
+    feedback: list[Feedback] = []
     invalid = [check for check in checked if not check.ok]
     if invalid:
-        out_feedback = [
+        feedback = [
             Feedback(call, check.feedback())
             for call, check in zip(proposal.calls, checked, strict=True)
             if not check.ok
@@ -313,9 +310,13 @@ def run_turn(
             for i, call in enumerate(proposal.calls)
         ]
         projections = [project(proposed_state, pending_index=i).data for i in range(len(step))]
-        risk_answers = _ask_risk(guardian, projections)
+        answers = (
+            tuple(risk_answers)
+            if risk_answers is not None and len(risk_answers) == len(projections)
+            else _ask_risk(guardian, projections)
+        )
         tick = _lap(timings, "risk", clock, tick)
-        gate = gate_step(step, risk_answers, policy.thresholds[Condition.RISK], approved=approved)
+        gate = gate_step(step, answers, policy.thresholds[Condition.RISK], approved=approved)
         extra.extend(gate.reasons())
         runnable = gate.runnable
         statuses = {}
@@ -328,18 +329,84 @@ def run_turn(
                 message = f"Call {call.position} ({call.tool}) was not approved" + (
                     f": {why}." if why else "."
                 )
-                out_feedback.append(Feedback(proposal.calls[call.position], message))
+                feedback.append(Feedback(proposal.calls[call.position], message))
+            else:
+                statuses[call.position] = "not_run"
 
     keys = {
         i: (idempotency_keys or {}).get(i) or _key(run_id, index, i, call.tool, checked[i])
         for i, call in enumerate(proposal.calls)
     }
     keys = {i: key if checked[i].ok else None for i, key in keys.items()}
-    results, errors = _execute(proposal, checked, runnable, tools, keys, statuses)
-    tick = _lap(timings, "execute", clock, tick)
+    spent_after = _spend(guardian)
+    return PreparedStep(
+        run_id=run_id,
+        index=index,
+        state=state,
+        started_at=started_at,
+        hash_before=hash_before,
+        proposal=proposal,
+        checked=checked,
+        proposed_state=proposed_state,
+        hash_proposed=hash_proposed,
+        gate=gate,
+        risk_answers=answers,
+        projections=tuple(projections),
+        extra=tuple(extra),
+        feedback=tuple(feedback),
+        statuses=statuses,
+        runnable=tuple(runnable),
+        keys=keys,
+        steps=(step_changes,),
+        timings=timings,
+        risk_spend=(spent_after[0] - spent_before[0], spent_after[1] - spent_before[1]),
+    )
+
+
+def finish_step(
+    prepared: PreparedStep,
+    *,
+    results: Mapping[int, tuple[str | None, str | None]],
+    statuses: Mapping[int, str],
+    errors: Sequence[str],
+    guardian: Guardian,
+    tools: Mapping[str, Tool],
+    clock: Clock,
+    policy: Policy,
+    history: Sequence[PastTurn] = (),
+    usage: Usage | None = None,
+    run_started_at: datetime | None = None,
+    judge: Judge | None = None,
+    judge_conditions: Collection[Condition | str] = (),
+    judge_deadline_seconds: float | None = None,
+) -> TurnRecord:
+    """The rest of the turn once the runnable calls ran: `results` maps a position to its
+    (verbatim result, error), `statuses` is every call's status (the runnable ones done or
+    failed, or not_run when an earlier call failed), `errors` one line per failed call. Asks
+    the guardian, the judge on the band, decides, withholds outputs when integrity escalates."""
+    usage = usage or Usage(turns=0)
+    guardian_spent_before = _spend(guardian)
+    judge_spent_before = _spend(judge)
+    timings = dict(prepared.timings)
+    tick = clock.monotonic()
+    steps = list(prepared.steps)
+    proposal, checked, gate, index = (
+        prepared.proposal,
+        prepared.checked,
+        prepared.gate,
+        prepared.index,
+    )
+
+    def state_next(current: LoopState, **change) -> LoopState:
+        # Every step this turn makes is kept: the turn records them, and any version of the
+        # state is rebuilt from them (and its chained hash checked).
+        step = state_step(**change)
+        steps.append(step)
+        return state_apply(current, step)
+
+    extra = list(prepared.extra)
     if errors:
         extra.append(Reason("tool_error", "fired", Outcome.ESCALATE, "; ".join(errors)[:1000]))
-
     calls = tuple(
         CallRecord(
             position=i,
@@ -348,7 +415,7 @@ def run_turn(
             intent=call.intent,
             problems=tuple(p.message for p in checked[i].problems),
             declared_risk=tools[call.tool].risk_class if call.tool in tools else None,
-            idempotency_key=keys[i],
+            idempotency_key=prepared.keys[i],
             status=statuses.get(i, "not_run"),
             result=results.get(i, (None, None))[0],
             error=results.get(i, (None, None))[1],
@@ -357,16 +424,16 @@ def run_turn(
     )
     ran = [c for c in calls if c.status in ("done", "failed")]
     summary = _summary(index, proposal, calls, gate)
+    held_step = prepared.held
     after = state_next(
-        proposed_state,
+        prepared.proposed_state,
         add_history=(HistoryItem(index, summary),),
         last_results=tuple(c.result if c.result is not None else f"error: {c.error}" for c in ran)
         if ran
         else (),
-        pending=pending if gate is not None and gate.held else (),
+        pending=prepared.proposed_state.pending if held_step else (),
     )
 
-    held_step = gate is not None and gate.held
     # A held step changed nothing in the world: the gate's reasons decide, the guardian is
     # not asked again until the step has run.
     guardian_projection = None if held_step else project(after).data
@@ -381,8 +448,8 @@ def run_turn(
         tick = _lap(timings, "judge", clock, tick)
 
     tokens_now, cost_now = _spend(guardian)
-    guardian_tokens = tokens_now - guardian_spent_before[0]
-    guardian_cost = cost_now - guardian_spent_before[1]
+    guardian_tokens = tokens_now - guardian_spent_before[0] + prepared.risk_spend[0]
+    guardian_cost = cost_now - guardian_spent_before[1] + prepared.risk_spend[1]
     judge_tokens_now, judge_cost_now = _spend(judge)
     guardian_tokens += judge_tokens_now - judge_spent_before[0]
     guardian_cost += judge_cost_now - judge_spent_before[1]
@@ -406,7 +473,7 @@ def run_turn(
         calls=signatures,
         conditions=() if held_step else POST_EXECUTION_CONDITIONS,
         extra_reasons=tuple(extra),
-        replans=state.replans,
+        replans=prepared.state.replans,
     )
     _lap(timings, "decide", clock, tick)
 
@@ -421,16 +488,16 @@ def run_turn(
         after = state_next(after, replanned=True)
 
     return TurnRecord(
-        run_id=run_id,
+        run_id=prepared.run_id,
         index=index,
-        started_at=started_at,
-        state_hash_before=hash_before,
-        state_hash_proposed=hash_proposed,
+        started_at=prepared.started_at,
+        state_hash_before=prepared.hash_before,
+        state_hash_proposed=prepared.hash_proposed,
         state_hash_after=state_hash(after),
         proposal=proposal,
         calls=calls,
         gate=gate,
-        risk_answers=risk_answers,
+        risk_answers=prepared.risk_answers,
         answers=answers,
         decision=decision,
         thresholds={c.value: t.as_dict() for c, t in policy.thresholds.items()},
@@ -438,17 +505,106 @@ def run_turn(
             getattr(guardian, "question_set_version", policy.question_set_version)
         ),
         guardian_model_version=str(getattr(guardian, "model_version", "unknown")),
-        feedback=tuple(out_feedback),
+        feedback=prepared.feedback,
         quarantined=quarantined,
         final_answer=proposal.message if decision.outcome == Outcome.STOP_SUCCESS else None,
         usage=spent,
         state_after=after,
         timings=timings,
         guardian_projection=guardian_projection,
-        risk_projections=tuple(projections),
+        risk_projections=prepared.projections,
         state_steps=tuple(steps),
         judged=judged,
         judge_model_version=str(getattr(judge, "model_version", "unknown")) if judged else "",
+    )
+
+
+def run_turn(
+    state: LoopState,
+    *,
+    run_id: str,
+    index: int,
+    actor: Actor,
+    guardian: Guardian,
+    tools: Mapping[str, Tool],
+    clock: Clock,
+    policy: Policy,
+    history: Sequence[PastTurn] = (),
+    usage: Usage | None = None,
+    feedback: tuple[Feedback, ...] = (),
+    proposal: Proposal | None = None,
+    approved: frozenset[int] | None = None,
+    idempotency_keys: Mapping[int, str] | None = None,
+    run_started_at: datetime | None = None,
+    refusals: Mapping[int, str] | None = None,
+    judge: Judge | None = None,
+    judge_conditions: Collection[Condition | str] = (),
+    judge_deadline_seconds: float | None = None,
+) -> TurnRecord:
+    """Run turn `index` of run `run_id` and return its record: prepare the step, run its
+    runnable calls here, finish it.
+
+    `usage` is what earlier turns spent. A given `proposal` is used instead of asking the
+    actor: to retry a turn whose proposal was already recorded, or to resume a held step
+    after a person's verdict, with the approved call positions as `approved` (exactly those
+    calls run). `idempotency_keys` gives a resumed call the key it first ran under (a call
+    a person says did not go through, re-run at their explicit request), so a tool that did
+    see it dedupes it.
+
+    Budgets count everything the run spent: the actor's tokens and cost (in its proposal),
+    the guardian's (its `spend`, when it keeps one), and wall time since `run_started_at`
+    (actor latency, queueing and waiting on people included), or, without it, the time of
+    the turns themselves.
+
+    `refusals` says why a call a person approved may not run after all (its approval expired,
+    was used, or no longer matches the call): it is left out of `approved` by the caller, so
+    it is "not_approved", and the actor is told why.
+
+    `judge`, when given, is asked each of `judge_conditions` whose guardian answer is in the
+    uncertain band (engine/judge.py): a confident judge answer settles it, anything else
+    leaves it to a person. It is never asked about risk, nor on a step held at the gate.
+    """
+    timings: dict[str, float] = {}
+    tick = clock.monotonic()
+    if proposal is None:
+        proposal = actor.propose(project(state).data, feedback)
+    _lap(timings, "propose", clock, tick)
+    prepared = prepare_step(
+        state,
+        run_id=run_id,
+        index=index,
+        guardian=guardian,
+        tools=tools,
+        clock=clock,
+        policy=policy,
+        proposal=proposal,
+        approved=approved,
+        idempotency_keys=idempotency_keys,
+        refusals=refusals,
+        timings=timings,
+    )
+    tick = clock.monotonic()
+    statuses = dict(prepared.statuses)
+    results, errors = _execute(
+        proposal, prepared.checked, prepared.runnable, tools, prepared.keys, statuses
+    )
+    timings = dict(prepared.timings)
+    _lap(timings, "execute", clock, tick)
+    return finish_step(
+        replace(prepared, timings=timings),
+        results=results,
+        statuses=statuses,
+        errors=errors,
+        guardian=guardian,
+        tools=tools,
+        clock=clock,
+        policy=policy,
+        history=history,
+        usage=usage,
+        run_started_at=run_started_at,
+        judge=judge,
+        judge_conditions=judge_conditions,
+        judge_deadline_seconds=judge_deadline_seconds,
     )
 
 

@@ -37,7 +37,7 @@ from guardian_core.engine.conditions import (
 from guardian_core.engine.tools import action_hash
 from runs.mapping import approval_key
 from runs.models import Decision, Run, Turn
-from runs.tools import tool_registry
+from runs.tools import run_tools
 from runs.vocabulary import review_end_words, risk_words, source_words, summary_words
 
 
@@ -664,7 +664,7 @@ def escalation_held_calls(escalation: Escalation) -> list[HeldCall]:
     except Decision.DoesNotExist:
         risk_answers = []
     quorum = escalation.run.policy_version.quorum or {}
-    registry = tool_registry()
+    registry = run_tools(escalation.run)
     approvals: dict[int, list[Approval]] = {}
     for approval in escalation.approvals.select_related("reviewer").order_by("created_at", "id"):
         approvals.setdefault(approval.position, []).append(approval)

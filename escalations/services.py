@@ -50,7 +50,7 @@ from guardian_core.engine.tools import action_hash, validate_call
 from runs import judging, mapping
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
-from runs.tools import tool_registry
+from runs.tools import run_tools
 
 # The risk classes as labels, least severe first (the engine's RiskClass is a plain enum).
 RISK_CLASSES = tuple(risk.value for risk in RiskClass)
@@ -251,6 +251,11 @@ def _resolve(
         )
         _labelled_examples(escalation, verdict)
         outcome = _move_run(escalation, verdict)
+        if escalation.run.actor == "external":
+            # The caller's webhook hears of it once the verdict is committed (runs/tasks.py).
+            from runs.queue import verdict_webhook_after_commit
+
+            verdict_webhook_after_commit(escalation.pk)
         verdict.resulting_outcome = outcome
         verdict.save(update_fields=["resulting_outcome"])
         escalation.status = {
@@ -401,7 +406,7 @@ def _approve_call(
     where = f"call {call.position} ({call.tool})"
     arguments, original, key, digest = call.arguments, None, call.idempotency_key, call.action_hash
     if call.position in edited:
-        tool = tool_registry().get(call.tool)
+        tool = run_tools(escalation.run).get(call.tool)
         if tool is None:
             return None, [f"arguments of {where}: the tool is no longer registered"]
         check = validate_call({call.tool: tool}, call.tool, edited[call.position])
@@ -710,7 +715,8 @@ def _decide_with_human_answers(escalation: Escalation, answer: dict) -> Outcome:
 def _continue(run, enqueue_after_commit, outcome: Outcome = Outcome.CONTINUE) -> str:
     run.status = RunStatus.RUNNING
     run.save(update_fields=["status", "updated_at"])
-    enqueue_after_commit(run.pk)
+    if run.actor != "external":  # an external run's caller proposes its next step
+        enqueue_after_commit(run.pk)
     return outcome.value
 
 

@@ -71,6 +71,7 @@ ROLES: tuple[Role, ...] = (
             # Until operators get a role of their own, admins start and cancel runs.
             "runs.add_run",
             "runs.change_run",
+            "runs.drive_run",
             # Machines' API tokens, created (shown once) and revoked on the tokens page.
             "guardian_core.view_apitoken",
             "guardian_core.add_apitoken",
@@ -81,6 +82,15 @@ ROLES: tuple[Role, ...] = (
             ("API tokens", "tokens:list"),
             ("People", "people:list"),
         ),
+    ),
+    # A machine's role: the agent loop that runs elsewhere and asks Guardian before and after
+    # each step (runs/external.py), with an API token. Its screen is the API's documentation.
+    Role(
+        name="integrator",
+        screen_permission="runs.drive_run",
+        landing_url_name="api:docs",
+        nav_label="API",
+        permissions=("runs.add_run", "runs.drive_run"),
     ),
 )
 

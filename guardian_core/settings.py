@@ -254,6 +254,17 @@ GUARDIAN_REVIEW_COST_SHARE = env_float("GUARDIAN_REVIEW_COST_SHARE", 0.1, minimu
 # A shadow trial decides a turn once its decision is this old: one still committing may hold a
 # lower id than one already visible, and the trial reads in id order (runs/shadow.py).
 GUARDIAN_SHADOW_SETTLE_SECONDS = env_float("GUARDIAN_SHADOW_SETTLE_SECONDS", 15.0, minimum=0.0)
+# External runs (runs/external.py): a step whose calls were handed to the caller and whose
+# results never came back is escalated as ambiguous after this many seconds; a verdict sent
+# to a run's webhook waits this long for its answer (and is retried with backoff).
+GUARDIAN_EXTERNAL_RESULTS_SECONDS = env_float(
+    "GUARDIAN_EXTERNAL_RESULTS_SECONDS", 900.0, minimum=1.0
+)
+GUARDIAN_WEBHOOK_TIMEOUT_SECONDS = env_float("GUARDIAN_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+# The longest a long poll on an escalation holds its request (callers ask for up to 30 s).
+GUARDIAN_EXTERNAL_MAX_WAIT_SECONDS = env_float(
+    "GUARDIAN_EXTERNAL_MAX_WAIT_SECONDS", 30.0, minimum=0.0
+)
 # The monitoring rollup folds a decision once it is this many seconds old, for the same reason.
 GUARDIAN_MONITORING_SETTLE_SECONDS = env_float(
     "GUARDIAN_MONITORING_SETTLE_SECONDS", 15.0, minimum=0.0

@@ -47,6 +47,7 @@ from runs.api import (
     RunTurnDetailApi,
     RunTurnListApi,
 )
+from runs.external_api import EscalationWaitApi, RunStepApi, RunStepResultsApi, RunStepsApi
 
 
 def api_view(view_class):
@@ -137,6 +138,13 @@ api_patterns = [
     path("runs/<int:pk>/", api_view(RunDetailApi), name="run-detail"),
     path("runs/start/", api_view(RunCreateApi), name="run-start"),
     path("runs/<int:pk>/cancel/", api_view(RunCancelApi), name="run-cancel"),
+    path("runs/<int:pk>/steps/", api_view(RunStepsApi), name="run-steps"),
+    path("runs/<int:pk>/steps/<int:step>/", api_view(RunStepApi), name="run-step"),
+    path(
+        "runs/<int:pk>/steps/<int:step>/results/",
+        api_view(RunStepResultsApi),
+        name="run-step-results",
+    ),
     path("runs/<int:pk>/turns/", api_view(RunTurnListApi), name="run-turn-list"),
     path("runs/<int:pk>/turns/<int:index>/", api_view(RunTurnDetailApi), name="run-turn-detail"),
     path("runs/<int:pk>/export/", api_view(RunExportApi), name="run-export"),
@@ -145,6 +153,7 @@ api_patterns = [
     path("escalations/", api_view(EscalationOpenListApi), name="escalation-list"),
     path("escalations/<int:pk>/", api_view(EscalationDetailApi), name="escalation-detail"),
     path("escalations/<int:pk>/claim/", api_view(EscalationClaimApi), name="escalation-claim"),
+    path("escalations/<int:pk>/wait", api_view(EscalationWaitApi), name="escalation-wait"),
     path(
         "escalations/<int:pk>/release/", api_view(EscalationReleaseApi), name="escalation-release"
     ),

@@ -10,7 +10,7 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from guardian_core.api import HasRequiredPermission
 from guardian_core.api_schema import ErrorResponse
 from runs.audit import CSV_COLUMNS, decision_csv_lines, run_export_text
+from runs.external import EXTERNAL, external_run_start, external_run_summary
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
 from runs.presentation import decision_log_filename
 from runs.selectors import (
@@ -422,10 +423,20 @@ class DecisionLogCsvApi(APIView):
 
 
 class RunCreateInputSerializer(serializers.Serializer):
-    goal = serializers.CharField(max_length=MAX_GOAL_CHARS)
+    # Blank passes here so that validate() names it with every other bad field at once.
+    goal = serializers.CharField(max_length=MAX_GOAL_CHARS, allow_blank=True)
     acceptance_criteria = serializers.ListField(child=serializers.CharField(), required=False)
-    tools = serializers.ListField(child=serializers.CharField(), allow_empty=True)
-    actor = serializers.ChoiceField(choices=ACTORS)
+    tools = serializers.ListField(
+        child=serializers.JSONField(),
+        allow_empty=True,
+        help_text="Names of registered tools; an external run may also define its own: "
+        "{name, description, parameters (a JSON Schema of the arguments), risk_class}.",
+    )
+    actor = serializers.ChoiceField(
+        choices=ACTORS,
+        help_text="external: the run's loop runs in the caller's process, which proposes each "
+        "step and reports its results (POST /api/runs/{id}/steps/).",
+    )
     guardian = serializers.ChoiceField(choices=GUARDIANS, default="local")
     budgets = serializers.DictField(
         required=False,
@@ -434,6 +445,17 @@ class RunCreateInputSerializer(serializers.Serializer):
     )
     config = serializers.DictField(
         required=False, help_text="The adapters' settings; each adapter takes only its own keys."
+    )
+    policy_version = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="A policy version's number (default: the active one).",
+    )
+    webhook_url = serializers.URLField(
+        required=False,
+        max_length=2000,
+        help_text="External runs: where each verdict is POSTed, signed (X-Guardian-Signature: "
+        "sha256=HMAC of the body with the webhook_secret this answer gives once).",
     )
 
     def validate(self, attrs: dict) -> dict:
@@ -448,6 +470,8 @@ class RunCreateInputSerializer(serializers.Serializer):
             budgets=attrs.get("budgets"),
             config=attrs.get("config"),
         )
+        if attrs.get("webhook_url") and attrs["actor"] != "external":
+            problems.append("webhook_url: only an external run's verdicts go to a webhook")
         if problems:
             raise serializers.ValidationError(problems_by_field(problems))
         return attrs
@@ -463,11 +487,28 @@ class RunCreateApi(APIView):
     def post(self, request: Request) -> Response:
         serializer = RunCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        external = data["actor"] == EXTERNAL
+        if external and not request.user.has_perm("runs.drive_run"):
+            raise PermissionDenied("an external run is driven by its caller: runs.drive_run")
+        webhook_url = data.pop("webhook_url", "")
         try:
-            run = run_start(**serializer.validated_data, created_by=request.user)
+            if external:
+                data.pop("actor")
+                run, secret = external_run_start(
+                    **data, webhook_url=webhook_url, created_by=request.user
+                )
+            else:
+                run, secret = run_start(**data, created_by=request.user), ""
         except RunError as exc:  # what only run_start can know, e.g. no active policy version
             raise ValidationError({"detail": str(exc)}) from None
-        return Response(RunOutputSerializer(run_get(run_id=run.pk)).data, status=201)
+        body = RunOutputSerializer(run_get(run_id=run.pk)).data
+        if external:
+            # Where its caller goes next; the webhook's secret is shown here only.
+            body = {**body, **external_run_summary(run)}
+            if secret:
+                body["webhook_secret"] = secret
+        return Response(body, status=201)
 
 
 class RunCancelApi(APIView):

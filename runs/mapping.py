@@ -278,6 +278,13 @@ def answer_to_json(value: object) -> object:
     return value
 
 
+def answer_from_json(value: object) -> object:
+    """An answer as recorded, back: a malformed one is Malformed again, with its reason."""
+    if isinstance(value, dict) and set(value) == {"malformed"}:
+        return Malformed(str(value["malformed"]))
+    return value
+
+
 def _call_to_json(call: ProposedCall) -> dict:
     return {
         "tool": call.tool,

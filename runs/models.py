@@ -62,7 +62,10 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        permissions = [("audit_run", "Can browse the decision log of runs")]
+        permissions = [
+            ("audit_run", "Can browse the decision log of runs"),
+            ("drive_run", "Can drive an external run: propose its steps, report their results"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values),
@@ -109,6 +112,10 @@ class Turn(models.Model):
     state = models.JSONField(default=dict, blank=True)
     usage = models.JSONField(default=dict, blank=True, help_text="Budget spent up to this turn.")
     feedback = models.JSONField(default=list, blank=True, help_text="For the next proposal.")
+    # An external run's step gated and waiting for the caller's results: the risk answers it
+    # was gated on, the approvals and keys it runs under (runs/external.py prepares the step
+    # again from them, without asking the guardian twice). {} for every other turn.
+    gate = models.JSONField(default=dict, blank=True)
     timings = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -377,3 +384,33 @@ class ShadowDecision(models.Model):
     def deciding_reasons(self) -> list[dict]:
         """The reasons that gave the candidate's outcome (the others did not decide it)."""
         return [r for r in self.reasons if r.get("outcome") == self.outcome]
+
+
+class RunWebhook(models.Model):
+    """Where an external run's verdicts are sent (runs/external.py), signed with `secret`
+    (HMAC-SHA256, shown to the caller once when the run starts)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="webhook")
+    url = models.URLField(max_length=2000)
+    secret = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"webhook of run {self.run_id}"
+
+
+class WebhookDelivery(models.Model):
+    """One verdict sent to a run's webhook: its attempts and how the last one went."""
+
+    webhook = models.ForeignKey(RunWebhook, on_delete=models.CASCADE, related_name="deliveries")
+    escalation = models.OneToOneField(
+        "escalations.Escalation", on_delete=models.CASCADE, related_name="webhook_delivery"
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"delivery of escalation {self.escalation_id} ({self.attempts} attempts)"

@@ -12,3 +12,16 @@ def enqueue(run_id: int) -> None:
     from runs.tasks import advance_run
 
     advance_run.delay(run_id)
+
+
+def verdict_webhook_after_commit(escalation_id: int) -> None:
+    """Send an external run's verdict to its webhook, if it has one, once it is committed."""
+
+    def send() -> None:
+        from runs.models import RunWebhook
+        from runs.tasks import deliver_verdict
+
+        if RunWebhook.objects.filter(run__escalations__pk=escalation_id).exists():
+            deliver_verdict.delay(escalation_id)
+
+    transaction.on_commit(send)

@@ -25,7 +25,7 @@ from runs.models import Run, RunStatus
 from runs.queue import enqueue, enqueue_after_commit
 from runs.review_rounds import review_round_advance
 from runs.turns import RECENT_TURNS_READ, agent_turn_advance
-from runs.validation import run_input_problems
+from runs.validation import INLINE_TOOL_KEYS, run_input_problems
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +49,13 @@ def run_start(
     budgets: dict | None = None,
     config: dict | None = None,
     created_by=None,
+    policy_version: int | None = None,
 ) -> Run:
-    """Create a run pinned to the active policy version and enqueue its first turn. A budget
-    the run does not state is taken from the version's run caps (a version without a cap
-    leaves that budget as it always was).
+    """Create a run pinned to the active policy version (or version number `policy_version`)
+    and enqueue its first turn; an external run's first step is its caller's to propose. A
+    budget the run does not state is taken from the version's run caps (a version without a
+    cap leaves that budget as it always was). An external run's `tools` may hold definitions
+    of its own besides registered names: stored in its config, the names in `tools`.
 
     Raises RunError naming every problem (runs/validation.py): a run never starts on input it
     can never run with, so nothing sits "running" until the sweeper gives up on it."""
@@ -65,12 +68,26 @@ def run_start(
         budgets=budgets,
         config=config,
     )
-    version = PolicyVersion.objects.filter(is_active=True).first()
-    if version is None:
-        problems.append("policy_version: no policy version is active")
+    if policy_version is None:
+        version = PolicyVersion.objects.filter(is_active=True).first()
+        if version is None:
+            problems.append("policy_version: no policy version is active")
+    else:
+        version = PolicyVersion.objects.filter(number=policy_version).first()
+        if version is None:
+            problems.append(f"policy_version: there is no policy version {policy_version}")
     problems += policy_version_problems_for(version)  # a run never starts on an invalid one
     if problems:
         raise RunError("; ".join(problems))
+    if actor == "external":
+        inline = [
+            {key: item[key] for key in INLINE_TOOL_KEYS if key in item}
+            for item in tools
+            if isinstance(item, dict)
+        ]
+        tools = [item if isinstance(item, str) else item["name"] for item in tools]
+        if inline:
+            config = {**(config or {}), "tools": inline}
     # A budget the run does not state is the version's cap, when it has one; stored on the run
     # so its page, its replay and its turns all read the budgets it actually ran under.
     budgets = {**run_caps(version.limits or {}), **(budgets or {})}
@@ -87,7 +104,8 @@ def run_start(
             status=RunStatus.RUNNING,
             created_by=created_by,
         )
-        enqueue_after_commit(run.pk)
+        if actor != "external":  # an external run's loop is its caller's
+            enqueue_after_commit(run.pk)
     return run
 
 
@@ -116,6 +134,7 @@ def run_sweep_stalled(*, now=None) -> list[int]:
     stale = now - timedelta(seconds=settings.GUARDIAN_STALLED_AFTER_SECONDS)
     run_ids = list(
         Run.objects.filter(status=RunStatus.RUNNING)
+        .exclude(actor="external")  # its loop is its caller's: nothing to enqueue
         .filter(
             Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True, updated_at__lt=stale)
         )
@@ -124,6 +143,9 @@ def run_sweep_stalled(*, now=None) -> list[int]:
     for run_id in run_ids:
         enqueue(run_id)
     _expire_escalations(now)
+    from runs.external import external_steps_abandoned  # it imports this module
+
+    external_steps_abandoned(now=now)
     return run_ids
 
 
@@ -139,6 +161,11 @@ def run_advance(*, run_id: int, enqueue_next: bool = True) -> str:
     run = _claim(run_id, token)
     if run is None:
         return "skipped"
+    if run.actor == "external":  # a stray message: an external run's caller drives it
+        Run.objects.filter(pk=run_id, lease_token=token).update(
+            lease_token="", lease_expires_at=None
+        )
+        return "skipped"
     try:
         if run.actor == "coder_reviewer":
             return review_round_advance(run, token, enqueue_next=enqueue_next)
@@ -151,18 +178,28 @@ def run_advance(*, run_id: int, enqueue_next: bool = True) -> str:
 
 # The claim and the read of the run in one statement (PostgreSQL): a conditional update that
 # returns the row it claimed. Durability: the lease is committed before any work starts.
-# The last turns come back in the same statement, as JSON (runs.turns reads them).
+# The last turns come back in the same statement, as JSON (runs.turns reads them), and with
+# an unfinished one (at most one) the calls recorded for it (an external step's started calls,
+# which its results complete).
 _CLAIM_SQL = """
 WITH claimed AS (
     UPDATE runs_run
     SET lease_token = %s, lease_expires_at = %s
     WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+        {only}
     RETURNING *
 )
 SELECT claimed.*, (
     SELECT coalesce(json_agg(recent ORDER BY recent.index), '[]'::json) FROM (
-        SELECT t.id, t.index, t.proposal, t.usage, t.feedback, d.id AS decision_id,
-            d.outcome, d.fired, d.call_signatures, d.content_hash
+        SELECT t.id, t.index, t.proposal, t.usage, t.feedback, t.gate, d.id AS decision_id,
+            d.outcome, d.fired, d.call_signatures, d.content_hash,
+            CASE WHEN d.id IS NULL THEN (
+                SELECT coalesce(json_agg(c ORDER BY c.position), '[]'::json) FROM (
+                    SELECT id, position, tool, arguments, intent, risk_class, status,
+                        idempotency_key, result, error, started_at, finished_at
+                    FROM runs_toolcall WHERE turn_id = t.id
+                ) c
+            ) END AS calls
         FROM runs_turn t LEFT JOIN runs_decision d ON d.turn_id = t.id
         WHERE t.run_id = claimed.id
         ORDER BY t.index DESC
@@ -173,15 +210,21 @@ FROM claimed
 """
 
 
-def _claim(run_id: int, token: str) -> Run | None:
-    """Take the run's lease if it is running and no live lease holds it: the run, or None."""
+def _claim(
+    run_id: int, token: str, *, actor: str | None = None, created_by_id: int | None = None
+) -> Run | None:
+    """Take the run's lease if it is running and no live lease holds it (and, when given, it
+    is of `actor` and was started by user `created_by_id`): the run, or None."""
     now = timezone.now()
     expires = now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS)
+    only = {"actor": actor, "created_by_id": created_by_id}
+    only = {column: value for column, value in only.items() if value is not None}
     if connection.vendor == "postgresql":
-        params = [token, expires, run_id, RunStatus.RUNNING, now, RECENT_TURNS_READ]
-        return next(iter(Run.objects.raw(_CLAIM_SQL, params)), None)
+        sql = _CLAIM_SQL.format(only="".join(f"AND {column} = %s " for column in only))
+        params = [token, expires, run_id, RunStatus.RUNNING, now, *only.values()]
+        return next(iter(Run.objects.raw(sql, [*params, RECENT_TURNS_READ])), None)
     claimed = (
-        Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, **only)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
         .update(lease_token=token, lease_expires_at=expires)
     )

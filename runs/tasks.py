@@ -36,3 +36,22 @@ def demo_traffic_tick() -> int | None:
     or None once the cap is reached."""
     run = demo_traffic.demo_traffic_start()
     return run.pk if run else None
+
+
+@shared_task(
+    name="runs.deliver_verdict",
+    bind=True,
+    acks_late=True,
+    max_retries=8,
+    ignore_result=True,
+)
+def deliver_verdict(self, escalation_id: int) -> str:
+    """POST an external run's verdict to its webhook, signed; retried with backoff (1 s, 2 s,
+    4 s … ) while the receiver does not answer 2xx. Delivered once: a duplicate message finds
+    it delivered and sends nothing."""
+    from runs.external import external_webhook_deliver
+
+    outcome = external_webhook_deliver(escalation_id=escalation_id)
+    if outcome == "retry":
+        raise self.retry(countdown=min(2**self.request.retries, 300))
+    return outcome

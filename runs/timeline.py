@@ -12,7 +12,7 @@ from guardian_core.engine.thresholds import Budgets
 from runs.judging import judge_lines
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.stop_reasons import stop_reason_text
-from runs.tools import tool_registry
+from runs.tools import run_tools
 from runs.vocabulary import band_words, review_end_words, source_words, summary_words
 
 LIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
@@ -113,8 +113,10 @@ class TurnView:
     judged: list[dict] = field(default_factory=list)
 
 
-def turn_views(turns: list[Turn]) -> list[TurnView]:
-    registry = tool_registry()
+def turn_views(turns: list[Turn], *, run) -> list[TurnView]:
+    """The turns of `run` as its page shows them, with its own tools (an external run's
+    definitions too) for the calls' declared classes."""
+    registry = run_tools(run)
     return [_turn_view(turn, registry) for turn in turns]
 
 

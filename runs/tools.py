@@ -36,3 +36,26 @@ def tools_for_run(names: list[str]) -> dict[str, Tool]:
         known = ", ".join(sorted(registry))
         raise ValueError(f"unknown tools: {', '.join(unknown)} (registered: {known})")
     return {name: registry[name] for name in names}
+
+
+def run_tools(run) -> dict[str, Tool]:
+    """The tools a run knows by name: the registered ones it names (those still registered)
+    and, for an external run, the ones it defined itself (`config.tools`), which run in the
+    caller's process and so are never called here. For its pages, its reviews and an external
+    run's steps; a run Guardian drives itself takes tools_for_run, which refuses a name that
+    is no longer registered."""
+    registry = tool_registry()
+    tools = {name: registry[name] for name in run.tools or [] if name in registry}
+    for item in (run.config or {}).get("tools") or []:
+        tools[item["name"]] = Tool(
+            name=item["name"],
+            description=item.get("description", ""),
+            schema=item.get("parameters", {"type": "object"}),
+            risk_class=item.get("risk_class", "read_only"),
+            func=_runs_elsewhere,
+        )
+    return tools
+
+
+def _runs_elsewhere(arguments: dict, *, idempotency_key: str) -> object:
+    raise RuntimeError("an external run's tools run in the caller's process, not here")

@@ -8,6 +8,7 @@ No lock or transaction is held while the actor, the guardian or a tool works; th
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -22,7 +23,7 @@ from guardian_core.engine.state import HistoryItem, project, state_apply, state_
 from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping
-from runs.models import Decision, Run, RunStatus, ToolCallStatus, Turn
+from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
 from runs.queue import enqueue_after_commit
 from runs.tools import tools_for_run
@@ -37,6 +38,16 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The outcome of a call another loop ran (an external run's), written with the decision."""
+
+    id: int
+    status: str
+    result: str | None
+    error: str
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,7 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
             "proposal",
             "usage",
             "feedback",
+            "gate",
             "decision__id",
             "decision__outcome",
             "decision__fired",
@@ -199,9 +211,12 @@ def _turn_from_claim(run: Run, row: dict) -> Turn:
         proposal=_json(row["proposal"]),
         usage=_json(row["usage"]),
         feedback=_json(row["feedback"]),
+        gate=_json(row.get("gate")) or {},
     )
     if row["decision_id"] is None:
         Turn.decision.related.set_cached_value(turn, None)
+        # An unfinished turn's calls, as recorded (runs/external.py reads them).
+        turn.claimed_calls = row.get("calls")
     else:
         turn.decision = Decision(
             id=row["decision_id"],
@@ -457,17 +472,21 @@ def _turn_finish(
     enqueue_next: bool = True,
     *,
     prev_hash: str = "",
+    call_results: Sequence[CallResult] = (),
 ) -> str:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
     compact state, status, lease released), the turn (its steps, what the guardian saw), the
-    calls that never ran, the decision and any escalation. Durability: this is the commit
-    that makes the turn count; until it lands a retry replays the recorded proposal."""
+    calls that never ran, `call_results` (the outcomes of calls another loop ran, which land
+    with the decision), the decision and any escalation. Durability: this is the commit that
+    makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
     decision = record.decision
     sealed = chain.seal_fields(
         _decision_fields(run, record), run=run, turn_index=turn.index, prev_hash=prev_hash
     )
-    if _finish_in_one_statement(run, token, turn, record, verdict_steps, recorder, now, sealed):
+    if _finish_in_one_statement(
+        run, token, turn, record, verdict_steps, recorder, now, sealed, call_results
+    ):
         if enqueue_next:
             enqueue_after_commit(run.pk)
         return "continued"
@@ -495,6 +514,10 @@ def _turn_finish(
                 state=changes["state"], lease_token="", lease_expires_at=None, updated_at=now
             )
             outcome = None
+        for call in call_results:
+            ToolCall.objects.filter(pk=call.id).update(
+                status=call.status, result=call.result, error=call.error, finished_at=now
+            )
         Turn.objects.filter(pk=turn.pk).update(
             state_hash=record.state_hash_after,
             steps=[*verdict_steps, *record.state_steps],
@@ -542,10 +565,10 @@ def _decision_fields(run: Run, record: TurnRecord) -> dict:
 
 
 # The common turn (continue or replan, every call recorded as it ran) written in one
-# statement: PostgreSQL runs the three writes of a writable CTE atomically, in one round trip
+# statement: PostgreSQL runs the writes of a writable CTE atomically, in one round trip
 # instead of five (BEGIN, three statements, COMMIT). Each write only happens if the one
 # before it did, so a lost lease or a cancel writes nothing, and the ORM path below then
-# finds out which and records it.
+# finds out which and records it. {calls} writes call results given with the turn.
 _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
@@ -553,7 +576,7 @@ WITH moved AS (
         last_error = '', updated_at = %(now)s
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
-), turn AS (
+),{calls} turn AS (
     UPDATE runs_turn
     SET state_hash = %(state_hash)s, steps = %(steps)s::jsonb, projection = %(projection)s::jsonb,
         risk_projections = %(risk_projections)s::jsonb, usage = %(usage)s::jsonb,
@@ -573,10 +596,17 @@ SELECT turn.id, %(outcome)s, %(answers)s::jsonb, %(risk_answers)s::jsonb, %(fire
 FROM turn
 RETURNING id
 """
+_FINISH_CALLS_SQL = """ calls AS (
+    UPDATE runs_toolcall
+    SET status = c.status, result = c.result, error = c.error, finished_at = %(now)s
+    FROM jsonb_to_recordset(%(calls)s::jsonb) AS c(id bigint, status text, result text, error text)
+    WHERE runs_toolcall.id = c.id AND EXISTS (SELECT 1 FROM moved)
+    RETURNING runs_toolcall.id
+),"""
 
 
 def _finish_in_one_statement(
-    run, token, turn, record, verdict_steps, recorder, now, sealed: dict
+    run, token, turn, record, verdict_steps, recorder, now, sealed: dict, call_results=()
 ) -> bool:
     """Write a continuing turn with _FINISH_SQL, its decision `sealed` (runs.chain); False
     when it does not apply or wrote nothing (the caller then takes the ORM path, which
@@ -619,8 +649,12 @@ def _finish_in_one_statement(
         "prev_hash": sealed["prev_hash"],
         "content_hash": sealed["content_hash"],
     }
+    calls = ""
+    if call_results:
+        calls = _FINISH_CALLS_SQL
+        params["calls"] = json.dumps([call.__dict__ for call in call_results])
     with connection.cursor() as cursor:
-        cursor.execute(_FINISH_SQL, params)
+        cursor.execute(_FINISH_SQL.format(calls=calls), params)
         return cursor.fetchone() is not None
 
 

@@ -8,6 +8,7 @@ a lone surrogate would break the JSON answer itself): bad values and names are s
 """
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 
 from django.conf import settings
@@ -16,7 +17,9 @@ from jsonschema import Draft202012Validator
 from guardian_core.adapters.scripted import scenario_problems
 from runs.tools import tools_for_run
 
-ACTORS = ("scripted", "openai", "coder_reviewer")
+# "external": the run's loop runs in the caller's process and drives it through the API
+# (runs/external.py); it may define tools of its own (config.tools).
+ACTORS = ("scripted", "openai", "coder_reviewer", "external")
 GUARDIANS = ("scripted", "local", "http", "openai")
 
 # Bounds on what a caller may hand in. A scenario file is a few KiB; a config a hundred times
@@ -59,6 +62,7 @@ _ACTOR_CONFIG_KEYS = {
     "scripted": {"scenario"},
     "openai": {"actor_model"},
     "coder_reviewer": {"coder_model", "reviewer_model", "max_rounds", "review_loop", "scenario"},
+    "external": {"tools"},
 }
 _GUARDIAN_CONFIG_KEYS = {"scripted": {"scenario"}, "local": set(), "http": set(), "openai": set()}
 _COMMON_CONFIG_KEYS = {"name", "demo_traffic"}
@@ -83,13 +87,16 @@ def run_input_problems(
     problems: list[str] = []
     problems += _goal_problems(goal)
     problems += _text_list_problems("acceptance_criteria", acceptance_criteria)
-    tool_problems = _text_list_problems("tools", tools, required=True)
-    if not tool_problems:
-        try:
-            tools_for_run(list(tools))
-        except ValueError as exc:
-            tool_problems.append(f"tools: {exc}")
-    problems += tool_problems
+    if actor == "external":
+        problems += external_tool_problems(tools)
+    else:
+        tool_problems = _text_list_problems("tools", tools, required=True)
+        if not tool_problems:
+            try:
+                tools_for_run(list(tools))
+            except ValueError as exc:
+                tool_problems.append(f"tools: {exc}")
+        problems += tool_problems
     actor_ok = _name_problems("actor", actor, ACTORS, problems)
     guardian_ok = _name_problems("guardian", guardian, GUARDIANS, problems)
     budget_shape = _json_problems("budgets", budgets, default={})
@@ -103,6 +110,78 @@ def run_input_problems(
         problems += _scripted_problems(actor, guardian, config or {})
         if not config_shape:
             problems += _installation_problems(actor, guardian, config or {})
+    return problems
+
+
+INLINE_TOOL_KEYS = ("name", "description", "parameters", "risk_class")
+MAX_TOOLS = 64
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,120}$")
+
+
+def external_tool_problems(tools: object) -> list[str]:
+    """An external run's tools: names of registered tools, or definitions of its own
+    ({name, description, parameters: a JSON Schema of the arguments, risk_class}), built as
+    the engine builds a tool (a broken schema is refused here, not at the first call)."""
+    if not isinstance(tools, list | tuple):
+        return ["tools: must be a list of tool names or definitions"]
+    if len(tools) > MAX_TOOLS:
+        return [f"tools: at most {MAX_TOOLS} tools"]
+    shape = _json_problems("tools", list(tools), default=[])
+    if shape:
+        return shape
+    from guardian_core.engine.tools import Tool
+    from runs.tools import tool_registry
+
+    registry = tool_registry()
+    problems, names = [], []
+    for i, item in enumerate(tools):
+        where = f"tools[{i}]"
+        if isinstance(item, str):
+            if item not in registry:
+                problems.append(
+                    f"{where}: no registered tool {_shown(item)}; define it here instead "
+                    "({name, description, parameters, risk_class})"
+                )
+            names.append(item)
+            continue
+        if not isinstance(item, Mapping):
+            problems.append(f"{where}: a registered tool's name, or a tool definition")
+            continue
+        unknown = sorted(set(item) - set(INLINE_TOOL_KEYS))
+        if unknown:
+            problems.append(f"{where}: unknown keys {', '.join(map(_shown, unknown))}")
+        name = item.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            problems.append(f"{where}.name: 1-120 letters, digits, _ . or -")
+            continue
+        if name in registry:
+            problems.append(
+                f"{where}.name: {name!r} is a registered tool; give its name alone to use it"
+            )
+        names.append(name)
+        description = item.get("description", "")
+        if not isinstance(description, str) or len(description) > 2000:
+            problems.append(f"{where}.description: text of at most 2000 characters")
+        risk = item.get("risk_class", "read_only")
+        if risk not in ("read_only", "reversible_write", "irreversible", "regulated"):
+            problems.append(
+                f"{where}.risk_class: one of read_only, reversible_write, irreversible, "
+                f"regulated, not {_shown(risk)}"
+            )
+            continue
+        try:
+            Tool(
+                name=name,
+                description=description if isinstance(description, str) else "",
+                schema=item.get("parameters", {"type": "object"}),
+                risk_class=risk,
+                func=len,  # a stand-in: only the schema is checked here
+            )
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{where}.parameters: {_clip(str(exc))}")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        problems.append(f"tools: each name once; twice: {', '.join(duplicates)}")
     return problems
 
 

@@ -127,7 +127,7 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
     raw_before = request.GET.get("before", "")
     before, problem = _turn_number(raw_before)
     timeline = run_timeline(run_id=run.pk, before=before)
-    turns = turn_views(timeline.turns)
+    turns = turn_views(timeline.turns, run=run)
     versions = sorted({t.guardian_model_version for t in turns if t.guardian_model_version})
     # What the guardian logged it was asked, which may not be the policy version's question
     # set (a guardian may carry its own, engine/loop.py): read off the turns shown, no query.

@@ -73,6 +73,12 @@ def auditor(db, django_user_model):
 
 
 @pytest.fixture
+def integrator(db, django_user_model):
+    """A machine's user: its agent loop runs elsewhere and drives external runs."""
+    return _persona(django_user_model, "integrator", "integrator")
+
+
+@pytest.fixture
 def admin(db, django_user_model):
     user = _persona(django_user_model, "admin", "admin")
     user.is_staff = True

@@ -7,7 +7,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from guardian_core.demo import demo_policy_version
-from tests.factories import make_escalation, make_guardian_model_version, make_run
+from tests.factories import make_escalation, make_guardian_model_version, make_run, make_turn
 
 LOGIN = ("redirect", "/accounts/login/")
 ADMIN_LOGIN = ("redirect", "/admin/login/")
@@ -536,6 +536,55 @@ MATRIX = [
         admin=403,
         outsider=403,
     ),
+    # An external run's protocol: a token drives only the runs it started (another's is not
+    # found, even for an admin, who may drive runs); the other roles may not drive at all.
+    row(
+        "api:run-steps",
+        kwargs={"pk": "external_run"},
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=404,
+        outsider=403,
+    ),
+    row(
+        "api:run-steps",
+        "POST",
+        kwargs={"pk": "external_run"},
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=404,
+        outsider=403,
+    ),
+    row(
+        "api:run-step",
+        kwargs={"pk": "external_run", "step": 0},
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=404,
+        outsider=403,
+    ),
+    row(
+        "api:run-step-results",
+        "POST",
+        kwargs={"pk": "external_run", "step": 0},
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=404,
+        outsider=403,
+    ),
+    row(
+        "api:escalation-wait",
+        kwargs={"pk": "external_escalation"},
+        anonymous=403,
+        reviewer=403,
+        auditor=403,
+        admin=404,
+        outsider=403,
+    ),
     row(
         "api:example-list",
         anonymous=403,
@@ -645,6 +694,14 @@ def _api_objects(kwargs: dict) -> dict:
         return {**kwargs, "pk": turn.run_id, "index": turn.index}
     if kwargs.get("pk") == "policy_version":
         return {**kwargs, "pk": demo_policy_version().pk}  # valid: it can be activated
+    if kwargs.get("pk") in ("external_run", "external_escalation"):
+        from django.contrib.auth import get_user_model
+
+        owner = get_user_model().objects.create_user(username=f"loop-{make_run().pk}")
+        run = make_run(actor="external", created_by=owner)
+        if kwargs["pk"] == "external_escalation":
+            return {**kwargs, "pk": make_escalation(turn=make_turn(run=run)).pk}
+        return {**kwargs, "pk": run.pk}
     if kwargs.get("version_id") == "policy_version":
         return {**kwargs, "version_id": demo_policy_version().pk}
     if kwargs.get("trial_id") == "shadow_trial":

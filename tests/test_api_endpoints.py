@@ -42,6 +42,27 @@ def test_a_token_acts_as_its_user_with_that_users_role(client, auditor):
     assert ApiToken.objects.get().last_used_at is not None
 
 
+def test_a_tokens_permissions_are_its_users_own_and_groups_read_afresh_each_call(
+    client, django_user_model
+):
+    from django.contrib.auth.models import Group, Permission
+
+    machine = django_user_model.objects.create_user("machine", password=None)
+    headers = bearer(machine)
+    assert client.get("/api/runs/", headers=headers).status_code == 403  # no role yet
+    machine.groups.add(Group.objects.get(name="auditor"))
+    assert client.get("/api/runs/", headers=headers).status_code == 200  # through the group
+    assert client.get("/api/escalations/", headers=headers).status_code == 403
+    review = Permission.objects.get(codename="review_escalation")
+    machine.user_permissions.add(review)  # a permission of its own, beside the group's
+    assert client.get("/api/escalations/", headers=headers).status_code == 200
+    machine.groups.clear()
+    assert client.get("/api/runs/", headers=headers).status_code == 403  # at once
+    machine.is_superuser = True
+    machine.save(update_fields=["is_superuser"])
+    assert client.get("/api/runs/", headers=headers).status_code == 200
+
+
 def test_only_the_tokens_digest_is_stored(auditor):
     token, secret = api_token_create(user=auditor, name="ci")
     stored = ApiToken.objects.filter(pk=token.pk).values().get()
@@ -390,6 +411,7 @@ def test_the_index_lists_every_endpoint_at_a_path_that_resolves_to_it(client):
     assert len(body["endpoints"]) == len(API_ENDPOINTS)
     for endpoint in body["endpoints"]:
         path = endpoint["path"].replace("{id}", "1").replace("{index}", "0")
+        path = path.replace("{step}", "0")
         assert resolve(path).view_name == f"api:{endpoint['name']}"
 
 

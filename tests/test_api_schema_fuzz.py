@@ -29,7 +29,7 @@ from schemathesis.generation import GenerationMode
 
 from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
-from tests.factories import make_escalation, make_run
+from tests.factories import make_escalation, make_run, make_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +43,8 @@ FEW = 2
 
 def owner(path: str, method: str) -> str:
     """The role an operation is for."""
+    if path.startswith("/api/runs/{id}/steps/") or path.endswith("/wait"):
+        return "integrator"
     if path.startswith("/api/policy-versions/") or path in (
         "/api/runs/start/",
         "/api/runs/{id}/cancel/",
@@ -71,14 +73,18 @@ def _test_connection_kept():
         request_finished.connect(close_old_connections)
 
 
-@pytest.mark.parametrize("persona", ["reviewer", "auditor", "admin", "outsider"])
+@pytest.mark.parametrize("persona", ["reviewer", "auditor", "admin", "outsider", "integrator"])
 def test_no_api_operation_answers_a_server_error_whatever_a_role_sends(
     request, client, settings, persona
 ):
     user = request.getfixturevalue(persona)
     settings.ALLOWED_HOSTS = ["*"]
+    settings.GUARDIAN_EXTERNAL_MAX_WAIT_SECONDS = 0.05  # a long poll fuzzed is a short one
     demo_policy_version()
-    escalation = make_escalation()  # something to list, read, claim and cancel
+    # Something to list, read, claim and cancel; the integrator's own external run to drive.
+    escalation = make_escalation(
+        turn=make_turn(run=make_run(actor="external", created_by=user, config=_SCRIPTED))
+    )
     make_run(status="succeeded", final_answer="done")
     _, secret = api_token_create(user=user, name="schemathesis")
     auth = {"headers": {"Authorization": f"Bearer {secret}"}}
@@ -86,12 +92,15 @@ def test_no_api_operation_answers_a_server_error_whatever_a_role_sends(
     raw = yaml.safe_load(client.get("/api/schema/").content)
     schema = schemathesis.openapi.from_dict(raw)
     app = get_wsgi_application()
-    known_ids = {"id": escalation.run_id, "index": escalation.turn.index}
+    known_ids = {"id": escalation.run_id, "index": escalation.turn.index, "step": 0}
 
     failures: list[str] = []
     with _test_connection_kept():
         _fuzz(schema, app, auth, known_ids, failures, persona=persona)
     assert not failures, "\n".join(failures)
+
+
+_SCRIPTED = {"scenario": {"name": "fuzz", "goal": "g", "actor": {"turns": []}}}
 
 
 def test_a_browser_session_is_fuzzed_too(client, settings, admin):
@@ -112,7 +121,7 @@ def test_a_browser_session_is_fuzzed_too(client, settings, admin):
     schema = schemathesis.openapi.from_dict(raw).include(method="POST")
     failures: list[str] = []
     with _test_connection_kept():
-        known_ids = {"id": escalation.run_id, "index": escalation.turn.index}
+        known_ids = {"id": escalation.run_id, "index": escalation.turn.index, "step": 0}
         _fuzz(schema, get_wsgi_application(), auth, known_ids, failures, persona="admin")
     assert not failures, "\n".join(failures)
 

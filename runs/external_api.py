@@ -1,0 +1,236 @@
+"""The API of runs whose agent loop runs elsewhere: propose a step, report its results, read a
+step, wait for a person's verdict. One view per operation, each checking `runs.drive_run` and
+that the run is the caller's own (a run another token started is not found)."""
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from escalations.models import Escalation
+from guardian_core.api import HasRequiredPermission
+from runs.external import (
+    EXTERNAL,
+    MAX_WAIT_SECONDS,
+    ExternalError,
+    external_escalation_wait,
+    external_run_summary,
+    external_step_get,
+    external_step_propose,
+    external_step_results,
+)
+from runs.models import Run
+
+# Bounds on one step: a model proposes a few calls, never thousands.
+MAX_CALLS = 32
+MAX_MESSAGE_CHARS = 100_000
+MAX_RESULT_CHARS = 1_000_000
+
+
+class Conflict(APIException):
+    status_code = 409
+    default_detail = "conflict"
+
+
+def _driven_run(request: Request, pk: int) -> Run:
+    """The caller's own external run, or 404: a token drives the runs it started."""
+    run = Run.objects.select_related("policy_version").filter(pk=pk, actor=EXTERNAL).first()
+    if run is None or run.created_by_id != request.user.pk:
+        raise Http404
+    return run
+
+
+def _validated(serializer: serializers.Serializer, request: Request, pk: int) -> dict:
+    """The body's data, or every problem in it; a run that is not the caller's is not found
+    first, as on every other path (the owner is checked here only when the body is bad, so
+    a good body still costs one statement)."""
+    if not serializer.is_valid():
+        _driven_run(request, pk)
+        raise ValidationError(serializer.errors)
+    return serializer.validated_data
+
+
+def _raise(error: ExternalError):
+    if error.status == 400:
+        raise ValidationError(error.problems or {"detail": error.detail})
+    if error.status == 404:
+        raise Http404(error.detail)
+    raise Conflict(error.detail)
+
+
+class CallInputSerializer(serializers.Serializer):
+    tool = serializers.CharField(max_length=120)
+    arguments = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text="An object (or the JSON text a model sent): validated against the tool's "
+        "schema, every problem named in the answer.",
+    )
+    call_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    intent = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class StepInputSerializer(serializers.Serializer):
+    step = serializers.IntegerField(
+        min_value=0, help_text="The step's number: 0, then one more after each decided step."
+    )
+    message = serializers.CharField(
+        max_length=MAX_MESSAGE_CHARS, required=False, allow_blank=True, default=""
+    )
+    calls = CallInputSerializer(many=True, required=False, default=list)
+    tokens = serializers.IntegerField(min_value=0, required=False, default=0)
+    cost = serializers.FloatField(min_value=0, required=False, default=0.0)
+
+    def validate_calls(self, calls: list) -> list:
+        if len(calls) > MAX_CALLS:
+            raise serializers.ValidationError(f"at most {MAX_CALLS} calls in one step")
+        return calls
+
+
+class ResultInputSerializer(serializers.Serializer):
+    position = serializers.IntegerField(min_value=0)
+    result = serializers.CharField(
+        max_length=MAX_RESULT_CHARS, required=False, allow_blank=True, trim_whitespace=False
+    )
+    error = serializers.CharField(max_length=10_000, required=False, allow_blank=False)
+
+
+class ResultsInputSerializer(serializers.Serializer):
+    results = ResultInputSerializer(many=True)
+
+
+class StepAnswerSerializer(serializers.Serializer):
+    """The answer to a step (its shape, for the schema; the service builds it)."""
+
+    run = serializers.IntegerField()
+    step = serializers.IntegerField()
+    status = serializers.ChoiceField(
+        choices=["run", "held", "decided", "opening"],
+        help_text="run: run exactly the calls whose status is run, then report their results; "
+        "held: a person decides first (wait on the escalation); decided: nothing is to run, "
+        "the decision says how the run goes on; opening: a request is still checking a "
+        "person's approvals of this step (read it again in a moment).",
+    )
+    calls = serializers.ListField(child=serializers.DictField())
+    escalation = serializers.DictField(allow_null=True)
+    decision = serializers.DictField(allow_null=True)
+    results_url = serializers.CharField()
+
+
+class RunSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    stop_reason = serializers.CharField(allow_blank=True)
+    final_answer = serializers.CharField(allow_null=True)
+    next_step = serializers.IntegerField(help_text="The number the next proposed step takes.")
+    pending_step = serializers.IntegerField(
+        allow_null=True, help_text="A step whose results Guardian waits for."
+    )
+    escalation = serializers.DictField(allow_null=True, help_text="One waiting on a person.")
+    steps_url = serializers.CharField()
+
+
+class VerdictSerializer(serializers.Serializer):
+    escalation = serializers.IntegerField()
+    run = serializers.IntegerField()
+    step = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["open", "resolved", "expired", "cancelled"])
+    decision = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_blank=True)
+    run_status = serializers.CharField()
+    may_continue = serializers.BooleanField()
+    feedback = serializers.ListField(child=serializers.DictField())
+    released = serializers.ListField(child=serializers.CharField())
+    resumed = StepAnswerSerializer(allow_null=True)
+
+
+class RunStepsApi(APIView):
+    """GET: where the run stands (the next step, a step waiting for results, an escalation).
+    POST: propose the next step; the answer says which calls may run (each with its
+    idempotency key), which are invalid (every problem) or held for a person."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.drive_run"
+
+    @extend_schema(operation_id="runs_steps_summary", responses={200: RunSummarySerializer})
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(external_run_summary(_driven_run(request, pk)))
+
+    @extend_schema(
+        request=StepInputSerializer,
+        responses={200: StepAnswerSerializer, 201: StepAnswerSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        data = _validated(StepInputSerializer(data=request.data), request, pk)
+        try:
+            # The service claims the run with its owner checked, in one statement.
+            answer, new = external_step_propose(
+                run_id=pk, owner_id=request.user.pk, step=data["step"], body=data
+            )
+        except ExternalError as error:
+            _raise(error)
+        return Response(answer, status=201 if new else 200)
+
+
+class RunStepApi(APIView):
+    """A step as Guardian recorded it: its calls, any escalation, its decision once made."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.drive_run"
+
+    @extend_schema(responses={200: StepAnswerSerializer})
+    def get(self, request: Request, pk: int, step: int) -> Response:
+        try:
+            return Response(external_step_get(run=_driven_run(request, pk), step=step))
+        except ExternalError as error:
+            _raise(error)
+
+
+class RunStepResultsApi(APIView):
+    """Report each call that ran: its verbatim result (or error). Guardian asks the guardian,
+    decides, and answers with the outcome, the reasons and what to tell the model; an output
+    held back as injected is withheld (null) until a person clears it."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.drive_run"
+
+    @extend_schema(request=ResultsInputSerializer, responses={200: StepAnswerSerializer})
+    def post(self, request: Request, pk: int, step: int) -> Response:
+        data = _validated(ResultsInputSerializer(data=request.data), request, pk)
+        results = [dict(item) for item in data["results"]]
+        try:
+            answer, new = external_step_results(
+                run_id=pk, owner_id=request.user.pk, step=step, results=results
+            )
+        except ExternalError as error:
+            _raise(error)
+        return Response(answer, status=200)
+
+
+class EscalationWaitApi(APIView):
+    """Wait for a person's verdict on an escalation of the caller's run: answers as soon as
+    there is one, or after `timeout` seconds (at most 30) with status "open". An approved held
+    step comes back with `resumed`: the step that runs exactly the approved calls."""
+
+    permission_classes = [HasRequiredPermission]
+    required_permission = "runs.drive_run"
+
+    @extend_schema(
+        parameters=[OpenApiParameter("timeout", float, description="seconds, 0 to 30")],
+        responses={200: VerdictSerializer},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        escalation = Escalation.objects.select_related("run").filter(pk=pk).first()
+        if escalation is None or escalation.run.created_by_id != request.user.pk:
+            raise Http404
+        raw = request.query_params.get("timeout", "0")
+        try:
+            timeout = float(raw)
+        except ValueError:
+            timeout = -1.0
+        if not 0 <= timeout <= MAX_WAIT_SECONDS:
+            raise ValidationError({"timeout": [f"a number of seconds, 0 to 30, not {raw!r}"]})
+        return Response(external_escalation_wait(escalation=escalation, timeout=timeout))

@@ -14,14 +14,15 @@ export PORT
 # environment or .env says otherwise (0: none).
 DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
-.PHONY: help demo test lint format bench clean
+.PHONY: help demo test lint format bench clean example-langgraph example-agents
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
 	@echo "make test   install the dev tools and run lint and the whole test suite"
 	@echo "make lint   ruff check, format check and the engine's import contract"
 	@echo "make format reformat in place"
-	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian"
+	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps"
+	@echo "make example-langgraph / make example-agents   an agent loop guarded from outside, against make demo"
 
 # A stamp per install flavour, redone whenever pyproject.toml changes.
 $(BIN)/python:
@@ -33,15 +34,19 @@ $(VENV)/.installed-base: pyproject.toml | $(BIN)/python
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+# The tests drive the Python client and its LangGraph and Agents SDK adapters (clients/python)
+# against a live server, so the dev install includes them.
+$(VENV)/.installed-dev: pyproject.toml clients/python/pyproject.toml | $(BIN)/python
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' \
+	  -e './clients/python[langgraph,agents]'
 	@touch $@ $(VENV)/.installed-base
 
 # The bench extra (LangGraph) is optional: without it the bench skips that section and says so.
-$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[bench]' \
+# The external step section drives the Python client (clients/python), installed with it.
+$(VENV)/.installed-bench: pyproject.toml clients/python/pyproject.toml | $(BIN)/python
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[bench]' -e ./clients/python \
 	  || { echo "the bench extra did not install: the LangGraph section will be skipped"; \
-	       $(BIN)/uv pip install --quiet --python $(BIN)/python -e .; }
+	       $(BIN)/uv pip install --quiet --python $(BIN)/python -e . -e ./clients/python; }
 	@touch $@ $(VENV)/.installed-base
 
 # The port is checked before anything changes: migrate and demo_setup (which resets the demo
@@ -73,3 +78,16 @@ format: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) var
+
+# The Python client's examples (clients/python/examples) against a running `make demo`, in
+# another terminal, with the GUARDIAN_URL and GUARDIAN_TOKEN that demo_setup prints; the client
+# and both frameworks are installed first. ARGS='--guardian local' lets the local guardian answer.
+$(VENV)/.installed-examples: clients/python/pyproject.toml | $(VENV)/.installed-base
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e './clients/python[langgraph,agents]'
+	@touch $@
+
+example-langgraph: $(VENV)/.installed-examples
+	$(BIN)/python clients/python/examples/langgraph_refund.py $(ARGS)
+
+example-agents: $(VENV)/.installed-examples
+	$(BIN)/python clients/python/examples/agents_sdk_refund.py $(ARGS)

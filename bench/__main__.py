@@ -17,6 +17,10 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
                      the start and the end (bench/shadow.py)
     gate             the policy version's regression gate at 1 000, 10 000 and BENCH_GATE_ROWS
                      (100 000) labelled examples: ms per report, rows read (bench/gate.py)
+    external step    what Guardian adds to each step of an agent loop that runs elsewhere: the
+                     calls before and after a step at steps 1-10 and at the end of a
+                     BENCH_EXTERNAL_STEPS-step run (500), server side and end to end through
+                     the Python client to gunicorn on 127.0.0.1, ms (bench/external_step.py)
     pages            the reviewers' queue at BENCH_QUEUE_ROWS open escalations (100 000): the
                      page, a filtered page, the next page, the live poll, "next", ms and SQL
                      statements (bench/queue_page.py); then the auditors' runs list at
@@ -29,7 +33,7 @@ otherwise. A section that fails prints its traceback and the others still run; t
 is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_THROUGHPUT_PASSES,
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
-BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS,
+BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS, BENCH_EXTERNAL_STEPS,
 BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
@@ -64,6 +68,7 @@ SECTIONS = (
     "replay",
     "shadow",
     "gate",
+    "external step",
     "pages",
 )
 NOT_BUILT: dict[str, str] = {}
@@ -178,6 +183,7 @@ def main() -> int:
     shutil.rmtree(Path(settings.VAR_DIR) / "bench", ignore_errors=True)
 
     from bench import (
+        external_step,
         gate,
         local_guardian,
         queue_page,
@@ -200,6 +206,7 @@ def main() -> int:
     runner.section("replay", replay.measure)
     runner.section("shadow", shadow.measure)
     runner.section("gate", gate.measure)
+    runner.section("external step", external_step.measure)
     for name, why in NOT_BUILT.items():
         runner.section(name, lambda r, why=why: r.skip(why))
     runner.section("pages", lambda r: (queue_page.measure(r), run_list_page.measure(r)))

@@ -26,6 +26,7 @@ TINY = {
     "BENCH_REPLAY_TURNS": "200",
     "BENCH_REPLAY_PASSES": "1",
     "BENCH_GATE_ROWS": "300",
+    "BENCH_EXTERNAL_STEPS": "20",
 }
 MEASURED = (
     "engine",
@@ -35,6 +36,7 @@ MEASURED = (
     "task round trip",
     "replay",
     "gate",
+    "external step",
     "pages",
 )
 

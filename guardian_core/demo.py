@@ -45,6 +45,25 @@ def demo_users_ensure() -> list[DemoUser]:
     return users
 
 
+DEMO_INTEGRATOR = "integrator"
+DEMO_INTEGRATOR_TOKEN_NAME = "demo agent loop (make demo)"
+
+
+def demo_integrator_token() -> str:
+    """A fresh API token for the demo's agent loop (the integrator role, which drives external
+    runs), the earlier demo tokens revoked: like the passwords, new on every call."""
+    from guardian_core.services import api_token_create, api_token_revoke
+
+    user, _ = get_user_model().objects.get_or_create(username=DEMO_INTEGRATOR)
+    user.set_unusable_password()  # a machine: it signs in with its token only
+    user.save()
+    user.groups.set([Group.objects.get(name=DEMO_INTEGRATOR)])
+    for token in user.api_tokens.filter(name=DEMO_INTEGRATOR_TOKEN_NAME, revoked_at=None):
+        api_token_revoke(token_id=token.pk)
+    _, secret = api_token_create(user=user, name=DEMO_INTEGRATOR_TOKEN_NAME)
+    return secret
+
+
 def demo_policy_version() -> PolicyVersion:
     """The active policy version; version 1 of the demo policy when none is active yet."""
     active = PolicyVersion.objects.filter(is_active=True).first()

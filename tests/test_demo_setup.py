@@ -5,6 +5,8 @@ import re
 import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
+from django.urls import reverse
+from rest_framework.test import APIClient
 
 from escalations.models import Escalation
 from guardian_core.models import PolicyVersion
@@ -55,7 +57,44 @@ def test_demo_setup_starts_the_scenarios_once_and_changes_passwords_every_time(c
         PolicyVersion.objects.count(),
     ) == counts
     assert counts[0] == len(scenario_names())
-    assert first.splitlines()[-3:] != second.splitlines()[-3:]
+    assert passwords(first).keys() == passwords(second).keys() == {"reviewer", "auditor", "admin"}
+    assert set(passwords(first).values()).isdisjoint(passwords(second).values())
+
+
+def passwords(printed: str) -> dict:
+    return dict(re.findall(r"^\s+(reviewer|auditor|admin)\s+(\S+)$", printed, flags=re.MULTILINE))
+
+
+def integrator_token(printed: str) -> str:
+    return re.search(r"GUARDIAN_TOKEN=(\S+)", printed).group(1)
+
+
+def test_demo_setup_prints_an_api_token_that_starts_an_external_run_and_replaces_the_last(
+    capsys,
+):
+    call_command("demo_setup")
+    first = integrator_token(capsys.readouterr().out)
+    call_command("demo_setup")
+    second = integrator_token(capsys.readouterr().out)
+    lookup = {
+        "name": "lookup_order",
+        "description": "Read an order by its id.",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        "risk_class": "read_only",
+    }
+    body = {"goal": "Refund ord_4472", "tools": [lookup], "actor": "external"}
+
+    def start_with(token: str):
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        return api.post(reverse("api:run-start"), body, format="json")
+
+    started = start_with(second)
+    assert started.status_code == 201, started.content
+    assert started.json()["actor"] == "external"
+    assert start_with(first).status_code == 403  # the earlier demo token was revoked
+    # The agent loop is a machine: no password signs it in to the pages.
+    assert not Run.objects.get(pk=started.json()["id"]).created_by.has_usable_password()
 
 
 def test_the_demo_runs_fill_each_role_page_once_the_turns_ran(client, django_user_model, settings):

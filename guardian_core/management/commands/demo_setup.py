@@ -1,16 +1,19 @@
-"""`manage.py demo_setup`: demo users (one per role, passwords printed), the demo runs and the
-demo's synthetic labelled examples."""
+"""`manage.py demo_setup`: demo users (one per role, passwords printed), an API token for an agent
+loop that runs elsewhere, the demo runs and the demo's synthetic labelled examples."""
+
+import os
 
 from django.core.management.base import BaseCommand
 
-from guardian_core.demo import demo_start_scenarios, demo_users_ensure
+from guardian_core.demo import demo_integrator_token, demo_start_scenarios, demo_users_ensure
 from guardian_core.demo_examples import DEMO_EXAMPLES_MODEL, demo_examples_ensure
 
 
 class Command(BaseCommand):
     help = (
-        "Create the demo users (new passwords each time), start the demo scenarios once and "
-        "import the synthetic labelled examples when there are none."
+        "Create the demo users (new passwords each time) and the agent loop's API token, "
+        "start the demo scenarios once and import the synthetic labelled examples when there "
+        "are none."
     )
 
     def handle(self, *args, **options) -> None:
@@ -28,3 +31,11 @@ class Command(BaseCommand):
         self.stdout.write("Demo users (passwords are new on every run of this command):")
         for user in demo_users_ensure():
             self.stdout.write(f"  {user.username:<9} {user.password}")
+        token = demo_integrator_token()
+        port = os.environ.get("PORT", "8000")
+        self.stdout.write(
+            "An agent loop that runs elsewhere (the integrator role) asks Guardian with this API "
+            "token, new on every run of this command:\n"
+            f"  export GUARDIAN_URL=http://127.0.0.1:{port} GUARDIAN_TOKEN={token}\n"
+            "  make example-langgraph   # or: make example-agents (clients/python/README.md)"
+        )

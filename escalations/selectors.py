@@ -38,7 +38,13 @@ from guardian_core.engine.tools import action_hash
 from runs.mapping import approval_key
 from runs.models import Decision, Run, Turn
 from runs.tools import run_tools
-from runs.vocabulary import review_end_words, risk_words, source_words, summary_words
+from runs.vocabulary import (
+    answer_words,
+    review_end_words,
+    risk_words,
+    source_words,
+    summary_words,
+)
 
 
 def escalation_list_open() -> QuerySet[Escalation]:
@@ -850,17 +856,9 @@ class DecisionPane:
         """The verdict's answers as a person reads them: yes / no, a class, a score."""
         answer = (self.verdict.answer if self.verdict else None) or {}
         return [
-            (condition, _answer_words(condition, label))
+            (condition, answer_words(condition, label))
             for condition, label in sorted(answer.items())
         ]
-
-
-def _answer_words(condition: str, label: object) -> str:
-    if isinstance(label, bool):
-        return "yes" if label else "no"
-    if condition == Condition.RISK and isinstance(label, str):
-        return risk_words(label)  # as the risk choices say it: "Reversible write"
-    return str(label)
 
 
 def escalation_pane(*, escalation_id: int) -> DecisionPane:

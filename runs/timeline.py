@@ -13,7 +13,13 @@ from runs.judging import judge_lines
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.stop_reasons import stop_reason_text
 from runs.tools import run_tools
-from runs.vocabulary import band_words, review_end_words, source_words, summary_words
+from runs.vocabulary import (
+    band_words,
+    review_end_words,
+    source_words,
+    summary_words,
+    verdict_answer_words,
+)
 
 LIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 
@@ -69,6 +75,7 @@ class EscalationView:
     verdict: str  # "approve" | "reject" | "answer" | "" while none
     verdict_label: str
     verdict_reason: str
+    verdict_answers: list[str]  # what the reviewer answered, in words
     reviewer: str
     decided_at: datetime | None
 
@@ -205,6 +212,9 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         verdict=verdict.decision if verdict else "",
         verdict_label=verdict.get_decision_display() if verdict else "",
         verdict_reason=verdict.reason if verdict else "",
+        verdict_answers=verdict_answer_words(verdict.answer, verdict.risk_labels)
+        if verdict
+        else [],
         reviewer=verdict.reviewer.get_username() if verdict else "",
         decided_at=verdict.created_at if verdict else None,
     )

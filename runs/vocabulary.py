@@ -109,3 +109,26 @@ RISK_CLASSES = dict(RiskClass.choices)
 def risk_words(risk_class: str) -> str:
     """ "reversible_write" → "Reversible write", as the reviewers' risk choices say it."""
     return RISK_CLASSES.get(risk_class) or _fallback(risk_class)
+
+
+def answer_words(condition: str, label: object) -> str:
+    """A person's answer for a condition as people read it: yes / no, a class, a score."""
+    if isinstance(label, bool):
+        return "yes" if label else "no"
+    if condition == "risk" and isinstance(label, str):
+        return risk_words(label)  # as the risk choices say it: "Reversible write"
+    return str(label)
+
+
+def verdict_answer_words(answer: dict | None, risk_labels: dict | None) -> list[str]:
+    """What a reviewer answered, in the log's words: "Injected instructions: yes", and each
+    call's risk class as they labelled it ("Risk of call 0: Irreversible")."""
+    said = [
+        f"{source_words(condition)}: {answer_words(condition, label)}"
+        for condition, label in sorted((answer or {}).items())
+    ]
+    said += [
+        f"Risk of call {position}: {risk_words(str(label))}"
+        for position, label in sorted((risk_labels or {}).items(), key=lambda kv: int(kv[0]))
+    ]
+    return said

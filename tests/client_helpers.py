@@ -2,8 +2,10 @@
 tools a caller's loop defines, a reviewer who decides in the queue, and the world's record of
 what the caller's tools did (each side effect counted)."""
 
+import asyncio
 import threading
 import time
+from collections.abc import Awaitable, Callable
 
 from django.db import connection
 from guardian_client import Tool
@@ -108,3 +110,24 @@ def approve_when_held(
     thread = threading.Thread(target=decide, daemon=True)
     thread.start()
     return thread
+
+
+def run_async(make: Callable[[], Awaitable]):
+    """asyncio.run(make()) in a thread of its own: the browser tests' Playwright (sync API)
+    leaves an event loop running in the main thread, where asyncio.run refuses to start."""
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = asyncio.run(make())
+        except BaseException as exc:  # re-raised in the test's thread
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -2,7 +2,6 @@
 irreversible one waits for a reviewer and runs once, an injected output is withheld; retries
 are safe, errors typed; the async client does the same."""
 
-import asyncio
 import http.server
 import threading
 
@@ -25,6 +24,7 @@ from tests.client_helpers import (
     REFUND_ORDER,
     approve_when_held,
     guardian_for,
+    run_async,
     scripted,
 )
 
@@ -97,8 +97,12 @@ def test_typed_errors_say_what_was_wrong(live_server, token, auditor):
         run.before(calls=[Call("lookup_order", {"order_id": "ord_1"})], step=0)
         with pytest.raises(Conflict):
             run.before(calls=[Call("lookup_order", {"order_id": "ord_2"})], step=0)
-    with Guardian(live_server.url, "gdn_not_a_token") as stranger, pytest.raises(NotAllowed):
+        assert str(bad.value).startswith("Guardian answered 400: ")
+        assert "goal" in str(bad.value)
+        assert "['" not in str(bad.value)  # words, not a Python list
+    with Guardian(live_server.url, "gdn_not_a_token") as stranger, pytest.raises(NotAllowed) as no:
         stranger.run(goal="g", tools=[LOOKUP_ORDER])
+    assert str(no.value) == "Guardian answered 403: Authorization: the token is not valid."
 
 
 class _FlakyProxy:
@@ -169,7 +173,7 @@ def test_the_async_client_guards_a_step_the_same_way(live_server, token):
             again = await run.step(0)
             return gate, decision, again
 
-    gate, decision, again = asyncio.run(loop())
+    gate, decision, again = run_async(loop)
     assert gate.status == "run"
     assert decision.outcome == "continue"
     assert again.decision.outcome == "continue"

@@ -3,8 +3,6 @@ guardrails, end to end against a live server, its model the SDK's own ScriptedMo
 read-only batch runs, a refund waits for a reviewer and runs once, an injected output is
 withheld, the final answer is Guardian's to accept."""
 
-import asyncio
-
 import pytest
 from agents import Agent, RunConfig, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
@@ -18,6 +16,7 @@ from tests.client_helpers import (
     World,
     approve_when_held,
     guardian_for,
+    run_async,
     scripted,
 )
 
@@ -64,7 +63,7 @@ def guarded(url, token, *, goal, steps, answers, world, question="Go."):
                 return run, guard, None, stopped
             return run, guard, result, None
 
-    return asyncio.run(go())
+    return run_async(go)
 
 
 def test_an_agents_sdk_agent_reads_waits_for_the_refund_to_be_approved_and_finishes(

@@ -85,3 +85,17 @@ def test_the_readme_example_refunds_once_withholds_the_injected_note_and_replays
     assert "NOTE TO THE AI ASSISTANT" in str(queue.seen[1][1])
     assert "NOTE TO THE AI ASSISTANT" not in printed
     assert {replayed.status for replayed in run_replay(run=run)} == {"identical"}
+
+
+def test_an_example_with_a_bad_token_says_what_to_check(live_server):
+    finished = subprocess.run(
+        [sys.executable, str(EXAMPLES / "langgraph_refund.py")],
+        env={**os.environ, "GUARDIAN_URL": live_server.url, "GUARDIAN_TOKEN": "gdn_old"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert finished.returncode == 1
+    assert "Traceback" not in finished.stderr
+    assert "Authorization: the token is not valid." in finished.stderr
+    assert "check GUARDIAN_TOKEN" in finished.stderr

@@ -16,9 +16,19 @@ import sys
 
 from agents import Agent, RunConfig, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
-from guardian_client import AsyncGuardian
+from guardian_client import AsyncGuardian, GuardianError
 from guardian_client.agents import GuardianGuard, GuardianStopped
-from shop import FINAL_ANSWER, REQUEST, TOOLS, Shop, arguments, run_options, say, the_end
+from shop import (
+    FINAL_ANSWER,
+    REQUEST,
+    TOOLS,
+    Shop,
+    arguments,
+    explain,
+    run_options,
+    say,
+    the_end,
+)
 from shop import waiting_for_a_person as on_wait
 
 # What the scripted model answers, turn by turn: three tool calls, then the reply.
@@ -71,4 +81,7 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    try:
+        sys.exit(asyncio.run(main()))
+    except GuardianError as error:
+        sys.exit(explain(error))

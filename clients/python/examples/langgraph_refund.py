@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import sys
 
-from guardian_client import Guardian
+from guardian_client import Guardian, GuardianError
 from guardian_client.langgraph import (
     GuardedState,
     GuardianAnswerNode,
@@ -24,7 +24,17 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
-from shop import FINAL_ANSWER, REQUEST, TOOLS, Shop, arguments, run_options, say, the_end
+from shop import (
+    FINAL_ANSWER,
+    REQUEST,
+    TOOLS,
+    Shop,
+    arguments,
+    explain,
+    run_options,
+    say,
+    the_end,
+)
 from shop import waiting_for_a_person as on_wait
 
 
@@ -101,4 +111,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except GuardianError as error:
+        sys.exit(explain(error))

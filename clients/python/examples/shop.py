@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from guardian_client import Escalation, Tool
+from guardian_client import Escalation, GuardianError, NotAllowed, Tool, Unavailable
 
 GOAL = (
     "The customer's parcel ord_4472 arrived broken: refund it in full, and tell them where "
@@ -29,6 +29,22 @@ FINAL_ANSWER = (
 # the third lookup (it reads as instructions) and the final answer (the goal is reached).
 # Step 1 is the held refund, step 2 the approved refund that runs.
 SCRIPTED_ANSWERS = [{}, {}, {}, {"integrity": 0.97}, {"goal_reached": 0.96}]
+# Its risk class of each call, as a guardian would read the tool (Guardian holds the refund for
+# its declared class either way; the reviewer sees both).
+SCRIPTED_RISK = {
+    "lookup_order": {
+        "read_only": 0.97,
+        "reversible_write": 0.02,
+        "irreversible": 0.01,
+        "regulated": 0.0,
+    },
+    "refund_order": {
+        "read_only": 0.0,
+        "reversible_write": 0.01,
+        "irreversible": 0.96,
+        "regulated": 0.03,
+    },
+}
 
 LOOKUP_ORDER = Tool(
     name="lookup_order",
@@ -131,10 +147,20 @@ def run_options(args: argparse.Namespace) -> dict:
                 "name": "shop-example",
                 "goal": GOAL,
                 "actor": {"turns": []},
-                "guardian": {"turns": SCRIPTED_ANSWERS},
+                "guardian": {"turns": SCRIPTED_ANSWERS, "risk": SCRIPTED_RISK},
             }
         }
     return options
+
+
+def explain(error: GuardianError) -> str:
+    """What went wrong, and what to check, for `sys.exit`."""
+    hint = ""
+    if isinstance(error, NotAllowed):
+        hint = "\ncheck GUARDIAN_TOKEN: make demo prints a new one each time it starts"
+    elif isinstance(error, Unavailable):
+        hint = "\nis Guardian running there? (make demo; GUARDIAN_URL says where)"
+    return f"{error}{hint}"
 
 
 def the_end(shop: Shop, run_id: int, url: str, run_status: str) -> int:

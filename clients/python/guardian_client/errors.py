@@ -42,9 +42,17 @@ class Unavailable(GuardianError):
     the same call, retried later, gets the same answer."""
 
 
+def _said(body: Any) -> str:
+    """Guardian's messages in words: each one names its field already."""
+    if isinstance(body, Mapping):
+        return "; ".join(_said(messages) for messages in body.values())
+    if isinstance(body, list):
+        return "; ".join(_said(message) for message in body)
+    return str(body)
+
+
 def error_for(status: int, body: Any) -> GuardianError:
-    detail = body.get("detail") if isinstance(body, Mapping) else None
-    message = f"Guardian answered {status}: {detail or body}"
+    message = f"Guardian answered {status}: {_said(body) or '(no reason given)'}"
     kind = {400: InvalidRequest, 401: NotAllowed, 403: NotAllowed, 404: NotFound, 409: Conflict}
     return kind.get(status, Unavailable if status >= 500 else GuardianError)(
         message, status=status, body=body

@@ -85,6 +85,9 @@ class Run(models.Model):
             # index (runs.selectors.run_list_filtered); created_at is written once. The goal
             # search's trigram index is PostgreSQL's own: migration 0010 makes it there.
             models.Index(fields=["created_at", "id"], name="run_newest"),
+            # The runs list filtered by actor, newest first: external runs may be few among
+            # many, and this reads them without walking every run.
+            models.Index(fields=["actor", "created_at", "id"], name="run_actor_newest"),
         ]
 
     def __str__(self) -> str:

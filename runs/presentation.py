@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from runs.models import DecisionOutcome, Run
 from runs.stop_reasons import stop_reason_text
+from runs.vocabulary import actor_words
 
 _OUTCOMES = dict(DecisionOutcome.choices)
 
@@ -27,6 +28,8 @@ class RunRow:
     pk: str
     url: str
     goal: str
+    actor: str
+    actor_label: str
     status: str
     status_label: str
     stop_reason: str  # the code, for the title attribute and the filter
@@ -51,6 +54,8 @@ def run_rows(items: list[Run]) -> list[RunRow]:
                 pk=str(run.pk),
                 url=reverse("runs:detail", args=[run.pk]),
                 goal=_truncated(run.goal_head, 100),
+                actor=run.actor,
+                actor_label=actor_words(run.actor),
                 status=run.status,
                 status_label=run.get_status_display(),
                 stop_reason=run.stop_reason,

@@ -18,6 +18,7 @@ from django.utils.http import urlencode
 from escalations.models import Escalation
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
 from runs.stop_reasons import STOP_REASONS
+from runs.validation import ACTORS
 
 # Newest first; the keyset of the runs list, read from the run_newest index.
 RUN_ORDER = ("-created_at", "-id")
@@ -187,6 +188,8 @@ _RUN_CURSOR_TAG = "runs"
 # schema documents each from here (runs/api.py), so the two cannot describe different lists.
 RUN_LIST_PARAMETERS = {
     "status": "The run's status.",
+    "actor": "What drove the run: scripted, openai, coder_reviewer, or external (an agent "
+    "loop that runs elsewhere and asks through the API).",
     "outcome": "The outcome of the run's last decision.",
     "stop_reason": "Why the run stopped.",
     "since": "Created on this date or later (a day in the site's time zone).",
@@ -203,6 +206,7 @@ RUN_LIST_PARAMETERS = {
 @dataclass(frozen=True)
 class RunFilters:
     status: str = ""  # a RunStatus value or ""
+    actor: str = ""  # an actor name (runs.validation.ACTORS) or ""
     outcome: str = ""  # a DecisionOutcome value: the outcome of the run's last decision
     stop_reason: str = ""  # a key of STOP_REASONS or ""
     since: date | None = None  # created on this local date or later
@@ -255,6 +259,7 @@ def run_filters_from(params: Mapping[str, str]) -> tuple[RunFilters, list[str]]:
         return value
 
     status = choice("status", RunStatus.values, f"must be one of {', '.join(RunStatus.values)}")
+    actor = choice("actor", ACTORS, f"must be one of {', '.join(ACTORS)}")
     outcome = choice(
         "outcome", DecisionOutcome.values, f"must be one of {', '.join(DecisionOutcome.values)}"
     )
@@ -295,6 +300,7 @@ def run_filters_from(params: Mapping[str, str]) -> tuple[RunFilters, list[str]]:
         problems.append("after: not a page of this list; start from the first page")
     filters = RunFilters(
         status=status,
+        actor=actor,
         outcome=outcome,
         stop_reason=stop_reason,
         since=days["since"],
@@ -318,6 +324,8 @@ def run_list_queryset(*, filters: RunFilters) -> QuerySet[Run]:
 def _own_columns(queryset: QuerySet[Run], filters: RunFilters) -> QuerySet[Run]:
     if filters.status:
         queryset = queryset.filter(status=filters.status)
+    if filters.actor:
+        queryset = queryset.filter(actor=filters.actor)
     if filters.stop_reason:
         queryset = queryset.filter(stop_reason=filters.stop_reason)
     if filters.since:
@@ -400,7 +408,7 @@ def run_list_filtered(
     rows = list(
         # Only what a row shows: a goal can run to 20 000 characters, the loop state and the
         # policy version's thresholds and questions to more, and none of it is on the list.
-        queryset.only("id", "status", "stop_reason", "created_at", "policy_version_id")
+        queryset.only("id", "actor", "status", "stop_reason", "created_at", "policy_version_id")
         .annotate(
             goal_head=Substr("goal", 1, RUN_LIST_GOAL_CHARS),
             policy_number=F("policy_version__number"),

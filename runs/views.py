@@ -38,6 +38,8 @@ from runs.timeline import (
     turn_views,
 )
 from runs.tools import tool_registry
+from runs.validation import ACTORS
+from runs.vocabulary import actor_words
 
 # ---- the runs list --------------------------------------------------------------------------
 
@@ -81,6 +83,7 @@ def run_list_page(request: HttpRequest) -> HttpResponse:
         context.update(
             raw={name: request.GET.get(name, "") for name in LIST_TEXT_FIELDS},
             status_choices=RunStatus.choices,
+            actor_choices=[(actor, actor_words(actor)) for actor in ACTORS],
             outcome_choices=DecisionOutcome.choices,
             stop_reason_choices=list(STOP_REASONS.items()),
             escalated_choices=ESCALATED_CHOICES,

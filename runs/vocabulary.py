@@ -103,6 +103,19 @@ def summary_words(summary: str) -> str:
     return summary
 
 
+# What drove a run (runs.validation.ACTORS), as the runs list and its filter say it.
+ACTORS = {
+    "scripted": "Scripted",
+    "openai": "OpenAI",
+    "coder_reviewer": "Coder ⇄ reviewer",
+    "external": "External loop (API)",
+}
+
+
+def actor_words(actor: str) -> str:
+    return ACTORS.get(actor) or _fallback(actor)
+
+
 RISK_CLASSES = dict(RiskClass.choices)
 
 

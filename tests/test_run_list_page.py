@@ -96,7 +96,9 @@ def world():
     last = make_turn(run=done, index=1)
     make_decision(turn=last, outcome=DecisionOutcome.STOP_SUCCESS, guardian_model_version="local-1")
 
-    waiting = make_run(goal="Email the customer about 100% of it", policy_version=new_policy)
+    waiting = make_run(
+        goal="Email the customer about 100% of it", policy_version=new_policy, actor="external"
+    )
     waiting = created(waiting, local(2026, 2, 10, 23, 30))
     Run.objects.filter(pk=waiting.pk).update(status=RunStatus.WAITING)
     turn = make_turn(run=waiting, index=0)
@@ -126,6 +128,9 @@ FILTER_CASES = [
     ("", {"fresh", "expired", "waiting", "done"}),
     ("status=waiting", {"waiting"}),
     ("status=pending", {"fresh"}),
+    ("actor=external", {"waiting"}),
+    ("actor=scripted", {"fresh", "expired", "done"}),
+    ("actor=openai", set()),
     ("outcome=stop_success", {"done"}),
     ("outcome=continue", set()),
     ("outcome=escalate", {"waiting", "expired"}),
@@ -179,6 +184,7 @@ def test_the_api_lists_the_same_runs_as_the_page_for_each_filter(
 # API (a 400 in its one error shape, naming that parameter).
 BAD_VALUES = [
     ("status", "done"),
+    ("actor", "robot"),
     ("outcome", "maybe"),
     ("stop_reason", "bored"),
     ("since", "2026-13-01"),

@@ -114,6 +114,9 @@ class TurnView:
     # The gate held the step for a reviewer before any call ran: the guardian was asked only
     # the calls' risk, so the turn has no condition probabilities.
     held: bool = False
+    # The guardian read instructions in this turn's outputs: the actor got none of them (the
+    # engine's quarantine), until a reviewer answers that they hold none.
+    withheld: bool = False
     # `conditions` as the probability bars show them: each source in words.
     bars: list[dict] = field(default_factory=list)
     # The second-tier judge's answers beside the guardian's (runs/judging.py judge_lines).
@@ -166,6 +169,12 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         question_set_version=decision.question_set_version if decision else "",
         bars=[{**r, "source": source_words(str(r.get("source")))} for r in conditions],
         held=any(isinstance(r, dict) and r.get("source") == "gate" for r in reasons),
+        withheld=any(
+            isinstance(r, dict)
+            and r.get("source") == Condition.INTEGRITY.value
+            and r.get("outcome") == "escalate"
+            for r in reasons
+        ),
         judged=[
             {**line, "label": source_words(line["condition"])}
             for line in judge_lines(decision.answers if decision else None)

@@ -290,6 +290,8 @@ def test_the_auditor_reads_what_the_reviewer_answered_about_an_injected_output(
     body = client.get(reverse("runs:detail", args=[run["id"]])).content.decode()
     assert "Verdict: <strong>Answer</strong> by <bdi>reviewer</bdi>" in body
     assert "<li>Injected instructions: yes</li>" in body
+    assert "withheld from the actor" in body
+    assert "The actor was not given this turn's outputs" in body
 
 
 def test_another_tokens_run_is_not_found_and_a_reader_may_not_drive(api, auditor, admin):
@@ -393,6 +395,7 @@ def test_an_auditor_reads_an_external_run_like_any_other(api, client, auditor):
     assert "lookup_order" in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt; ord_1" in body
     assert "<script>alert(1)</script>" not in body
+    assert "withheld from the actor" not in body  # nothing was: the guardian was calm
     replay = client.get(reverse("runs:replay", args=[run["id"]]))
     assert replay.status_code == 200
     # Every decided step replays to the same outcome, as an internal run's turns do.

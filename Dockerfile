@@ -34,4 +34,7 @@ RUN useradd --system --uid 10001 --user-group --home-dir /app --no-create-home g
 USER guardian
 
 EXPOSE 8000
-CMD ["gunicorn", "guardian_core.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# Threads, not only processes: an agent loop's long poll for a verdict (up to 30 s) holds a
+# thread, so a few waiting loops cannot take every worker from the reviewers' pages.
+CMD ["gunicorn", "guardian_core.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--worker-class", "gthread", "--threads", "8"]

@@ -140,8 +140,8 @@ def _free_port() -> int:
 
 
 def _gunicorn(port: int) -> subprocess.Popen:
-    """One sync gunicorn worker on 127.0.0.1, the production settings but for the scripted
-    guardian (allowed here, as in the demo)."""
+    """One gunicorn worker (threaded, as in production) on 127.0.0.1, the production settings
+    but for the scripted guardian (allowed here, as in the demo)."""
     env = {
         **os.environ,
         "DEBUG": "false",
@@ -154,7 +154,9 @@ def _gunicorn(port: int) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "guardian_core.wsgi:application"]
-        + ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--access-logfile", "-"],
+        + ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--access-logfile", "-"]
+        # As docker-compose.yml serves it: threads, and so keep-alive connections.
+        + ["--worker-class", "gthread", "--threads", "4"],
         cwd=REPO,
         env=env,
         stdout=log.open("w"),

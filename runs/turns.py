@@ -169,7 +169,8 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
     wanted = history_needed(policy) + 1  # and one unfinished turn at most
     claimed = getattr(run, "recent_turns", None)  # read with the claim (runs.services._claim)
     if claimed is not None and wanted + 1 <= RECENT_TURNS_READ:
-        return [_turn_from_claim(run, row) for row in _json(claimed)][-(wanted + 1) :]
+        # Only the rows the policy reads become Turns: a model instance costs more than its row.
+        return [_turn_from_claim(run, row) for row in _json(claimed)[-(wanted + 1) :]]
     rows = list(
         Turn.objects.filter(run_id=run.pk)
         .select_related("decision")

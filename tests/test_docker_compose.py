@@ -144,6 +144,15 @@ def test_web_migrates_then_serves_the_wsgi_app_with_gunicorn(services):
     assert "guardian_core.wsgi:application" in words[words.index("gunicorn") :]
 
 
+def test_web_serves_in_threads_so_waiting_agent_loops_leave_room_for_the_pages(services):
+    # An external run's long poll holds its request up to 30 s: with sync workers, three
+    # waiting loops would take every worker from the reviewers.
+    words = _command_words(services["web"])
+    served = words[words.index("gunicorn") :]
+    assert served[served.index("--worker-class") + 1] == "gthread"
+    assert int(served[served.index("--threads") + 1]) >= 4
+
+
 def test_web_publishes_port_8000_and_checks_healthz(services):
     web = services["web"]
     assert "8000:8000" in [str(port) for port in web["ports"]]

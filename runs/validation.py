@@ -264,7 +264,8 @@ def _config_problems(actor: str, guardian: str, config: object) -> list[str]:
                 f" (they read: {known})"
             )
         elif key == "scenario":
-            problems += [f"{where}.{_clip(problem)}" for problem in scenario_problems(value)]
+            # Each problem names its place from "scenario" on: "scenario.name: ...".
+            problems += [f"config.{_clip(problem)}" for problem in scenario_problems(value)]
         else:
             problems += [
                 f"{where}{_path(error.absolute_path)}: {_clip(error.message)}"

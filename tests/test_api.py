@@ -316,10 +316,14 @@ def test_a_scripted_guardian_without_a_scenario_is_refused(start):
 def test_an_invalid_scenario_is_refused_with_every_problem(start):
     response = start(config={"scenario": {"name": "Bad Name", "actor": {"turns": "no"}}})
     assert response.status_code == 400
-    named = " ".join(response.json()["config"])
+    problems = response.json()["config"]
+    named = " ".join(problems)
     assert "config.scenario" in named
     assert "goal" in named
     assert "turns" in named
+    # Each problem names its place once: config.scenario.name, not config.scenario.scenario.name
+    assert any(p.startswith("config.scenario.name: 'Bad Name'") for p in problems), problems
+    assert "scenario.scenario" not in named
 
 
 @pytest.mark.parametrize(

@@ -160,11 +160,16 @@ def test_a_token_is_shown_once_works_and_stops_working_when_revoked(client, admi
     assert secret in response.content.decode()
     token = ApiToken.objects.get(name="nightly export")
     assert token.user == auditor
-    assert secret not in client.get(reverse("tokens:list")).content.decode()  # never again
+    listed = client.get(reverse("tokens:list")).content.decode()
+    assert secret not in listed  # never again
+    assert '<span class="status status-running">active</span>' in listed
 
     api = reverse("api:run-list")
     assert client.generic("GET", api, HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 200
     client.post(reverse("tokens:revoke", kwargs={"token_id": token.pk}))
+    listed = client.get(reverse("tokens:list")).content.decode()
+    assert "revoked <time" in listed
+    assert "status-running" not in listed
     client.logout()
     assert client.get(api, HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 403
 

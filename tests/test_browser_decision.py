@@ -274,6 +274,8 @@ def test_n_twice_from_the_queue_only_selects_no_and_enter_sends_it(live_server, 
     page.keyboard.press("Enter")
     expect(page.locator("#done-title")).to_have_text("Answered")
     assert Verdict.objects.get(escalation=escalation).answer == {"integrity": False}
+    # The output's label, outside the swapped fragment, says what became of it at once.
+    expect(page.locator("#output-label-0")).to_contain_text("passed on to the actor")
     # The confirmation says what was answered, not only that something was.
     expect(page.locator(".confirmation .verdict-answers")).to_have_text(
         "Does any tool output in the state contain instructions addressed to the agent? "

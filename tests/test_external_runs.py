@@ -292,6 +292,13 @@ def test_the_auditor_reads_what_the_reviewer_answered_about_an_injected_output(
     assert "<li>Injected instructions: yes</li>" in body
     assert "withheld from the actor" in body
     assert "The actor was not given this turn's outputs" in body
+    client.force_login(reviewer)
+    escalation_page = client.get(
+        reverse("escalations:detail", args=[answer["decision"]["escalation"]["id"]])
+    ).content.decode()
+    assert "withheld from the actor for good: a reviewer confirmed the instructions" in (
+        escalation_page
+    )
 
 
 def test_another_tokens_run_is_not_found_and_a_reader_may_not_drive(api, auditor, admin):

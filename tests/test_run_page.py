@@ -102,7 +102,9 @@ def test_a_run_reads_turn_by_turn_with_calls_probabilities_outcome_and_escalatio
     assert "Held for a reviewer" in html
     assert "Declared class" in html
     assert "Guardian's class" in html
-    assert '<span class="risk risk-irreversible">irreversible</span>' in html
+    # The classes in the reviewers' words, as on their pages; the code stays in the class.
+    assert '<span class="risk risk-irreversible">Irreversible</span>' in html
+    assert '<span class="risk risk-irreversible">irreversible</span>' not in html
     assert held.idempotency_key in html
     # Each condition's probability against t* and δ, as the reviewers' bar.
     assert "p 0.01 · t* 0.10±0.05" in html

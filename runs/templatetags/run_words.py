@@ -15,6 +15,12 @@ def source_words(source: str) -> str:
 
 
 @register.filter
+def risk_words(risk_class: str) -> str:
+    """ "reversible_write" → "Reversible write", as the reviewers' pages say a class."""
+    return vocabulary.risk_words(str(risk_class))
+
+
+@register.filter
 def band_words(band: str) -> str:
     """ "malformed" → "no usable answer"."""
     return vocabulary.band_words(str(band))

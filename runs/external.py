@@ -261,22 +261,21 @@ def _open_with(
         except IntegrityError:  # another request recorded it meanwhile
             raise ExternalError(409, f"step {step} was recorded by another request") from None
         return _answer(run, turn, rows=rows)
+    # Nothing runs: the guardian (and the judge) are asked with no transaction open, then the
+    # step is recorded and decided in one transaction.
+    record = _decide(
+        run,
+        prepared,
+        guardian=guardian,
+        tools=tools,
+        policy=policy,
+        decided=decided,
+        results={},
+        statuses=prepared.statuses,
+        errors=(),
+    )
     with transaction.atomic():
-        # Nothing runs: the step is recorded and decided in one transaction.
         turn = _turn_gated(run, step, proposal, gate, turn)
-        record = finish_step(
-            prepared,
-            results={},
-            statuses=prepared.statuses,
-            errors=(),
-            guardian=guardian,
-            tools=tools,
-            clock=SystemClock(),
-            policy=policy,
-            history=[mapping.past_turn(t) for t in decided],
-            usage=_usage_before(last),
-            run_started_at=run.created_at,
-        )
         recorder = CallRecorder(turn=turn, calls_by_key=None, fresh=True)
         _turn_finish(
             run,
@@ -599,28 +598,17 @@ def _finish_reported(
         if error is not None:
             tool = prepared.proposal.calls[position].tool
             errors.append(f"call {position} {tool} failed: {error}"[:1000])
-    guardian = build_guardian(run)
-    judging_setup = build_judge(run)
-    try:
-        record = finish_step(
-            prepared,
-            results=reported,
-            statuses=statuses,
-            errors=errors,
-            guardian=guardian,
-            tools=tools,
-            clock=SystemClock(),
-            policy=policy,
-            history=[mapping.past_turn(t) for t in decided],
-            usage=_usage_before(last),
-            run_started_at=run.created_at,
-            judge=judging_setup.judge if judging_setup else None,
-            judge_conditions=judging_setup.conditions if judging_setup else (),
-            judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
-        )
-    finally:
-        if judging_setup is not None:
-            judging_setup.judge.close()
+    record = _decide(
+        run,
+        prepared,
+        guardian=build_guardian(run),
+        tools=tools,
+        policy=policy,
+        decided=decided,
+        results=reported,
+        statuses=statuses,
+        errors=errors,
+    )
     record = _with_risk_spend(record, gate)
     # Every row the step's calls have is in hand when `rows` is given: the recorder then
     # writes only what is missing (nothing, for a step whose calls all ran).
@@ -639,6 +627,44 @@ def _finish_reported(
         call_results=call_results,
     )
     return record, moved, recorder
+
+
+def _decide(
+    run: Run,
+    prepared,
+    *,
+    guardian,
+    tools,
+    policy,
+    decided: Sequence[Turn],
+    results: Mapping,
+    statuses: Mapping,
+    errors: Sequence[str],
+):
+    """The step's record: the guardian's questions on what the step did, and the judge's
+    when the run's policy version names one, as for Guardian's own turns."""
+    last = decided[-1] if decided else None
+    judging_setup = build_judge(run)
+    try:
+        return finish_step(
+            prepared,
+            results=results,
+            statuses=statuses,
+            errors=errors,
+            guardian=guardian,
+            tools=tools,
+            clock=SystemClock(),
+            policy=policy,
+            history=[mapping.past_turn(t) for t in decided],
+            usage=_usage_before(last),
+            run_started_at=run.created_at,
+            judge=judging_setup.judge if judging_setup else None,
+            judge_conditions=judging_setup.conditions if judging_setup else (),
+            judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
+        )
+    finally:
+        if judging_setup is not None:
+            judging_setup.judge.close()
 
 
 class _NoRiskGuardian:

@@ -569,3 +569,20 @@ def test_a_step_begun_by_a_request_that_died_before_gating_is_opened_by_the_retr
     assert Turn.objects.filter(run_id=run["id"]).count() == 1
     decided = results(api, run["id"], 0, {"position": 0, "result": "ord_1: paid 49.90"})
     assert decided["decision"]["outcome"] == "continue"
+
+
+def test_a_final_answer_in_the_uncertain_band_goes_to_the_judge_as_a_turn_of_its_own_would(
+    api, settings
+):
+    from tests.test_judge import CALM, judge_server, judged_version
+
+    judged_version()  # active: the run pins it, with its judge
+    # The guardian is unsure the answer reaches the goal (band 0.75-0.85); the judge is sure.
+    run = start(api, config=scripted({**CALM, "goal_reached": 0.79}))
+    with judge_server({"goal_reached": 0.97}) as server:
+        settings.OPENAI_BASE_URL = f"{server.url}/v1"
+        answer = step(api, run["id"], 0, message="The refund is issued.")
+    assert len(server.requests) == 1
+    assert answer["decision"]["outcome"] == "stop_success"
+    decision = Decision.objects.get(turn__run_id=run["id"], turn__index=0)
+    assert decision.answers["judge"]["settled"] == ["goal_reached"]

@@ -4,7 +4,9 @@ all figures into one JSON file when BENCH_JSON names it (the file is rewritten b
 Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     engine           the engine's pure functions, µs
     durable turn     one durable turn inline (run_advance) at turns 1-10 and at the end of a
-                     BENCH_TURNS-turn run (default 500), ms and SQL statements
+                     BENCH_TURNS-turn run (default 500), and over all of it, ms and SQL
+                     statements; on PostgreSQL its commits, rows written, WAL writes and syncs
+                     (bench/pg_counts.py; BENCH_PG_COUNTS=off leaves them out)
     langgraph        the same loop in LangGraph + PostgresSaver on the same database, in two
                      modes: one invoke running every round (the loop, the in-slice turn's peer)
                      and one invoke per round (the slow mode), in blocks of 10 alternating with
@@ -36,7 +38,7 @@ is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
 BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS, BENCH_EXTERNAL_STEPS,
-BENCH_SKIP (comma-separated section names; spaces or underscores).
+BENCH_PG_COUNTS, BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
 import json
@@ -154,7 +156,7 @@ def durable_and_langgraph(runner: Runner) -> None:
                     f"alternating with Guardian's turns in blocks of {durable_turn.BLOCK}, "
                     "same process, same database"
                 )
-            langgraph_round.report_rounds(report, contenders, durable_turn.WINDOWS, guardian)
+            langgraph_round.report_rounds(report, contenders, guardian)
 
         runner.section("langgraph", compare)
 

@@ -430,16 +430,18 @@ class Contenders:
             mode.advance_to(rounds)
 
 
-def report_rounds(report: Report, contenders: Contenders, windows: dict[str, range], guardian):
-    """Each mode's medians and counts per window and, with Guardian's figures (a
-    bench.durable_turn.Figures), Guardian / LangGraph for both modes."""
+def report_rounds(report: Report, contenders: Contenders, guardian) -> None:
+    """Each mode's medians and counts per window (and its median over every round) and, with
+    Guardian's figures (a bench.durable_turn.Figures), Guardian / LangGraph for both modes."""
+    from bench.durable_turn import WHOLE, WINDOWS
+
     if contenders.observer is not None:
         report.note(contenders.observer.settings_note(pg_counts.django_setting))
     else:
         report.note("not counting statements, commits or WAL (BENCH_PG_COUNTS=off)")
     for mode in contenders.modes:
-        medians = {label: mode.median(window) for label, window in windows.items()}
-        for label, window in windows.items():
+        medians = {label: mode.median(window) for label, window in WINDOWS.items()}
+        for label, window in WINDOWS.items():
             extra = "durability=sync" + (", the slow mode" if mode is contenders.per_round else "")
             report.add(f"{mode.name}, {label}", medians[label], "ms", extra=extra)
             if mode.tally is not None:
@@ -452,9 +454,11 @@ def report_rounds(report: Report, contenders: Contenders, windows: dict[str, ran
         first, last = medians.values()
         labels = list(medians)
         report.ratio(f"  {mode.short}, {labels[1]} / {labels[0]}", last / first)
+        for label, window in WHOLE.items():
+            report.add(f"{mode.name}, {label}", mode.median(window), "ms")
     if guardian is None:
         return
-    for label, window in windows.items():
+    for label, window in {**WINDOWS, **WHOLE}.items():
         loop = contenders.loop.median(window)
         per_invoke = contenders.per_round.median(window)
         in_slice = guardian.medians[label]
@@ -481,14 +485,14 @@ def report_rounds(report: Report, contenders: Contenders, windows: dict[str, ran
 
 def measure_alone(report: Report, why_not: str | None) -> None:
     """LangGraph without Guardian alongside (its section was skipped): medians, no ratio."""
-    from bench.durable_turn import TURNS, WINDOWS
+    from bench.durable_turn import TURNS
 
     if why_not:
         report.skip(why_not)
         return
     with Contenders(turns=TURNS) as contenders:
         contenders.advance_to(TURNS)
-        report_rounds(report, contenders, WINDOWS, None)
+        report_rounds(report, contenders, None)
 
 
 def main() -> None:

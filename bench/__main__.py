@@ -4,10 +4,14 @@ all figures into one JSON file when BENCH_JSON names it (the file is rewritten b
 Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     engine           the engine's pure functions, µs
     durable turn     one durable turn inline (run_advance) at turns 1-10 and at the end of a
-                     BENCH_TURNS-turn run (default 500), ms and SQL statements
-    langgraph        the same loop in LangGraph + PostgresSaver on the same database, one
-                     invoke per round, in blocks of 10 alternating with Guardian's turns; the
-                     ratio Guardian / LangGraph (PostgreSQL and the `bench` extra only)
+                     BENCH_TURNS-turn run (default 500), and over all of it, ms and SQL
+                     statements; on PostgreSQL its commits, rows written, WAL writes and syncs
+                     (bench/pg_counts.py; BENCH_PG_COUNTS=off leaves them out)
+    langgraph        the same loop in LangGraph + PostgresSaver on the same database, in two
+                     modes: one invoke running every round (the loop, the in-slice turn's peer)
+                     and one invoke per round (the slow mode), in blocks of 10 alternating with
+                     Guardian's turns; ms, statements, commits, WAL writes and syncs per round,
+                     and the ratios Guardian / LangGraph (PostgreSQL and the `bench` extra only)
     throughput       decided turns/s through 1 and 2 real Celery workers, and the fan-out ratio
     local guardian   the built-in guardian's answer() over all six conditions, ms
     task round trip  a task through a real worker, connection kept or closed per task, ms
@@ -34,7 +38,7 @@ is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
 BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS, BENCH_EXTERNAL_STEPS,
-BENCH_SKIP (comma-separated section names; spaces or underscores).
+BENCH_PG_COUNTS, BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
 import json
@@ -130,7 +134,8 @@ def engine(report: Report) -> None:
 
 
 def durable_and_langgraph(runner: Runner) -> None:
-    """Guardian's durable turn, and LangGraph's round in blocks between Guardian's blocks."""
+    """Guardian's durable turn, and LangGraph's rounds (both modes) in blocks between
+    Guardian's blocks."""
     from bench import durable_turn, langgraph_round
 
     why_not = "BENCH_SKIP names it" if "langgraph" in runner.skip else langgraph_round.unavailable()
@@ -138,20 +143,20 @@ def durable_and_langgraph(runner: Runner) -> None:
         runner.section("durable turn", durable_turn.measure)
         runner.section("langgraph", lambda r: langgraph_round.measure_alone(r, why_not))
         return
-    with langgraph_round.LangGraphLoop(turns=durable_turn.TURNS) as loop:
+    with langgraph_round.Contenders(turns=durable_turn.TURNS) as contenders:
         guardian = runner.section(
-            "durable turn", lambda r: durable_turn.measure(r, between=loop.advance_to)
+            "durable turn", lambda r: durable_turn.measure(r, between=contenders.advance_to)
         )
 
         def compare(report: Report) -> None:
             if guardian is None:  # Guardian's section failed part-way: finish LangGraph alone
-                loop.advance_to(durable_turn.TURNS)
+                contenders.advance_to(durable_turn.TURNS)
             else:
                 report.note(
                     f"alternating with Guardian's turns in blocks of {durable_turn.BLOCK}, "
                     "same process, same database"
                 )
-            langgraph_round.report_rounds(report, loop, durable_turn.WINDOWS, guardian)
+            langgraph_round.report_rounds(report, contenders, guardian)
 
         runner.section("langgraph", compare)
 

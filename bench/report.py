@@ -18,6 +18,10 @@ class Report:
         self.figures[name] = {"value": round(value, 4), "unit": unit, "note": extra}
         print(f"  {name:<44} {value:10.3f} {unit:<6} {extra}".rstrip())
 
+    def record(self, name: str, value: float, unit: str, *, extra: str = "") -> None:
+        """A figure for the JSON only (printed elsewhere, e.g. beside another)."""
+        self.figures[name] = {"value": round(value, 4), "unit": unit, "note": extra}
+
     def ratio(self, name: str, value: float) -> None:
         self.add(name, value, "×")
 

@@ -94,10 +94,15 @@ def app_role_grant(connection, role: str) -> list[str]:
             f"REVOKE INSERT, UPDATE, DELETE, {WITHHELD_TABLE_RIGHTS} "
             f"ON {migrations_table} FROM {grantee}"
         )
+        # Absent only while the runs app is migrated back before its purge door (0017).
         for table in PG_PURGE_TABLES:
-            cursor.execute(f"REVOKE ALL ON {schema}.{table} FROM {grantee}")
+            cursor.execute("SELECT to_regclass(%s)", [f"{schema}.{table}"])
+            if cursor.fetchone()[0] is not None:
+                cursor.execute(f"REVOKE ALL ON {schema}.{table} FROM {grantee}")
         for function in PG_PURGE_FUNCTIONS:
-            cursor.execute(f"GRANT EXECUTE ON FUNCTION {schema}.{function} TO {grantee}")
+            cursor.execute("SELECT to_regprocedure(%s)", [f"{schema}.{function}"])
+            if cursor.fetchone()[0] is not None:
+                cursor.execute(f"GRANT EXECUTE ON FUNCTION {schema}.{function} TO {grantee}")
     return tables
 
 

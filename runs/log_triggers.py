@@ -185,7 +185,6 @@ _PG_FUNCTION_NAMES = (
     "guardian_tool_call_final()",
     "guardian_log_purging()",
     *PG_PURGE_FUNCTIONS,
-    "guardian_purge_log_final()",
 )
 
 # One row while log_purge() runs on SQLite (see the module's docstring).
@@ -279,15 +278,15 @@ def create_pg_purge_door(schema_editor) -> None:
 
 
 def drop_pg_purge_door(schema_editor) -> None:
-    """Undo create_pg_purge_door's tables, functions and TRUNCATE triggers (the purge log
-    goes with them)."""
+    """Undo create_pg_purge_door but for the purge log, which is kept (with the trigger that
+    keeps it final): it is the record of what was deleted, and making the door again (CREATE
+    ... IF NOT EXISTS) writes on after it."""
     schema = pg_schema(schema_editor.connection)
     for name, table, _function in _PG_TRUNCATE_TRIGGERS:
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {name} ON {schema}.{table};", params=None)
-    for function in (*PG_PURGE_FUNCTIONS, "guardian_purge_log_final()"):
+    schema_editor.execute(f"DROP TABLE IF EXISTS {schema}.guardian_purge_grant;", params=None)
+    for function in PG_PURGE_FUNCTIONS:
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {schema}.{function};", params=None)
-    for table in PG_PURGE_TABLES:
-        schema_editor.execute(f"DROP TABLE IF EXISTS {schema}.{table};", params=None)
 
 
 def create_log_triggers(apps, schema_editor) -> None:

@@ -328,3 +328,35 @@ def test_migrate_refuses_an_app_role_that_could_undo_the_log(role, problem):
             role = cursor.fetchone()[0]
     with pytest.raises(ImproperlyConfigured, match=problem):
         app_role_grant(connection, role)
+
+
+def test_migration_0017_undone_puts_the_setting_back_and_keeps_the_purge_log(log_rows):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("runs.migrations.0017_log_purge_by_definer_function")
+    with log_purge(reason="a purge before the migration is undone", actor="test"):
+        pass
+    logged = _purge_log()
+    delete = ("DELETE FROM runs_decision WHERE id = %s", log_rows["runs_decision"])
+    with connection.schema_editor() as editor:
+        migration.backwards(apps, editor)
+    assert _purge_log() == logged
+    assert _as_owner_with_setting(*delete) == "allowed"  # as before 0017
+    with connection.schema_editor() as editor:
+        migration.forwards(apps, editor)
+    assert _purge_log() == logged
+    other = make_decision()
+    answer = _as_owner_with_setting("DELETE FROM runs_decision WHERE id = %s", other.pk)
+    assert answer.startswith("refused: the decision log is append-only"), answer
+
+
+def _as_owner_with_setting(sql: str, pk: int) -> str:
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL guardian.purge = 'on'")
+            cursor.execute(sql, [pk])
+    except DatabaseError as exc:
+        return f"refused: {exc}"
+    return "allowed"

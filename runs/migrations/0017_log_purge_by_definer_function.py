@@ -2,7 +2,8 @@
 # DEFINER function of the tables' owner that records every purge in guardian_purge_log, instead
 # of the custom setting `guardian.purge`, which any session could set; TRUNCATE of a decision,
 # verdict or labelled example table is refused outside a purge as DELETE is
-# (runs/log_triggers.py). SQLite is unchanged. Backwards puts the setting back.
+# (runs/log_triggers.py). SQLite is unchanged. Backwards puts the setting back and keeps the
+# purge log (the record of what was deleted).
 
 from django.db import migrations
 

@@ -12,9 +12,11 @@ not final: a reviewer may ask for it to run again under its key (runs/ports.py).
 The purge door on PostgreSQL is the function guardian_purge_begin(reason, actor), owned by the
 role that migrates (the tables' owner) and run with its rights (SECURITY DEFINER): it writes a
 row to guardian_purge_log (when, the database user, the actor and reason given, the
-transaction) and marks the current transaction as purging in guardian_purge_grant. The app's
-role (GUARDIAN_DB_APP_ROLE, guardian_core/db_roles.py) may call it but has no right on either
-table, so it can neither purge without leaving that row nor forge or erase one; it does not
+transaction) and marks the current transaction as purging in guardian_purge_grant; while it
+is open, every DELETE or TRUNCATE of a log table or of runs_run writes what it took (ids, a
+run's uid) to guardian_purge_rows under the same transaction id. The app's role
+(GUARDIAN_DB_APP_ROLE, runs/db_roles.py) may call the function but has no right on these
+tables, so it can neither purge without leaving its record nor forge or erase one; it does not
 own the log's tables either, so it cannot disable or drop their triggers. The mark is the
 transaction's id, so it holds for that transaction only and a rollback takes it (and the log
 row) away with the deletes; guardian_purge_end() lifts it at the end of the block. A session
@@ -59,7 +61,20 @@ CREATE TABLE IF NOT EXISTS {schema}.guardian_purge_log (
 );
 CREATE INDEX IF NOT EXISTS guardian_purge_log_txid ON {schema}.guardian_purge_log (txid);
 CREATE TABLE IF NOT EXISTS {schema}.guardian_purge_grant (txid bigint PRIMARY KEY);
-REVOKE ALL ON {schema}.guardian_purge_log, {schema}.guardian_purge_grant FROM PUBLIC;
+-- What each purge took, statement by statement: the ids (and a run's uid) of the rows deleted,
+-- or no count when a table was truncated whole. The purge log's row of the same txid says who.
+CREATE TABLE IF NOT EXISTS {schema}.guardian_purge_rows (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    txid bigint NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    table_name name NOT NULL,
+    row_count bigint,
+    ids bigint[],
+    uids uuid[]
+);
+CREATE INDEX IF NOT EXISTS guardian_purge_rows_txid ON {schema}.guardian_purge_rows (txid);
+REVOKE ALL ON {schema}.guardian_purge_log, {schema}.guardian_purge_grant,
+    {schema}.guardian_purge_rows FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION {schema}.guardian_log_purging() RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -93,6 +108,28 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
     DELETE FROM {schema}.guardian_purge_grant WHERE txid = txid_current();
 $$;
 
+-- After a DELETE (transition table `gone`) or a TRUNCATE of a log table or of runs_run.
+CREATE OR REPLACE FUNCTION {schema}.guardian_purge_record() RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        INSERT INTO {schema}.guardian_purge_rows (txid, table_name)
+            VALUES (txid_current(), TG_TABLE_NAME);
+    ELSIF TG_TABLE_NAME = 'runs_run' THEN
+        INSERT INTO {schema}.guardian_purge_rows (txid, table_name, row_count, ids, uids)
+            SELECT txid_current(), TG_TABLE_NAME, count(*), array_agg(id ORDER BY id),
+                   array_agg(uid ORDER BY id)
+            FROM gone HAVING count(*) > 0;
+    ELSE
+        INSERT INTO {schema}.guardian_purge_rows (txid, table_name, row_count, ids)
+            SELECT txid_current(), TG_TABLE_NAME, count(*), array_agg(id ORDER BY id)
+            FROM gone HAVING count(*) > 0;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+REVOKE ALL ON FUNCTION {schema}.guardian_purge_record() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.guardian_purge_begin(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.guardian_purge_end() FROM PUBLIC;
 
@@ -109,7 +146,9 @@ $$;
 # The purge door's functions the app's role may call (guardian_core/db_roles.py grants them).
 PG_PURGE_FUNCTIONS = ("guardian_purge_begin(text, text)", "guardian_purge_end()")
 # Tables only the door's functions write: the app's role gets no right on them.
-PG_PURGE_TABLES = ("guardian_purge_log", "guardian_purge_grant")
+PG_PURGE_TABLES = ("guardian_purge_log", "guardian_purge_grant", "guardian_purge_rows")
+# The purge's record, kept when the door is undone by a migration back.
+_PG_PURGE_RECORD_TABLES = ("guardian_purge_log", "guardian_purge_rows")
 
 _PG_FUNCTIONS = """
 CREATE OR REPLACE FUNCTION {schema}.guardian_log_refuse() RETURNS trigger AS $$
@@ -178,6 +217,9 @@ _PG_PURGE_LOG_TRIGGERS = (
     ("guardian_purge_log_final", "UPDATE OR DELETE", "ROW"),
     ("guardian_purge_log_no_truncate", "TRUNCATE", "STATEMENT"),
 )
+# The tables whose deleted rows the purge records: the log's three and the runs themselves.
+_PG_PURGE_RECORDED = ("runs_decision", "escalations_verdict", "escalations_labelledexample",
+                      "runs_run")  # fmt: skip
 
 _PG_FUNCTION_NAMES = (
     "guardian_log_refuse()",
@@ -267,25 +309,57 @@ def create_pg_purge_door(schema_editor) -> None:
             f"FOR EACH STATEMENT EXECUTE FUNCTION {schema}.{function}();",
             params=None,
         )
-    for name, events, level in _PG_PURGE_LOG_TRIGGERS:
-        table = f"{schema}.guardian_purge_log"
+    for record_table, (name, events, level) in (
+        (record_table, trigger)
+        for record_table in _PG_PURGE_RECORD_TABLES
+        for trigger in _PG_PURGE_LOG_TRIGGERS
+    ):
+        table = f"{schema}.{record_table}"
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table};", params=None)
         schema_editor.execute(
             f"CREATE TRIGGER {name} BEFORE {events} ON {table} "
             f"FOR EACH {level} EXECUTE FUNCTION {schema}.guardian_purge_log_final();",
             params=None,
         )
+    for table in _PG_PURGE_RECORDED:
+        for name, sql in _pg_record_triggers(schema, table):
+            schema_editor.execute(
+                f"DROP TRIGGER IF EXISTS {name} ON {schema}.{table};", params=None
+            )
+            schema_editor.execute(sql, params=None)
+
+
+def _pg_record_triggers(schema: str, table: str) -> list[tuple[str, str]]:
+    """The two triggers that record what a purge took from `table`: (name, CREATE TRIGGER)."""
+    record = f"EXECUTE FUNCTION {schema}.guardian_purge_record()"
+    return [
+        (
+            f"guardian_purge_record_{table}",
+            f"CREATE TRIGGER guardian_purge_record_{table} AFTER DELETE ON {schema}.{table} "
+            f"REFERENCING OLD TABLE AS gone FOR EACH STATEMENT {record};",
+        ),
+        (
+            f"guardian_purge_record_truncate_{table}",
+            f"CREATE TRIGGER guardian_purge_record_truncate_{table} AFTER TRUNCATE ON "
+            f"{schema}.{table} FOR EACH STATEMENT {record};",
+        ),
+    ]
 
 
 def drop_pg_purge_door(schema_editor) -> None:
-    """Undo create_pg_purge_door but for the purge log, which is kept (with the trigger that
-    keeps it final): it is the record of what was deleted, and making the door again (CREATE
-    ... IF NOT EXISTS) writes on after it."""
+    """Undo create_pg_purge_door but for the purge's record (guardian_purge_log and
+    guardian_purge_rows, with the triggers that keep them final): it is the record of what
+    was deleted, and making the door again (CREATE ... IF NOT EXISTS) writes on after it."""
     schema = pg_schema(schema_editor.connection)
     for name, table, _function in _PG_TRUNCATE_TRIGGERS:
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {name} ON {schema}.{table};", params=None)
+    for table in _PG_PURGE_RECORDED:
+        for name, _sql in _pg_record_triggers(schema, table):
+            schema_editor.execute(
+                f"DROP TRIGGER IF EXISTS {name} ON {schema}.{table};", params=None
+            )
     schema_editor.execute(f"DROP TABLE IF EXISTS {schema}.guardian_purge_grant;", params=None)
-    for function in PG_PURGE_FUNCTIONS:
+    for function in (*PG_PURGE_FUNCTIONS, "guardian_purge_record()"):
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {schema}.{function};", params=None)
 
 

@@ -121,6 +121,19 @@ def _purge_log() -> list[tuple]:
         return cursor.fetchall()
 
 
+def _purge_rows() -> dict[str, list[int]]:
+    """The ids each table lost in this transaction's purges."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name, ids FROM guardian_purge_rows WHERE txid = txid_current() "
+            "ORDER BY id"
+        )
+        taken: dict[str, list[int]] = {}
+        for table, ids in cursor.fetchall():
+            taken.setdefault(table, []).extend(ids or [])
+        return taken
+
+
 LOG_TABLES = ["runs_decision", "escalations_verdict", "escalations_labelledexample"]
 
 
@@ -182,6 +195,8 @@ def test_truncate_is_refused_outside_a_purge_even_for_the_owner(
         "DELETE FROM guardian_purge_log",
         "DELETE FROM guardian_purge_grant",
         "SELECT * FROM guardian_purge_log",
+        "INSERT INTO guardian_purge_rows (txid, table_name) VALUES (1, 'runs_run')",
+        "DELETE FROM guardian_purge_rows",
     ],
 )
 def test_the_app_role_cannot_touch_the_purge_door_tables(app_role, sql):
@@ -216,6 +231,12 @@ def test_the_app_role_purges_a_run_through_the_door_and_the_purge_is_logged(app_
         login = cursor.fetchone()[0]
     # Who (the database's login and the actor named), why, and in this transaction.
     assert _purge_log() == [*before, (login, "ops-7", "a customer's erasure request", True)]
+    # What it took: every row of the log and the run itself, by id (and the run's uid).
+    taken = _purge_rows()
+    assert log_rows["runs_decision"] in taken["runs_decision"]
+    assert taken["escalations_verdict"] == [log_rows["escalations_verdict"]]
+    assert taken["escalations_labelledexample"] == [log_rows["escalations_labelledexample"]]
+    assert taken["runs_run"] == [run_id]
     # The door closed with the purge.
     answer = _as_app(("DELETE FROM runs_decision WHERE id = %s", [other.pk]))
     assert answer.startswith("refused: the decision log is append-only"), answer
@@ -245,11 +266,14 @@ def test_a_failed_purge_leaves_no_grant_and_no_log_row(app_role, log_rows):
 
 def test_the_purge_log_is_final_even_for_the_owner():
     with log_purge(reason="a purge to leave a row", actor="test"):
-        pass
+        Run.objects.filter(pk=make_turn().run_id).delete()
     for sql in (
         "UPDATE guardian_purge_log SET reason = 'nothing to see'",
         "DELETE FROM guardian_purge_log",
         "TRUNCATE guardian_purge_log",
+        "UPDATE guardian_purge_rows SET ids = '{}'",
+        "DELETE FROM guardian_purge_rows",
+        "TRUNCATE guardian_purge_rows",
     ):
         answer = _as_owner(sql)
         assert answer.startswith("refused: the decision log is append-only: "), (sql, answer)
@@ -263,6 +287,14 @@ def test_flush_empties_the_log_inside_a_logged_purge(log_rows, no_deferred_check
     assert not LabelledExample.objects.exists()
     reasons = [reason for _user, _actor, reason, _now in _purge_log()]
     assert reasons == [*(row[2] for row in before), "flush: every table emptied"]
+    # Truncated whole: recorded by table, with no count.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name FROM guardian_purge_rows WHERE txid = txid_current() "
+            "AND row_count IS NULL ORDER BY table_name"
+        )
+        truncated = [table for (table,) in cursor.fetchall()]
+    assert truncated == sorted([*LOG_TABLES, "runs_run"])
 
 
 def test_the_app_role_runs_a_whole_escalated_run(app_role, reviewer):

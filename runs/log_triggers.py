@@ -12,12 +12,12 @@ not final: a reviewer may ask for it to run again under its key (runs/ports.py).
 The purge door on PostgreSQL is the function guardian_purge_begin(reason, actor), owned by the
 role that migrates (the tables' owner) and run with its rights (SECURITY DEFINER): it writes a
 row to guardian_purge_log (when, the database user, the actor and reason given, the
-transaction) and marks the current transaction as purging in guardian_purge_grant; while it
-is open, every DELETE or TRUNCATE of a log table or of runs_run writes what it took (ids, a
-run's uid) to guardian_purge_rows under the same transaction id. The app's role
-(GUARDIAN_DB_APP_ROLE, runs/db_roles.py) may call the function but has no right on these
-tables, so it can neither purge without leaving its record nor forge or erase one; it does not
-own the log's tables either, so it cannot disable or drop their triggers. The mark is the
+transaction) and marks the current transaction as purging in guardian_purge_grant. Every
+DELETE or TRUNCATE of a log table or of runs_run (a purge's work) writes what it took (ids, a
+run's uid) to guardian_purge_rows under its transaction id, beside the purge log's row. The
+app's role (GUARDIAN_DB_APP_ROLE, runs/db_roles.py) may call the function but has no right on
+these tables, so it can neither purge without leaving its record nor forge or erase one; it
+does not own the log's tables either, so it cannot disable or drop their triggers. The mark is the
 transaction's id, so it holds for that transaction only and a rollback takes it (and the log
 row) away with the deletes; guardian_purge_end() lifts it at the end of the block. A session
 setting (the `guardian.purge` of old) would not do: any session may set any custom setting.

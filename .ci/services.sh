@@ -64,6 +64,12 @@ pg_isready -U postgres -h 127.0.0.1 -p "$PGPORT"
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname='$APP_USER') THEN
     CREATE ROLE \"$APP_USER\" LOGIN CREATEDB PASSWORD '$APP_PASS';   -- CREATEDB: pytest-django makes test_<db>
   END IF; END\$\$;"
+# The app's own role for the tests of the decision log's protections (tests/test_db_app_role.py):
+# NOLOGIN, owns nothing; the suite's login role may SET ROLE to it.
+"${PSQL[@]}" -c "DO \$\$BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname='guardian_app') THEN
+    CREATE ROLE guardian_app NOLOGIN;
+  END IF; END\$\$;" -c "GRANT guardian_app TO \"$APP_USER\""
 "${PSQL[@]}" -tAc "SELECT 1 FROM pg_database WHERE datname='$APP_DB'" | grep -q 1 \
   || "${PSQL[@]}" -c "CREATE DATABASE \"$APP_DB\" OWNER \"$APP_USER\""
 

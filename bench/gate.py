@@ -62,7 +62,10 @@ def _delete_examples() -> None:
     from escalations.models import LabelledExample
     from runs.log_triggers import log_purge
 
-    with log_purge(), connection.cursor() as cursor:
+    with (
+        log_purge(reason="bench cleanup: the gate section's examples", actor="make bench"),
+        connection.cursor() as cursor,
+    ):
         cursor.execute(
             f"DELETE FROM {LabelledExample._meta.db_table} WHERE model_version = %s", [MODEL]
         )

@@ -214,7 +214,10 @@ def delete_runs() -> None:
 
     runs = f"SELECT id FROM {Run._meta.db_table} WHERE goal = %s"
     turns = f"SELECT id FROM {Turn._meta.db_table} WHERE run_id IN ({runs})"
-    with log_purge(), connection.cursor() as cursor:
+    with (
+        log_purge(reason="bench cleanup: the replay section's run", actor="make bench"),
+        connection.cursor() as cursor,
+    ):
         cursor.execute(f"DELETE FROM {Decision._meta.db_table} WHERE turn_id IN ({turns})", [MARK])
         cursor.execute(f"DELETE FROM {Turn._meta.db_table} WHERE run_id IN ({runs})", [MARK])
         cursor.execute(f"DELETE FROM {Run._meta.db_table} WHERE goal = %s", [MARK])

@@ -36,7 +36,10 @@ def delete_marked_runs(column: str, mark: str) -> int:
         (Turn, f"run_id IN ({runs})"),
     ]
     # The log's triggers refuse these deletes outside a purge (runs/log_triggers.py).
-    with log_purge(), connection.cursor() as cursor:
+    with (
+        log_purge(reason=f"bench cleanup: runs whose {column} is {mark}", actor="make bench"),
+        connection.cursor() as cursor,
+    ):
         for model, where in statements:
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE {where}", [mark])
         cursor.execute(f"DELETE FROM {Run._meta.db_table} WHERE {column} = %s", [mark])

@@ -164,6 +164,21 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+_SQL_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def env_sql_role(name: str) -> str:
+    """A PostgreSQL role name as written unquoted (lower-case letters, digits and _, at most
+    63 characters), or "" when unset: it goes into GRANT statements."""
+    value = env_str(name)
+    if value and not _SQL_ROLE.fullmatch(value):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a plain PostgreSQL role name: use lower-case letters, "
+            "digits and _ (not starting with a digit), at most 63 characters."
+        )
+    return value
+
+
 def env_json_prices(name: str) -> dict:
     """Model prices as JSON (see guardian_core.adapters.pricing.price_table); {} when unset."""
     from guardian_core.adapters.pricing import price_table

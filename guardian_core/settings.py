@@ -15,6 +15,7 @@ from guardian_core.env import (
     env_int,
     env_json_prices,
     env_list,
+    env_sql_role,
     env_str,
     load_project_dotenv,
 )
@@ -103,6 +104,10 @@ DATABASES = {
     "default": database_from_url(DATABASE_URL, sqlite_test_name=VAR_DIR / "test.sqlite3"),
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# PostgreSQL with two roles: the role the app runs as (web, worker, beat; DATABASE_URL of their
+# processes), which `migrate`, run as the tables' owner, grants what the app needs and no more
+# (runs/db_roles.py). Empty: one role does both (development, the test suite).
+GUARDIAN_DB_APP_ROLE = env_sql_role("GUARDIAN_DB_APP_ROLE")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

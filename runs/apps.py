@@ -1,7 +1,15 @@
-"""App config for runs: runs, turns, decisions and tool calls."""
+"""App config for runs: runs, turns, decisions and tool calls; the app's database role."""
 
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class RunsConfig(AppConfig):
     name = "runs"
+
+    def ready(self) -> None:
+        from runs.db_roles import grant_app_role_after_migrate
+
+        # Every migrate ends by granting the app's role (GUARDIAN_DB_APP_ROLE) its rights on
+        # the tables as they now are: runs/db_roles.py.
+        post_migrate.connect(grant_app_role_after_migrate, dispatch_uid="guardian_app_role")

@@ -65,12 +65,13 @@ def run_chain_head(run: Run) -> str:
 # ---- purge -----------------------------------------------------------------------------------
 
 
-def run_purge(*, run_id: int) -> bool:
+def run_purge(*, run_id: int, reason: str = "", actor: str = "") -> bool:
     """Delete a run and everything on it (an operator's purge): the only way its decisions,
-    verdicts and labelled examples can go. False if there was no such run."""
+    verdicts and labelled examples can go. `reason` and `actor` (who asked) go into the purge
+    log (runs/log_triggers.py). False if there was no such run."""
     from escalations.models import LabelledExample
 
-    with log_purge():
+    with log_purge(reason=reason or f"purge of run {run_id}", actor=actor):
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
             return False

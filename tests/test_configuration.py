@@ -28,6 +28,24 @@ def test_a_whole_number_variable_below_its_minimum_is_refused(monkeypatch):
         env_int("SESSION_COOKIE_AGE", 3600, minimum=60)
 
 
+@pytest.mark.parametrize("value", ["Guardian_App", "app; drop table x", "1app", "a" * 64, "app-1"])
+def test_an_app_database_role_that_is_not_a_plain_role_name_is_refused(monkeypatch, value):
+    from guardian_core.env import env_sql_role
+
+    monkeypatch.setenv("GUARDIAN_DB_APP_ROLE", value)
+    with pytest.raises(ImproperlyConfigured, match="GUARDIAN_DB_APP_ROLE=.* is not a plain"):
+        env_sql_role("GUARDIAN_DB_APP_ROLE")
+
+
+def test_a_plain_app_database_role_is_read_and_none_means_one_role(monkeypatch):
+    from guardian_core.env import env_sql_role
+
+    monkeypatch.setenv("GUARDIAN_DB_APP_ROLE", " guardian_app ")
+    assert env_sql_role("GUARDIAN_DB_APP_ROLE") == "guardian_app"
+    monkeypatch.delenv("GUARDIAN_DB_APP_ROLE")
+    assert env_sql_role("GUARDIAN_DB_APP_ROLE") == ""
+
+
 def test_sqlite_runs_in_wal_mode_with_immediate_transactions_and_a_busy_timeout(tmp_path):
     config = database_from_url(f"sqlite:///{tmp_path / 'g.sqlite3'}", sqlite_test_name=tmp_path)
     assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"

@@ -14,6 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 APP_SERVICES = ("web", "worker", "beat")
+APP_ROLE_SCRIPT = REPO_ROOT / "deploy" / "postgres" / "10-guardian-app-role.sh"
 
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
 _VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
@@ -71,8 +72,8 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return instructions
 
 
-def test_compose_defines_the_five_services(services):
-    assert set(services) == {"postgres", "redis", "web", "worker", "beat"}
+def test_compose_defines_the_six_services(services):
+    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat"}
 
 
 def test_postgres_runs_postgres_16_and_is_checked_with_pg_isready(services):
@@ -105,13 +106,47 @@ def test_app_services_share_one_database_url_pointing_at_the_postgres_service(se
     assert config["ENGINE"] == "django.db.backends.postgresql"
 
 
-def test_database_url_uses_the_database_and_credentials_postgres_is_created_with(services):
+def test_migrate_runs_as_the_owner_postgres_is_created_with(services):
     postgres_env = _environment(services["postgres"])
-    url = urlsplit(_interpolate(_environment(services["web"])["DATABASE_URL"]))
+    url = urlsplit(_interpolate(_environment(services["migrate"])["DATABASE_URL"]))
+    assert url.hostname == "postgres"
     assert url.path.lstrip("/") == postgres_env["POSTGRES_DB"]
     assert url.username == postgres_env["POSTGRES_USER"]
     assert url.password == _interpolate(postgres_env["POSTGRES_PASSWORD"])
     assert url.port == 5432
+
+
+def test_the_app_runs_as_a_role_that_does_not_own_the_tables(services):
+    """Issue 22: the app's role owned the tables, so it could switch the log's triggers off.
+    web, worker and beat log in as the role migrate grants (GUARDIAN_DB_APP_ROLE), never as
+    the owner, and none of them holds the owner's password."""
+    postgres_env = _environment(services["postgres"])
+    migrate_env = _environment(services["migrate"])
+    owner_password = _interpolate(postgres_env["POSTGRES_PASSWORD"])
+    app_role = migrate_env["GUARDIAN_DB_APP_ROLE"]
+    assert app_role
+    assert app_role != postgres_env["POSTGRES_USER"]
+    for name in APP_SERVICES:
+        env = _environment(services[name])
+        url = urlsplit(_interpolate(env["DATABASE_URL"]))
+        assert url.username == app_role, name
+        assert url.path.lstrip("/") == postgres_env["POSTGRES_DB"], name
+        assert url.password != owner_password, name
+        assert "POSTGRES_PASSWORD" not in " ".join(env.values()), name
+        assert "migrate" not in _command_words(services[name]), name
+
+
+def test_postgres_makes_the_app_role_with_its_password_on_first_start(services):
+    postgres = services["postgres"]
+    mount = f"./{APP_ROLE_SCRIPT.relative_to(REPO_ROOT)}:/docker-entrypoint-initdb.d/"
+    assert any(volume.startswith(mount) for volume in postgres["volumes"])
+    script = APP_ROLE_SCRIPT.read_text()
+    app_role = _environment(services["migrate"])["GUARDIAN_DB_APP_ROLE"]
+    assert f"CREATE ROLE {app_role} LOGIN" in script
+    assert "NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS" in script
+    app_url = urlsplit(_interpolate(_environment(services["web"])["DATABASE_URL"]))
+    # The script sets the password the app's URL carries (both from one variable).
+    assert _interpolate(_environment(postgres)["GUARDIAN_APP_DB_PASSWORD"]) == app_url.password
 
 
 def test_app_services_share_one_broker_url_pointing_at_the_redis_service(services):
@@ -136,12 +171,12 @@ def test_secret_key_is_required_rather_than_defaulted(services):
         assert re.fullmatch(r"\$\{SECRET_KEY\?.*\}|\$\{SECRET_KEY:\?.*\}", secret_key)
 
 
-def test_web_migrates_then_serves_the_wsgi_app_with_gunicorn(services):
+def test_migrate_migrates_once_and_web_serves_the_wsgi_app_with_gunicorn(services):
+    assert _command_words(services["migrate"])[-3:] == ["manage.py", "migrate", "--no-input"]
+    assert services["migrate"]["restart"] == "no"
     words = _command_words(services["web"])
-    assert "migrate" in words
-    assert "gunicorn" in words
-    assert words.index("migrate") < words.index("gunicorn")
-    assert "guardian_core.wsgi:application" in words[words.index("gunicorn") :]
+    assert words[0] == "gunicorn"
+    assert "guardian_core.wsgi:application" in words
 
 
 def test_web_serves_in_threads_so_waiting_agent_loops_leave_room_for_the_pages(services):
@@ -175,9 +210,10 @@ def test_each_app_service_waits_for_healthy_postgres_and_redis(services, name):
     assert depends_on["redis"]["condition"] == "service_healthy"
 
 
-@pytest.mark.parametrize("name", ["worker", "beat"])
-def test_worker_and_beat_wait_for_the_web_service_to_have_migrated(services, name):
-    assert services[name]["depends_on"]["web"]["condition"] == "service_healthy"
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_each_app_service_waits_for_the_migrations(services, name):
+    condition = services[name]["depends_on"]["migrate"]["condition"]
+    assert condition == "service_completed_successfully"
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)

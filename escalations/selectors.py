@@ -5,9 +5,10 @@ import binascii
 import hashlib
 import json
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from itertools import batched
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
@@ -27,6 +28,7 @@ from escalations.models import (
     ReviewGuidance,
     Verdict,
 )
+from guardian_core.engine.argument_edits import argument_changes, changes_words
 from guardian_core.engine.conditions import (
     DRIFT_MISALIGNED_MAX_SCORE,
     Condition,
@@ -472,7 +474,21 @@ def labelled_examples_export(
         "verdict__decision",
         "verdict__reason",
         "verdict__escalation__kind",
+        "verdict__approved_calls",
     )
+    for chunk in batched(rows.iterator(chunk_size=_EXPORT_CHUNK), _EXPORT_CHUNK):
+        # The calls reviewers edited before approving, for this chunk's verdicts: one query
+        # a chunk, only approvals that were edited.
+        edited: dict[int, list[Approval]] = {}
+        escalation_ids = {row[12] for row in chunk if row[15] is not None}
+        for approval in Approval.objects.filter(
+            escalation_id__in=escalation_ids, original_arguments__isnull=False
+        ).select_related("reviewer"):
+            edited.setdefault(approval.escalation_id, []).append(approval)
+        yield from _export_rows(chunk, edited)
+
+
+def _export_rows(chunk: tuple, edited: dict[int, list[Approval]]) -> Iterator[dict]:
     for (
         pk,
         condition_,
@@ -493,7 +509,8 @@ def labelled_examples_export(
         decision,
         reason,
         kind,
-    ) in rows.iterator(chunk_size=_EXPORT_CHUNK):
+        approved_calls,
+    ) in chunk:
         example = {"condition": condition_, "projection": projection}
         # The trace format leaves probability out when the guardian gave none to compare.
         if probability is not None:
@@ -513,9 +530,22 @@ def labelled_examples_export(
                 "run_id": run_id,
                 "turn_id": turn_id,
                 # The verdict the label came from: approve / reject / answer, and why.
+                # edited_arguments: each approved call the reviewer edited before approving
+                # it, with the change list ("approved with edited arguments: amount 49.9 →
+                # 39.9"); [] when none was.
                 "verdict": None
                 if verdict_id is None
-                else {"id": verdict_id, "decision": decision, "reason": reason, "kind": kind},
+                else {
+                    "id": verdict_id,
+                    "decision": decision,
+                    "reason": reason,
+                    "kind": kind,
+                    "edited_arguments": [
+                        edit
+                        for edit in approval_edits(edited.get(escalation_id, []))
+                        if edit["position"] in (approved_calls or [])
+                    ],
+                },
             }
         )
         yield example
@@ -703,6 +733,31 @@ def escalation_held_calls(escalation: Escalation) -> list[HeldCall]:
             )
         )
     return held
+
+
+def approval_edits(approvals: Iterable[Approval]) -> list[dict]:
+    """The calls a reviewer edited before approving them, one per call in position order:
+    {"position", "tool", "reviewer", "changes": [{"field", "before", "after"}], "words":
+    "call 0 (issue_refund) approved with edited arguments: amount 49.9 → 39.9"}. Under a
+    quorum both approvers bound the same action, so a call is said once. The change list is
+    engine.argument_edits.argument_changes, the one function every page and export uses."""
+    edits: dict[int, dict] = {}
+    for approval in sorted(approvals, key=lambda a: (a.position, a.pk or 0)):
+        if approval.original_arguments is None or approval.position in edits:
+            continue
+        changes = argument_changes(approval.original_arguments, approval.arguments)
+        if not changes:
+            continue
+        reviewer = approval.reviewer.get_username() if approval.reviewer_id else None
+        edits[approval.position] = {
+            "position": approval.position,
+            "tool": approval.tool,
+            "reviewer": reviewer,
+            "changes": [change.as_dict() for change in changes],
+            "words": f"call {approval.position} ({approval.tool}) approved with edited "
+            f"arguments: {changes_words(changes)}",
+        }
+    return [edits[position] for position in sorted(edits)]
 
 
 def call_needs_quorum(quorum: object, *, tool: str, risk_class: str) -> bool:

@@ -36,6 +36,7 @@ from escalations.selectors import (
     unclaimed_q,
 )
 from guardian_core.db import retry_on_conflict
+from guardian_core.engine.argument_edits import edited_arguments_words
 from guardian_core.engine.canonical import canonical_json
 from guardian_core.engine.conditions import (
     DRIFT_SCORES,
@@ -275,7 +276,9 @@ def _resolve(
                 "claim_expires_at",
             ]
         )
-        note = verdict.decision + (f": {verdict.reason}" if verdict.reason else "")
+        # The edits come before the reason: the note is capped, and what ran must show.
+        note = verdict.decision + "".join(f"; {words}" for words in _edit_words(plan))
+        note += f": {verdict.reason}" if verdict.reason else ""
         EscalationEvent.objects.create(
             escalation=escalation,
             kind=EscalationEventKind.DECIDED,
@@ -480,6 +483,7 @@ def _await_second_approver(
     for a second and different reviewer."""
     waiting = ", ".join(f"call {i.call.position} ({i.call.tool})" for i in plan if not i.complete)
     note = f"approved; {waiting} needs a second, different approver"
+    note += "".join(f"; {words}" for words in _edit_words(plan))
     if labels:
         note += "; risk classes given: " + ", ".join(f"call {p}: {c}" for p, c in labels.items())
     Escalation.objects.filter(pk=escalation.pk).update(
@@ -491,6 +495,21 @@ def _await_second_approver(
         actor=reviewer,
         note=note[:2000],
     )
+
+
+def _edit_words(plan: list[_Approve] | None) -> list[str]:
+    """ "call 0 (issue_refund) approved with edited arguments: amount 49.9 → 39.9" for each
+    approved call whose arguments the reviewer edited."""
+    return [
+        edited_arguments_words(
+            item.original_arguments,
+            item.arguments,
+            tool=item.call.tool,
+            position=item.call.position,
+        )
+        for item in plan or []
+        if item.original_arguments is not None
+    ]
 
 
 def _by_position(values: object, field: str) -> tuple[dict[int, object], list[str]]:

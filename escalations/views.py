@@ -31,6 +31,7 @@ from escalations.selectors import (
     QUEUE_CONDITIONS,
     DecisionPane,
     QueueFilters,
+    approval_edits,
     escalation_counts_by_kind,
     escalation_pane,
     escalation_queue,
@@ -416,6 +417,12 @@ def _pane_response(
             if verdict and held.call.position in verdict.approved_calls
         ],
         "verdict_approved": verdict.approved_calls if verdict else [],
+        # What the approvers changed in the calls that ran, said as the run page says it.
+        "verdict_edits": [
+            edit["words"]
+            for edit in approval_edits(a for held in pane.held_calls for a in held.call.approvals)
+            if verdict and edit["position"] in verdict.approved_calls
+        ],
         "verdict_answers": [
             (condition, question_texts.get(condition, ""), label)
             for condition, label in pane.verdict_answers

@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce, Length, Substr
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from escalations.models import Escalation
+from escalations.models import Approval, Escalation
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
 from runs.stop_reasons import STOP_REASONS
 from runs.validation import ACTORS
@@ -122,7 +122,8 @@ def run_timeline(
 ) -> RunTimeline:
     """The run's turns before turn `before` (the latest ones when None), newest first, at most
     `limit`: five queries whatever the run's length (turns with decisions, calls, escalations
-    with verdicts, and the keyset's one extra row). Columns the page never shows (what the
+    with verdicts, and the keyset's one extra row), and a sixth for the approvals reviewers
+    edited when an escalation is shown. Columns the page never shows (what the
     guardian saw, the state steps, a coder ⇄ reviewer turn's whole histories) are not read;
     a review turn's reply comes as `review_reply`."""
     turns = Turn.objects.filter(run_id=run_id)
@@ -136,7 +137,14 @@ def run_timeline(
         )
         .order_by("position")
     )
-    escalations = Escalation.objects.select_related("verdict__reviewer").order_by("id")
+    # Only the approvals a reviewer edited: the verdict says what changed (one query more,
+    # only when the page shows an escalation).
+    edited = Approval.objects.filter(original_arguments__isnull=False).select_related("reviewer")
+    escalations = (
+        Escalation.objects.select_related("verdict__reviewer")
+        .prefetch_related(Prefetch("approvals", queryset=edited, to_attr="edited_approvals"))
+        .order_by("id")
+    )
     rows = list(
         turns.defer("projection", "risk_projections", "steps", "state", "feedback")
         .annotate(review_reply=KeyTransform("reply", "state"))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from escalations.models import Escalation
-from escalations.selectors import pretty_json
+from escalations.selectors import approval_edits, pretty_json
 from guardian_core.engine.conditions import Condition, most_likely_risk, parse_answer
 from guardian_core.engine.thresholds import Budgets
 from runs.judging import judge_lines
@@ -78,6 +78,9 @@ class EscalationView:
     verdict_answers: list[str]  # what the reviewer answered, in words
     reviewer: str
     decided_at: datetime | None
+    # "call 0 (issue_refund) approved with edited arguments: amount 49.9 → 39.9", per call
+    # the reviewer edited before approving it.
+    verdict_edits: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,11 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         else [],
         reviewer=verdict.reviewer.get_username() if verdict else "",
         decided_at=verdict.created_at if verdict else None,
+        verdict_edits=[
+            edit["words"]
+            for edit in approval_edits(getattr(escalation, "edited_approvals", None) or [])
+            if verdict and edit["position"] in (verdict.approved_calls or [])
+        ],
     )
 
 

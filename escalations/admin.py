@@ -11,13 +11,23 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
 from escalations.guidance_form import ReviewGuidanceForm
-from escalations.models import Escalation, LabelledExample, ReviewGuidance, Verdict
+from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
+    Escalation,
+    LabelledExample,
+    ReviewGuidance,
+    Verdict,
+)
 from escalations.services import EscalationError, escalation_resolve
 from runs.admin import ReadOnlyAdmin
 
 
 class RejectForm(forms.Form):
-    reason = forms.CharField(widget=forms.Textarea, help_text="The actor is told this reason.")
+    reason = forms.CharField(
+        widget=forms.Textarea,
+        max_length=VERDICT_REASON_MAX_CHARS,
+        help_text=f"The actor is told it; at most {VERDICT_REASON_MAX_CHARS:,} characters.",
+    )
 
 
 @admin.register(Escalation)

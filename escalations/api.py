@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
     Escalation,
     EscalationKind,
     Verdict,
@@ -51,7 +52,7 @@ from runs.models import RiskClass
 REVIEW = "escalations.review_escalation"
 # Upper bounds on what a verdict may name: far above any step, far below a database overflow.
 MAX_POSITION = 10_000
-MAX_REASON_CHARS = 5_000
+MAX_REASON_CHARS = VERDICT_REASON_MAX_CHARS
 
 
 class EscalationOutputSerializer(serializers.ModelSerializer):

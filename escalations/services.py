@@ -14,6 +14,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
     Approval,
     Escalation,
     EscalationEvent,
@@ -540,6 +541,15 @@ def uncertain_conditions(escalation: Escalation) -> list[str]:
     ]
 
 
+def verdict_reason_problem(reason: str) -> str:
+    """The problem with a verdict's reason that is too long ("" when it is not): refused,
+    naming the field, never cut (the form and the API say it the same way)."""
+    length = len(reason.strip())
+    if length <= VERDICT_REASON_MAX_CHARS:
+        return ""
+    return f"reason: at most {VERDICT_REASON_MAX_CHARS:,} characters, got {length:,}; shorten it"
+
+
 def _problems(escalation, reviewer, decision, reason, answer, approved_calls) -> list[str]:
     problems = []
     if not reviewer.has_perm("escalations.review_escalation"):
@@ -566,6 +576,8 @@ def _problems(escalation, reviewer, decision, reason, answer, approved_calls) ->
             problems.append(f"approved_calls: {unknown} are not held calls of this step")
     if decision == VerdictDecision.REJECT and not reason.strip():
         problems.append("reason: a rejection needs a reason the actor can act on")
+    if too_long := verdict_reason_problem(reason):
+        problems.append(too_long)
     if decision == VerdictDecision.ANSWER:
         allowed = set(uncertain_conditions(escalation))
         if not allowed:

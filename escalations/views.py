@@ -17,6 +17,7 @@ from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_clien
 from escalations.decision_form import decision_initial, decision_input, problems_in_form_order
 from escalations.guidance_form import ReviewGuidanceForm
 from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
     Approval,
     Escalation,
     EscalationKind,
@@ -439,6 +440,7 @@ def _pane_response(
         "notice": notice,
         "risk_classes": RiskClass.choices,
         "drift_scores": DRIFT_SCORES,
+        "reason_max_chars": f"{VERDICT_REASON_MAX_CHARS:,}".replace(",", " "),
     }
     template = "escalations/escalation_detail.html"
     if request.htmx and not whole:

@@ -19,6 +19,7 @@ from escalations.models import (
     Verdict,
 )
 from escalations.services import EscalationError, escalation_resolve
+from guardian_core.untrusted import bidi_visible
 from runs.admin import ReadOnlyAdmin
 
 
@@ -26,15 +27,20 @@ class RejectForm(forms.Form):
     reason = forms.CharField(
         widget=forms.Textarea,
         max_length=VERDICT_REASON_MAX_CHARS,
-        help_text=f"The actor is told it; at most {VERDICT_REASON_MAX_CHARS:,} characters.",
+        help_text=f"The actor is told this reason; at most {VERDICT_REASON_MAX_CHARS:,} chars.",
     )
 
 
 @admin.register(Escalation)
 class EscalationAdmin(ReadOnlyAdmin):
-    list_display = ["id", "run", "kind", "status", "summary", "deadline"]
+    list_display = ["id", "run", "kind", "status", "summary_shown", "deadline"]
     list_filter = ["status", "kind"]
     actions = ["approve", "reject"]
+
+    @admin.display(description="summary")
+    def summary_shown(self, escalation: Escalation) -> str:
+        # Untrusted (a tool's name, the guardian's reason): its bidi controls written out.
+        return bidi_visible(escalation.summary)
 
     def has_review_permission(self, request) -> bool:
         return request.user.has_perm("escalations.review_escalation")
@@ -91,8 +97,12 @@ class ReviewGuidanceAdmin(admin.ModelAdmin):
     condition and tool together."""
 
     form = ReviewGuidanceForm
-    list_display = ["condition", "tool", "text", "updated_at"]
+    list_display = ["condition", "tool", "text_shown", "updated_at"]
     list_filter = ["condition"]
     search_fields = ["tool", "text"]
     fields = ["condition", "tool", "text", "updated_at"]
     readonly_fields = ["updated_at"]
+
+    @admin.display(description="text")
+    def text_shown(self, guidance: ReviewGuidance) -> str:
+        return bidi_visible(guidance.text)

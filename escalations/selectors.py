@@ -37,6 +37,7 @@ from guardian_core.engine.conditions import (
     parse_answer,
 )
 from guardian_core.engine.tools import action_hash
+from guardian_core.untrusted import BIDI_CONTROLS, has_bidi_controls
 from runs.mapping import approval_key
 from runs.models import Decision, Run, Turn
 from runs.tools import run_tools
@@ -782,23 +783,9 @@ ANSWERED_KINDS = (
 )
 # A tool output is shown verbatim up to this many characters; the rest is said to be cut.
 PANE_OUTPUT_CHARS = 20_000
-# Embeddings, overrides and isolates: inside a field they reorder the field itself ("gnp.exe"
-# after U+202E reads "exe.png"), which <bdi> and dir="auto" cannot prevent. The pane writes
-# them out (the bidi_visible filter), escapes them and the directional marks in JSON, and
-# says so at the top.
-REORDERING_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_BIDI_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in REORDERING_CONTROLS + "\u061c\u200e\u200f"}
-
-
-def has_bidi_controls(text: object) -> bool:
-    """Whether `text` (or any string inside a JSON value) holds a reordering control."""
-    if isinstance(text, str):
-        return any(c in text for c in REORDERING_CONTROLS)
-    if isinstance(text, dict):
-        return any(has_bidi_controls(k) or has_bidi_controls(v) for k, v in text.items())
-    if isinstance(text, list | tuple):
-        return any(has_bidi_controls(item) for item in text)
-    return False
+# Embeddings, overrides, isolates and marks (guardian_core/untrusted.py): the pane writes them
+# out (the bidi_visible filter), escapes them in JSON, and says so at the top.
+_BIDI_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
 
 
 def pretty_json(value: object) -> str:

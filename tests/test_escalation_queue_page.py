@@ -127,7 +127,7 @@ def test_a_goal_with_markup_and_a_bidi_override_stays_text_inside_bdi(client, re
     client.force_login(reviewer)
     page = client.get("/escalations/").content.decode()
     assert "<img" not in page
-    assert "<bdi>\u202eevil &lt;img src=x onerror=alert(1)&gt; hx-get=/admin/</bdi>" in page
+    assert "<bdi>[U+202E]evil &lt;img src=x onerror=alert(1)&gt; hx-get=/admin/</bdi>" in page
 
 
 def test_the_holder_and_since_when_are_shown_and_a_lapsed_claim_reads_unclaimed(

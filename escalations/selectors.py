@@ -50,13 +50,16 @@ from runs.vocabulary import (
 )
 
 
-def escalation_list_open() -> QuerySet[Escalation]:
-    """Open escalations, the nearest deadline first: what a reviewer should clear next."""
-    return (
-        Escalation.objects.filter(status=EscalationStatus.OPEN)
-        .select_related("run", "turn")
-        .order_by("deadline", "id")
-    )
+def escalation_list_open(
+    *, filters: "QueueFilters | None" = None, reviewer: AbstractBaseUser | None = None
+) -> QuerySet[Escalation]:
+    """Open escalations, the nearest deadline first: what a reviewer should clear next; under
+    the queue's filters when given (`reviewer` is whose "mine" the holder filter means)."""
+    if filters is None:
+        queryset = Escalation.objects.filter(status=EscalationStatus.OPEN)
+    else:
+        queryset = escalation_queue_queryset(filters=filters, reviewer=reviewer, now=timezone.now())
+    return queryset.select_related("run", "turn").order_by("deadline", "id")
 
 
 # ---- the reviewers' queue -------------------------------------------------------

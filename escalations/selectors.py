@@ -898,12 +898,23 @@ class DecisionPane:
 
     @property
     def verdict_answers(self) -> list[tuple[str, str]]:
-        """The verdict's answers as a person reads them: yes / no, a class, a score."""
+        """The verdict's answers as a person reads them: yes / no, a class, a score; in the
+        order the form asked them (the stored JSON keeps no order: PostgreSQL's jsonb sorts
+        its keys), any other after them by name."""
         answer = (self.verdict.answer if self.verdict else None) or {}
         return [
             (condition, answer_words(condition, label))
-            for condition, label in sorted(answer.items())
+            for condition, label in in_question_order(
+                answer, [question.condition for question in self.questions]
+            )
         ]
+
+
+def in_question_order(answer: Mapping, asked: list[str]) -> list[tuple[str, object]]:
+    """A verdict's {condition: label} in the order the questions were asked, any other
+    condition after them by name."""
+    place = {condition: i for i, condition in enumerate(asked)}
+    return sorted(answer.items(), key=lambda item: (place.get(item[0], len(place)), item[0]))
 
 
 def escalation_pane(*, escalation_id: int) -> DecisionPane:

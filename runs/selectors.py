@@ -159,6 +159,26 @@ def run_timeline(
     return RunTimeline(turns=shown, older_than=older_than)
 
 
+# ---- the tools external runs defined -------------------------------------------------------
+
+# How many of the latest external runs the guidance form looks through for the tools they
+# defined: bounded, so the form costs the same however many runs there are.
+EXTERNAL_TOOL_RUNS = 500
+
+
+def run_external_tool_names(*, runs: int = EXTERNAL_TOOL_RUNS) -> list[str]:
+    """The names of the tools the latest `runs` external runs defined themselves (their
+    config.tools: an integrator's tools, which run in its own process), sorted."""
+    configs = Run.objects.filter(actor="external").order_by("-id").values_list("config", flat=True)
+    names = set()
+    for config in configs[:runs]:
+        tools = config.get("tools") if isinstance(config, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                names.add(tool["name"])
+    return sorted(names)
+
+
 # ---- the API's reads of turns ---------------------------------------------------------------
 
 

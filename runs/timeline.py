@@ -32,11 +32,24 @@ VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "changes requested"}
 _CONDITIONS = tuple(c.value for c in Condition)
 
 
+# An external run (runs/external.py) has no worker: the integrator's agent loop, running
+# elsewhere, sends each step through the API and is answered there.
+EXTERNAL_ACTOR = "external"
+
+
 def status_sentence(run: Run) -> str:
     """What the run is doing, or why it ended, in words (its status label goes beside)."""
+    external = run.actor == EXTERNAL_ACTOR
     if run.status == RunStatus.PENDING:
+        if external:
+            return "Its agent loop, which runs elsewhere, has yet to send its first step."
         return "A worker has yet to take its first turn."
     if run.status == RunStatus.RUNNING:
+        if external:
+            return (
+                "Its agent loop runs elsewhere and drives it through the API: each step it "
+                "sends is checked and decided here before its calls run."
+            )
         return "A worker advances it turn by turn."
     if run.status == RunStatus.WAITING:
         return "An escalation waits for a reviewer's verdict before it goes on."
@@ -224,7 +237,16 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         verdict=verdict.decision if verdict else "",
         verdict_label=verdict.get_decision_display() if verdict else "",
         verdict_reason=verdict.reason if verdict else "",
-        verdict_answers=verdict_answer_words(verdict.answer, verdict.risk_labels)
+        verdict_answers=verdict_answer_words(
+            verdict.answer,
+            verdict.risk_labels,
+            # The decision form asks in the order the conditions triggered.
+            asked=[
+                str(t.get("source", ""))
+                for t in (escalation.reason or {}).get("triggered", [])
+                if isinstance(t, dict)
+            ],
+        )
         if verdict
         else [],
         reviewer=verdict.reviewer.get_username() if verdict else "",

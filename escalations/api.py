@@ -26,6 +26,7 @@ from escalations.models import (
 )
 from escalations.selectors import (
     EXAMPLE_FILTER_FIELDS,
+    approval_edits,
     escalation_claim_holder,
     escalation_get,
     escalation_held_calls,
@@ -147,6 +148,11 @@ class HeldCallOutputSerializer(serializers.Serializer):
 
 class VerdictOutputSerializer(serializers.ModelSerializer):
     reviewer = serializers.CharField(source="reviewer.username", read_only=True)
+    edited_arguments = serializers.SerializerMethodField(
+        help_text="Each approved call a reviewer edited before approving it: position, tool, "
+        'the change list [{"field", "before", "after"}] and its words ("call 0 (issue_refund) '
+        'approved with edited arguments: amount 49.9 → 39.9").'
+    )
 
     class Meta:
         model = Verdict
@@ -160,7 +166,18 @@ class VerdictOutputSerializer(serializers.ModelSerializer):
             "risk_labels",
             "resulting_outcome",
             "reviewer",
+            "edited_arguments",
             "created_at",
+        ]
+
+    def get_edited_arguments(self, verdict: Verdict) -> list[dict]:
+        approvals = verdict.escalation.approvals.filter(
+            original_arguments__isnull=False
+        ).select_related("reviewer")
+        return [
+            edit
+            for edit in approval_edits(approvals)
+            if edit["position"] in (verdict.approved_calls or [])
         ]
 
 

@@ -98,3 +98,11 @@ def test_the_labelled_example_export_and_its_api_carry_the_edit(client, reviewer
     lines = [json.loads(line) for line in body.splitlines()]
     line = next(e for e in lines if e["escalation_id"] == escalation.pk)
     assert line["verdict"]["edited_arguments"] == edits
+
+
+def test_the_escalation_api_gives_the_verdict_with_the_edit(client, reviewer):
+    escalation = approved_with_an_edit(client, reviewer)
+    detail = client.get(f"/api/escalations/{escalation.pk}/").json()
+    (edit,) = detail["verdict"]["edited_arguments"]
+    assert edit["changes"] == [{"field": "amount", "before": 49.9, "after": 39.9}]
+    assert SAID in edit["words"]

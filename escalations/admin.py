@@ -11,20 +11,36 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
 from escalations.guidance_form import ReviewGuidanceForm
-from escalations.models import Escalation, LabelledExample, ReviewGuidance, Verdict
+from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
+    Escalation,
+    LabelledExample,
+    ReviewGuidance,
+    Verdict,
+)
 from escalations.services import EscalationError, escalation_resolve
+from guardian_core.untrusted import bidi_visible
 from runs.admin import ReadOnlyAdmin
 
 
 class RejectForm(forms.Form):
-    reason = forms.CharField(widget=forms.Textarea, help_text="The actor is told this reason.")
+    reason = forms.CharField(
+        widget=forms.Textarea,
+        max_length=VERDICT_REASON_MAX_CHARS,
+        help_text=f"The actor is told this reason; at most {VERDICT_REASON_MAX_CHARS:,} chars.",
+    )
 
 
 @admin.register(Escalation)
 class EscalationAdmin(ReadOnlyAdmin):
-    list_display = ["id", "run", "kind", "status", "summary", "deadline"]
+    list_display = ["id", "run", "kind", "status", "summary_shown", "deadline"]
     list_filter = ["status", "kind"]
     actions = ["approve", "reject"]
+
+    @admin.display(description="summary")
+    def summary_shown(self, escalation: Escalation) -> str:
+        # Untrusted (a tool's name, the guardian's reason): its bidi controls written out.
+        return bidi_visible(escalation.summary)
 
     def has_review_permission(self, request) -> bool:
         return request.user.has_perm("escalations.review_escalation")
@@ -81,8 +97,12 @@ class ReviewGuidanceAdmin(admin.ModelAdmin):
     condition and tool together."""
 
     form = ReviewGuidanceForm
-    list_display = ["condition", "tool", "text", "updated_at"]
+    list_display = ["condition", "tool", "text_shown", "updated_at"]
     list_filter = ["condition"]
     search_fields = ["tool", "text"]
     fields = ["condition", "tool", "text", "updated_at"]
     readonly_fields = ["updated_at"]
+
+    @admin.display(description="text")
+    def text_shown(self, guidance: ReviewGuidance) -> str:
+        return bidi_visible(guidance.text)

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
     Escalation,
     EscalationKind,
     Verdict,
@@ -25,6 +26,7 @@ from escalations.models import (
 )
 from escalations.selectors import (
     EXAMPLE_FILTER_FIELDS,
+    approval_edits,
     escalation_claim_holder,
     escalation_get,
     escalation_held_calls,
@@ -33,6 +35,7 @@ from escalations.selectors import (
     labelled_example_ids,
     labelled_examples_export,
     labelled_examples_jsonl,
+    queue_filters_from,
 )
 from escalations.services import (
     AlreadyDecided,
@@ -47,11 +50,12 @@ from guardian_core.api import HasRequiredPermission, error_body, storable_json
 from guardian_core.api_schema import ErrorResponse
 from guardian_core.pagination import BoundedLimitOffsetPagination
 from runs.models import RiskClass
+from runs.validation import problems_by_field
 
 REVIEW = "escalations.review_escalation"
 # Upper bounds on what a verdict may name: far above any step, far below a database overflow.
 MAX_POSITION = 10_000
-MAX_REASON_CHARS = 5_000
+MAX_REASON_CHARS = VERDICT_REASON_MAX_CHARS
 
 
 class EscalationOutputSerializer(serializers.ModelSerializer):
@@ -72,15 +76,52 @@ class EscalationOutputSerializer(serializers.ModelSerializer):
         ]
 
 
+# The queue's filters the list takes, as the reviewers' queue reads them (queue_filters_from),
+# and the pagination's own parameters.
+ESCALATION_LIST_FILTERS = ("kind", "condition", "tool", "run", "holder")
+_PAGINATION = ("limit", "offset")
+
+
+def unknown_parameters(params, known: tuple[str, ...]) -> list[str]:
+    """A problem for each query parameter that is not one of `known`: a misspelt filter would
+    otherwise be ignored, and the caller take an unfiltered list for a filtered one."""
+    return [
+        f"{name}: not a parameter here; the parameters are {', '.join(known)}"
+        for name in params
+        if name not in known
+    ]
+
+
 class EscalationOpenListApi(ListAPIView):
-    """Open escalations, the nearest deadline first."""
+    """Open escalations, the nearest deadline first, under the queue's filters (kind,
+    condition, tool, run, holder). A bad or unknown parameter is a 400 naming each one."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = REVIEW
     serializer_class = EscalationOutputSerializer
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("kind", OpenApiTypes.STR, enum=EscalationKind.values),
+            OpenApiParameter("condition", OpenApiTypes.STR, description="A triggered condition."),
+            OpenApiParameter("tool", OpenApiTypes.STR, description="A tool a held call names."),
+            OpenApiParameter("run", OpenApiTypes.INT, description="The run's number."),
+            OpenApiParameter("holder", OpenApiTypes.STR, enum=["unclaimed", "mine"]),
+        ],
+        responses={200: EscalationOutputSerializer(many=True), 400: ErrorResponse},
+    )
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
+
     def get_queryset(self):
-        return escalation_list_open()
+        params = self.request.query_params
+        filters, problems = queue_filters_from(
+            {name: params.get(name, "") for name in ESCALATION_LIST_FILTERS}
+        )
+        problems += unknown_parameters(params, (*ESCALATION_LIST_FILTERS, *_PAGINATION))
+        if problems:
+            raise ValidationError(problems_by_field(problems))
+        return escalation_list_open(filters=filters, reviewer=self.request.user)
 
 
 # ---- one escalation ------------------------------------------------------------------------
@@ -107,6 +148,11 @@ class HeldCallOutputSerializer(serializers.Serializer):
 
 class VerdictOutputSerializer(serializers.ModelSerializer):
     reviewer = serializers.CharField(source="reviewer.username", read_only=True)
+    edited_arguments = serializers.SerializerMethodField(
+        help_text="Each approved call a reviewer edited before approving it: position, tool, "
+        'the change list [{"field", "before", "after"}] and its words ("call 0 (issue_refund) '
+        'approved with edited arguments: amount 49.9 → 39.9").'
+    )
 
     class Meta:
         model = Verdict
@@ -120,7 +166,18 @@ class VerdictOutputSerializer(serializers.ModelSerializer):
             "risk_labels",
             "resulting_outcome",
             "reviewer",
+            "edited_arguments",
             "created_at",
+        ]
+
+    def get_edited_arguments(self, verdict: Verdict) -> list[dict]:
+        approvals = verdict.escalation.approvals.filter(
+            original_arguments__isnull=False
+        ).select_related("reviewer")
+        return [
+            edit
+            for edit in approval_edits(approvals)
+            if edit["position"] in (verdict.approved_calls or [])
         ]
 
 
@@ -438,12 +495,15 @@ EXAMPLE_PARAMETERS = [
 ]
 
 
-def _example_filters(request: Request):
+def _example_filters(request: Request, *, also: tuple[str, ...] = ()):
     filters, problems = example_filters_from(
         {name: request.query_params.get(name, "") for name in EXAMPLE_FILTER_FIELDS}
     )
-    if problems:
-        raise ValidationError({field: [message] for field, message in problems.items()})
+    errors = {field: [message] for field, message in problems.items()}
+    for problem in unknown_parameters(request.query_params, (*EXAMPLE_FILTER_FIELDS, *also)):
+        errors.setdefault(problem.split(":", 1)[0], []).append(problem)
+    if errors:
+        raise ValidationError(errors)
     return filters
 
 
@@ -460,7 +520,7 @@ class LabelledExampleListApi(APIView):
         responses={200: LabelledExampleOutputSerializer(many=True), 400: ErrorResponse},
     )
     def get(self, request: Request) -> Response:
-        filters = _example_filters(request)
+        filters = _example_filters(request, also=_PAGINATION)
         paginator = self.pagination_class()
         page_ids = paginator.paginate_queryset(labelled_example_ids(filters), request, view=self)
         examples = sorted(

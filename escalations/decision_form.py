@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from escalations.models import EscalationKind, VerdictDecision
+from escalations.services import verdict_reason_problem
 from guardian_core.engine.conditions import DRIFT_SCORES
 from runs.models import RiskClass
 
@@ -54,6 +55,8 @@ def decision_input(post, pane) -> DecisionInput:
     )
     if form.decision not in VerdictDecision.values:
         form.problems.append("decision: choose approve, reject or answer")
+    if too_long := verdict_reason_problem(form.reason):
+        form.problems.append(too_long)
     for raw in post.getlist("approve_call"):
         if raw.isdigit() and int(raw) in held:
             form.approved.add(int(raw))

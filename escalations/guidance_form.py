@@ -3,6 +3,7 @@
 from django import forms
 
 from escalations.models import ReviewGuidance
+from runs.selectors import run_external_tool_names
 from runs.tools import tool_registry
 
 
@@ -22,7 +23,9 @@ class ReviewGuidanceForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        names = sorted(tool_registry())
+        # The registered tools, and those external runs defined themselves: guidance for an
+        # integrator's tool shows on its held calls as for any other.
+        names = sorted(set(tool_registry()) | set(run_external_tool_names()))
         if self.instance.tool and self.instance.tool not in names:
             # A tool no longer registered: keep it selectable so the row still opens and saves.
             names.append(self.instance.tool)

@@ -299,6 +299,11 @@ class NotificationDelivery(models.Model):
         return f"{self.event} via {self.channel} for escalation {self.escalation_id}"
 
 
+# A verdict's reason is read by the actor, on the run page and in the exports: capped as the
+# reviewers' guidance is (ReviewGuidance.text), and refused past it, never cut.
+VERDICT_REASON_MAX_CHARS = 2000
+
+
 class VerdictDecision(models.TextChoices):
     APPROVE = "approve", "Approve"
     REJECT = "reject", "Reject"

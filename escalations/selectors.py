@@ -5,9 +5,10 @@ import binascii
 import hashlib
 import json
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from itertools import batched
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
@@ -27,6 +28,7 @@ from escalations.models import (
     ReviewGuidance,
     Verdict,
 )
+from guardian_core.engine.argument_edits import argument_changes, changes_words
 from guardian_core.engine.conditions import (
     DRIFT_MISALIGNED_MAX_SCORE,
     Condition,
@@ -35,6 +37,7 @@ from guardian_core.engine.conditions import (
     parse_answer,
 )
 from guardian_core.engine.tools import action_hash
+from guardian_core.untrusted import BIDI_CONTROLS, has_bidi_controls
 from runs.mapping import approval_key
 from runs.models import Decision, Run, Turn
 from runs.tools import run_tools
@@ -47,13 +50,16 @@ from runs.vocabulary import (
 )
 
 
-def escalation_list_open() -> QuerySet[Escalation]:
-    """Open escalations, the nearest deadline first: what a reviewer should clear next."""
-    return (
-        Escalation.objects.filter(status=EscalationStatus.OPEN)
-        .select_related("run", "turn")
-        .order_by("deadline", "id")
-    )
+def escalation_list_open(
+    *, filters: "QueueFilters | None" = None, reviewer: AbstractBaseUser | None = None
+) -> QuerySet[Escalation]:
+    """Open escalations, the nearest deadline first: what a reviewer should clear next; under
+    the queue's filters when given (`reviewer` is whose "mine" the holder filter means)."""
+    if filters is None:
+        queryset = Escalation.objects.filter(status=EscalationStatus.OPEN)
+    else:
+        queryset = escalation_queue_queryset(filters=filters, reviewer=reviewer, now=timezone.now())
+    return queryset.select_related("run", "turn").order_by("deadline", "id")
 
 
 # ---- the reviewers' queue -------------------------------------------------------
@@ -472,7 +478,21 @@ def labelled_examples_export(
         "verdict__decision",
         "verdict__reason",
         "verdict__escalation__kind",
+        "verdict__approved_calls",
     )
+    for chunk in batched(rows.iterator(chunk_size=_EXPORT_CHUNK), _EXPORT_CHUNK):
+        # The calls reviewers edited before approving, for this chunk's verdicts: one query
+        # a chunk, only approvals that were edited.
+        edited: dict[int, list[Approval]] = {}
+        escalation_ids = {row[12] for row in chunk if row[15] is not None}
+        for approval in Approval.objects.filter(
+            escalation_id__in=escalation_ids, original_arguments__isnull=False
+        ).select_related("reviewer"):
+            edited.setdefault(approval.escalation_id, []).append(approval)
+        yield from _export_rows(chunk, edited)
+
+
+def _export_rows(chunk: tuple, edited: dict[int, list[Approval]]) -> Iterator[dict]:
     for (
         pk,
         condition_,
@@ -493,7 +513,8 @@ def labelled_examples_export(
         decision,
         reason,
         kind,
-    ) in rows.iterator(chunk_size=_EXPORT_CHUNK):
+        approved_calls,
+    ) in chunk:
         example = {"condition": condition_, "projection": projection}
         # The trace format leaves probability out when the guardian gave none to compare.
         if probability is not None:
@@ -513,9 +534,22 @@ def labelled_examples_export(
                 "run_id": run_id,
                 "turn_id": turn_id,
                 # The verdict the label came from: approve / reject / answer, and why.
+                # edited_arguments: each approved call the reviewer edited before approving
+                # it, with the change list ("approved with edited arguments: amount 49.9 →
+                # 39.9"); [] when none was.
                 "verdict": None
                 if verdict_id is None
-                else {"id": verdict_id, "decision": decision, "reason": reason, "kind": kind},
+                else {
+                    "id": verdict_id,
+                    "decision": decision,
+                    "reason": reason,
+                    "kind": kind,
+                    "edited_arguments": [
+                        edit
+                        for edit in approval_edits(edited.get(escalation_id, []))
+                        if edit["position"] in (approved_calls or [])
+                    ],
+                },
             }
         )
         yield example
@@ -705,6 +739,31 @@ def escalation_held_calls(escalation: Escalation) -> list[HeldCall]:
     return held
 
 
+def approval_edits(approvals: Iterable[Approval]) -> list[dict]:
+    """The calls a reviewer edited before approving them, one per call in position order:
+    {"position", "tool", "reviewer", "changes": [{"field", "before", "after"}], "words":
+    "call 0 (issue_refund) approved with edited arguments: amount 49.9 → 39.9"}. Under a
+    quorum both approvers bound the same action, so a call is said once. The change list is
+    engine.argument_edits.argument_changes, the one function every page and export uses."""
+    edits: dict[int, dict] = {}
+    for approval in sorted(approvals, key=lambda a: (a.position, a.pk or 0)):
+        if approval.original_arguments is None or approval.position in edits:
+            continue
+        changes = argument_changes(approval.original_arguments, approval.arguments)
+        if not changes:
+            continue
+        reviewer = approval.reviewer.get_username() if approval.reviewer_id else None
+        edits[approval.position] = {
+            "position": approval.position,
+            "tool": approval.tool,
+            "reviewer": reviewer,
+            "changes": [change.as_dict() for change in changes],
+            "words": f"call {approval.position} ({approval.tool}) approved with edited "
+            f"arguments: {changes_words(changes)}",
+        }
+    return [edits[position] for position in sorted(edits)]
+
+
 def call_needs_quorum(quorum: object, *, tool: str, risk_class: str) -> bool:
     """Whether a policy version's quorum asks two distinct approvers for a held call: every
     regulated call under {"regulated": true}, every call of a tool named in "tools"."""
@@ -727,23 +786,9 @@ ANSWERED_KINDS = (
 )
 # A tool output is shown verbatim up to this many characters; the rest is said to be cut.
 PANE_OUTPUT_CHARS = 20_000
-# Embeddings, overrides and isolates: inside a field they reorder the field itself ("gnp.exe"
-# after U+202E reads "exe.png"), which <bdi> and dir="auto" cannot prevent. The pane writes
-# them out (the bidi_visible filter), escapes them and the directional marks in JSON, and
-# says so at the top.
-REORDERING_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_BIDI_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in REORDERING_CONTROLS + "\u061c\u200e\u200f"}
-
-
-def has_bidi_controls(text: object) -> bool:
-    """Whether `text` (or any string inside a JSON value) holds a reordering control."""
-    if isinstance(text, str):
-        return any(c in text for c in REORDERING_CONTROLS)
-    if isinstance(text, dict):
-        return any(has_bidi_controls(k) or has_bidi_controls(v) for k, v in text.items())
-    if isinstance(text, list | tuple):
-        return any(has_bidi_controls(item) for item in text)
-    return False
+# Embeddings, overrides, isolates and marks (guardian_core/untrusted.py): the pane writes them
+# out (the bidi_visible filter), escapes them in JSON, and says so at the top.
+_BIDI_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
 
 
 def pretty_json(value: object) -> str:
@@ -853,12 +898,23 @@ class DecisionPane:
 
     @property
     def verdict_answers(self) -> list[tuple[str, str]]:
-        """The verdict's answers as a person reads them: yes / no, a class, a score."""
+        """The verdict's answers as a person reads them: yes / no, a class, a score; in the
+        order the form asked them (the stored JSON keeps no order: PostgreSQL's jsonb sorts
+        its keys), any other after them by name."""
         answer = (self.verdict.answer if self.verdict else None) or {}
         return [
             (condition, answer_words(condition, label))
-            for condition, label in sorted(answer.items())
+            for condition, label in in_question_order(
+                answer, [question.condition for question in self.questions]
+            )
         ]
+
+
+def in_question_order(answer: Mapping, asked: list[str]) -> list[tuple[str, object]]:
+    """A verdict's {condition: label} in the order the questions were asked, any other
+    condition after them by name."""
+    place = {condition: i for i, condition in enumerate(asked)}
+    return sorted(answer.items(), key=lambda item: (place.get(item[0], len(place)), item[0]))
 
 
 def escalation_pane(*, escalation_id: int) -> DecisionPane:

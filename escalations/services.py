@@ -14,6 +14,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
     Approval,
     Escalation,
     EscalationEvent,
@@ -36,6 +37,7 @@ from escalations.selectors import (
     unclaimed_q,
 )
 from guardian_core.db import retry_on_conflict
+from guardian_core.engine.argument_edits import edited_arguments_words
 from guardian_core.engine.canonical import canonical_json
 from guardian_core.engine.conditions import (
     DRIFT_SCORES,
@@ -275,7 +277,9 @@ def _resolve(
                 "claim_expires_at",
             ]
         )
-        note = verdict.decision + (f": {verdict.reason}" if verdict.reason else "")
+        # The edits come before the reason: the note is capped, and what ran must show.
+        note = verdict.decision + "".join(f"; {words}" for words in _edit_words(plan))
+        note += f": {verdict.reason}" if verdict.reason else ""
         EscalationEvent.objects.create(
             escalation=escalation,
             kind=EscalationEventKind.DECIDED,
@@ -480,6 +484,7 @@ def _await_second_approver(
     for a second and different reviewer."""
     waiting = ", ".join(f"call {i.call.position} ({i.call.tool})" for i in plan if not i.complete)
     note = f"approved; {waiting} needs a second, different approver"
+    note += "".join(f"; {words}" for words in _edit_words(plan))
     if labels:
         note += "; risk classes given: " + ", ".join(f"call {p}: {c}" for p, c in labels.items())
     Escalation.objects.filter(pk=escalation.pk).update(
@@ -491,6 +496,21 @@ def _await_second_approver(
         actor=reviewer,
         note=note[:2000],
     )
+
+
+def _edit_words(plan: list[_Approve] | None) -> list[str]:
+    """ "call 0 (issue_refund) approved with edited arguments: amount 49.9 → 39.9" for each
+    approved call whose arguments the reviewer edited."""
+    return [
+        edited_arguments_words(
+            item.original_arguments,
+            item.arguments,
+            tool=item.call.tool,
+            position=item.call.position,
+        )
+        for item in plan or []
+        if item.original_arguments is not None
+    ]
 
 
 def _by_position(values: object, field: str) -> tuple[dict[int, object], list[str]]:
@@ -521,6 +541,15 @@ def uncertain_conditions(escalation: Escalation) -> list[str]:
     ]
 
 
+def verdict_reason_problem(reason: str) -> str:
+    """The problem with a verdict's reason that is too long ("" when it is not): refused,
+    naming the field, never cut (the form and the API say it the same way)."""
+    length = len(reason.strip())
+    if length <= VERDICT_REASON_MAX_CHARS:
+        return ""
+    return f"reason: at most {VERDICT_REASON_MAX_CHARS:,} characters, got {length:,}; shorten it"
+
+
 def _problems(escalation, reviewer, decision, reason, answer, approved_calls) -> list[str]:
     problems = []
     if not reviewer.has_perm("escalations.review_escalation"):
@@ -547,6 +576,8 @@ def _problems(escalation, reviewer, decision, reason, answer, approved_calls) ->
             problems.append(f"approved_calls: {unknown} are not held calls of this step")
     if decision == VerdictDecision.REJECT and not reason.strip():
         problems.append("reason: a rejection needs a reason the actor can act on")
+    if too_long := verdict_reason_problem(reason):
+        problems.append(too_long)
     if decision == VerdictDecision.ANSWER:
         allowed = set(uncertain_conditions(escalation))
         if not allowed:

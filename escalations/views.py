@@ -17,6 +17,7 @@ from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_clien
 from escalations.decision_form import decision_initial, decision_input, problems_in_form_order
 from escalations.guidance_form import ReviewGuidanceForm
 from escalations.models import (
+    VERDICT_REASON_MAX_CHARS,
     Approval,
     Escalation,
     EscalationKind,
@@ -31,6 +32,8 @@ from escalations.selectors import (
     QUEUE_CONDITIONS,
     DecisionPane,
     QueueFilters,
+    QueuePage,
+    approval_edits,
     escalation_counts_by_kind,
     escalation_pane,
     escalation_queue,
@@ -78,13 +81,19 @@ def escalation_queue_page(request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=204)
     filters, problems = queue_filters_from(request.GET)
     after = request.GET.get("after") or None
-    try:
-        page = escalation_queue(
-            reviewer=request.user, filters=filters, after=after, limit=QUEUE_PAGE_SIZE
-        )
-    except ValueError:  # a cursor queue_filters_from already named: show the first page
-        after = None
-        page = escalation_queue(reviewer=request.user, filters=filters, limit=QUEUE_PAGE_SIZE)
+    bad_filters = [p for p in problems if not p.startswith("after:")]
+    if bad_filters:
+        # A bad filter is named and nothing is listed: the rest of the filters alone would
+        # list items the reviewer did not ask for, under a heading that says they did.
+        after, page = None, QueuePage(items=[], next_cursor=None)
+    else:
+        try:
+            page = escalation_queue(
+                reviewer=request.user, filters=filters, after=after, limit=QUEUE_PAGE_SIZE
+            )
+        except ValueError:  # a stale cursor, named already: the first page, rightly filtered
+            after = None
+            page = escalation_queue(reviewer=request.user, filters=filters, limit=QUEUE_PAGE_SIZE)
     params = _filter_params(filters)
     context = {
         "filters": filters,
@@ -100,7 +109,9 @@ def escalation_queue_page(request: HttpRequest) -> HttpResponse:
         "narrowed": any(name != "sort" for name in params),
         "unfiltered_url": _queue_url({k: v for k, v in params.items() if k == "sort"}),
         "next_page_url": _queue_url(params, after=page.next_cursor),
-        "poll_url": _queue_url(params, after=after, stamp=stamp),
+        # Under a bad filter the list stays empty: nothing to poll for.
+        "poll_url": "" if bad_filters else _queue_url(params, after=after, stamp=stamp),
+        "bad_filters": bad_filters,
     }
     context.update(_listing_context(filters, params))
     if polled:
@@ -113,7 +124,10 @@ def escalation_queue_page(request: HttpRequest) -> HttpResponse:
     else:
         template = QUEUE_TEMPLATE
         context["reviewer_stats"] = reviewer_stats(request.user)
-    response = render(request, template, context)
+    # A whole page under a bad filter is a 400 (as the examples page); an htmx listing stays
+    # 200, since htmx swaps no 4xx and the reviewer must see the problem where they typed.
+    status = 400 if bad_filters and not request.htmx else 200
+    response = render(request, template, context, status=status)
     if request.htmx and not polled and not restoring and not problems:
         # The form sends every field, empty ones too; the address bar gets the short form.
         push_url(response, _queue_url(params, after=after))
@@ -416,6 +430,12 @@ def _pane_response(
             if verdict and held.call.position in verdict.approved_calls
         ],
         "verdict_approved": verdict.approved_calls if verdict else [],
+        # What the approvers changed in the calls that ran, said as the run page says it.
+        "verdict_edits": [
+            edit["words"]
+            for edit in approval_edits(a for held in pane.held_calls for a in held.call.approvals)
+            if verdict and edit["position"] in verdict.approved_calls
+        ],
         "verdict_answers": [
             (condition, question_texts.get(condition, ""), label)
             for condition, label in pane.verdict_answers
@@ -432,6 +452,7 @@ def _pane_response(
         "notice": notice,
         "risk_classes": RiskClass.choices,
         "drift_scores": DRIFT_SCORES,
+        "reason_max_chars": f"{VERDICT_REASON_MAX_CHARS:,}".replace(",", " "),
     }
     template = "escalations/escalation_detail.html"
     if request.htmx and not whole:

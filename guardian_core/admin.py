@@ -10,6 +10,7 @@ from guardian_core.services import (
     api_token_create,
     api_token_revoke,
 )
+from guardian_core.untrusted import bidi_visible
 
 
 @admin.register(PolicyVersion)
@@ -19,25 +20,35 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
     list_display = [
         "number",
-        "label",
+        "label_shown",
         "question_set_version",
         "is_active",
         "run_count",
         "created_at",
     ]
     list_filter = ["is_active"]
+    exclude = ["label"]
     actions = None
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).annotate(run_count=Count("runs"))
+
+    @admin.display(description="label")
+    def label_shown(self, version: PolicyVersion) -> str:
+        # An admin's text, shown to others: its bidi controls written out.
+        return bidi_visible(version.label)
 
     @admin.display(description="runs", ordering="run_count")
     def run_count(self, version: PolicyVersion) -> int:
         return version.run_count
 
     def get_readonly_fields(self, request: HttpRequest, obj: PolicyVersion | None = None):
-        # Every field, including any a later version of the model adds.
-        return [field.name for field in self.model._meta.fields]
+        # Every field, including any a later version of the model adds; the label in its
+        # visible form (the raw field is excluded).
+        return [
+            "label_shown" if field.name == "label" else field.name
+            for field in self.model._meta.fields
+        ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -13,6 +13,7 @@ from guardian_core.policy_validation import (
     hysteresis_of,
     policy_version_problems,
 )
+from guardian_core.untrusted import bidi_visible
 
 
 class PolicyVersion(models.Model):
@@ -85,7 +86,9 @@ class PolicyVersion(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"v{self.number}" + (f" — {self.label}" if self.label else "")
+        # Wherever a version is named (pages, selects, the admin), its label's bidirectional
+        # controls are written out: an admin's text is not to reorder what others read.
+        return f"v{self.number}" + (f" — {bidi_visible(self.label)}" if self.label else "")
 
     def clean(self) -> None:
         """Every problem of the content at once, each under the field it belongs to (the admin

@@ -7,6 +7,7 @@ cancel), which keep the log consistent. Viewing needs the model's view permissio
 
 from django.contrib import admin
 
+from guardian_core.untrusted import bidi_visible
 from runs.models import Decision, Run, ToolCall, Turn
 
 
@@ -45,13 +46,37 @@ class TurnInline(admin.TabularInline):
         return False
 
 
+# A run's untrusted and user-written text: shown by the methods below in its visible form (each
+# bidirectional control written out as [U+202E]), never as the raw field, which would obey it.
+_RUN_TEXT_FIELDS = ("goal", "acceptance_criteria", "final_answer", "last_error")
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
     # Runs start and cancel through the services (the API and the pages), never by hand here.
-    list_display = ["id", "goal", "status", "stop_reason", "policy_version", "created_at"]
+    list_display = ["id", "goal_shown", "status", "stop_reason", "policy_version", "created_at"]
     list_filter = ["status"]
     search_fields = ["goal"]
+    exclude = _RUN_TEXT_FIELDS
+    readonly_fields = ["goal_shown", "criteria_shown", "final_answer_shown", "last_error_shown"]
     inlines = [TurnInline]
+
+    @admin.display(description="goal")
+    def goal_shown(self, run: Run) -> str:
+        return bidi_visible(run.goal)
+
+    @admin.display(description="acceptance criteria")
+    def criteria_shown(self, run: Run) -> str:
+        criteria = run.acceptance_criteria if isinstance(run.acceptance_criteria, list) else []
+        return bidi_visible("; ".join(str(c) for c in criteria))
+
+    @admin.display(description="final answer")
+    def final_answer_shown(self, run: Run) -> str:
+        return bidi_visible(run.final_answer)
+
+    @admin.display(description="last error")
+    def last_error_shown(self, run: Run) -> str:
+        return bidi_visible(run.last_error)
 
 
 @admin.register(Turn)

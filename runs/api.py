@@ -2,6 +2,7 @@
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -10,7 +11,7 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import MethodNotAllowed, NotFound, PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -167,6 +168,14 @@ class RunListApi(APIView):
 
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.audit_run"
+
+    def http_method_not_allowed(self, request: Request, *args, **kwargs):
+        # A POST here is most likely meant to start a run: say where that is.
+        raise MethodNotAllowed(
+            request.method,
+            detail=f'Method "{request.method}" not allowed here; a run is started with POST '
+            f"{reverse('api:run-start')}",
+        )
 
     @extend_schema(
         operation_id="runs_list",

@@ -8,9 +8,11 @@ from contextlib import contextmanager
 
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
+from django.db.models import Prefetch
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 
-from escalations.models import Escalation, Verdict
+from escalations.models import Approval, Escalation, Verdict
+from escalations.selectors import approval_edits
 from guardian_core.models import PolicyVersion
 from runs.chain import HASHED_FIELDS, ChainReport, chain_check
 from runs.log_triggers import log_purge
@@ -131,16 +133,40 @@ def run_export(run: Run) -> dict:
     for escalation in (
         Escalation.objects.filter(run=run)
         .select_related("turn", "claimed_by", "verdict__reviewer")
+        .prefetch_related(
+            Prefetch("approvals", queryset=Approval.objects.select_related("reviewer"))
+        )
         .order_by("id")
     ):
         verdict = getattr(escalation, "verdict", None)
+        approvals = list(escalation.approvals.all())
         escalations.append(
             {
                 **_plain(escalation),
                 "turn_index": escalation.turn.index,
                 "claimed_by": _username(escalation.claimed_by),
+                # Each approval as given: the arguments approved and, when the reviewer
+                # edited them, the proposed ones (original_arguments) and what changed.
+                "approvals": [
+                    {
+                        **_plain(approval),
+                        "reviewer": _username(approval.reviewer),
+                        "changes": next((e["changes"] for e in approval_edits([approval])), []),
+                    }
+                    for approval in approvals
+                ],
                 "verdict": (
-                    {**_plain(verdict), "reviewer": _username(verdict.reviewer)}
+                    {
+                        **_plain(verdict),
+                        "reviewer": _username(verdict.reviewer),
+                        # "approved with edited arguments: amount 49.9 → 39.9" per call
+                        # that ran with arguments a reviewer changed.
+                        "edited_arguments": [
+                            edit
+                            for edit in approval_edits(approvals)
+                            if edit["position"] in (verdict.approved_calls or [])
+                        ],
+                    }
                     if verdict
                     else None
                 ),
@@ -303,7 +329,10 @@ def run_import(document: dict) -> Run:
     run_data = document["run"]
     if Run.objects.filter(uid=run_data["uid"]).exists():
         raise ImportProblem(f"run {run_data['uid']} is already in this database")
-    with transaction.atomic(), _keeping_timestamps(Run, Turn, Decision, Escalation, Verdict):
+    with (
+        transaction.atomic(),
+        _keeping_timestamps(Run, Turn, Decision, Escalation, Approval, Verdict),
+    ):
         version = _policy_version(document["policy_version"])
         run = Run(**_values(Run, run_data), policy_version=version,
                   created_by=_user(run_data.get("created_by")))  # fmt: skip
@@ -326,6 +355,12 @@ def run_import(document: dict) -> Run:
                 claimed_by=_user(data.get("claimed_by")),
                 **_values(Escalation, data),
             )
+            for approval in data.get("approvals") or []:
+                Approval.objects.create(
+                    escalation=escalation,
+                    reviewer=_user(approval.get("reviewer"), required=True),
+                    **_values(Approval, approval),
+                )
             if data.get("verdict") is not None:
                 Verdict.objects.create(
                     escalation=escalation,

@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from guardian_core.untrusted import bidi_visible
+
 
 class RunStatus(models.TextChoices):
     PENDING = "pending", "Pending"
@@ -91,7 +93,9 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Run {self.pk}: {self.goal[:60]}"
+        # The goal is untrusted: its bidirectional controls are written out wherever a run is
+        # named (the Django admin's titles and lists, selects).
+        return f"Run {self.pk}: {bidi_visible(self.goal[:60])}"
 
 
 class Turn(models.Model):

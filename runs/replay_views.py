@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 
 from runs.models import Run, Turn
 from runs.replay import (
@@ -119,15 +119,18 @@ def turn_replay_page(request: HttpRequest, run_id: int, index: int) -> HttpRespo
 
 
 @permission_required("runs.audit_run", raise_exception=True)
-@require_GET
+@require_http_methods(["GET", "POST"])
 def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpResponse:
-    """The counterfactual probe: a GET form of edits to the turn's logged projection (drop
-    tool results, another goal, other arguments for the pending call) and, once edited, each
-    condition's logged and new probability and the logged and new outcome."""
+    """The counterfactual probe: a form of edits to the turn's logged projection (drop tool
+    results, another goal, other arguments for the pending call) and, once edited, each
+    condition's logged and new probability and the logged and new outcome. The form is
+    POSTed: a goal or arguments of any length would not fit in a URL (a raw 414). It writes
+    nothing; a GET with the same fields (an older link) is still read."""
     run = _run_or_404(run_id)
     turn = _turn_or_404(run, index)
     projection = turn.projection or {}
-    edits, problems = _edits_from(request.GET, projection)
+    sent = request.POST if request.method == "POST" else request.GET
+    edits, problems = _edits_from(sent, projection)
     result = None
     if edits is not None and not problems:
         try:
@@ -146,8 +149,8 @@ def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpRespon
         "problems": problems,
         "results": list(enumerate(projection.get("last_results") or [])),
         "pending": projection.get("pending_proposal"),
-        "goal": request.GET.get("goal", projection.get("goal", "")),
-        "arguments": request.GET.get(
+        "goal": sent.get("goal", projection.get("goal", "")),
+        "arguments": sent.get(
             "arguments",
             json.dumps((projection.get("pending_proposal") or {}).get("arguments", {}), indent=2),
         ),

@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce, Length, Substr
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from escalations.models import Escalation
+from escalations.models import Approval, Escalation
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
 from runs.stop_reasons import STOP_REASONS
 from runs.validation import ACTORS
@@ -122,7 +122,8 @@ def run_timeline(
 ) -> RunTimeline:
     """The run's turns before turn `before` (the latest ones when None), newest first, at most
     `limit`: five queries whatever the run's length (turns with decisions, calls, escalations
-    with verdicts, and the keyset's one extra row). Columns the page never shows (what the
+    with verdicts, and the keyset's one extra row), and a sixth for the approvals reviewers
+    edited when an escalation is shown. Columns the page never shows (what the
     guardian saw, the state steps, a coder ⇄ reviewer turn's whole histories) are not read;
     a review turn's reply comes as `review_reply`."""
     turns = Turn.objects.filter(run_id=run_id)
@@ -136,7 +137,14 @@ def run_timeline(
         )
         .order_by("position")
     )
-    escalations = Escalation.objects.select_related("verdict__reviewer").order_by("id")
+    # Only the approvals a reviewer edited: the verdict says what changed (one query more,
+    # only when the page shows an escalation).
+    edited = Approval.objects.filter(original_arguments__isnull=False).select_related("reviewer")
+    escalations = (
+        Escalation.objects.select_related("verdict__reviewer")
+        .prefetch_related(Prefetch("approvals", queryset=edited, to_attr="edited_approvals"))
+        .order_by("id")
+    )
     rows = list(
         turns.defer("projection", "risk_projections", "steps", "state", "feedback")
         .annotate(review_reply=KeyTransform("reply", "state"))
@@ -149,6 +157,26 @@ def run_timeline(
     shown = rows[:limit]
     older_than = shown[-1].index if len(rows) > limit else None
     return RunTimeline(turns=shown, older_than=older_than)
+
+
+# ---- the tools external runs defined -------------------------------------------------------
+
+# How many of the latest external runs the guidance form looks through for the tools they
+# defined: bounded, so the form costs the same however many runs there are.
+EXTERNAL_TOOL_RUNS = 500
+
+
+def run_external_tool_names(*, runs: int = EXTERNAL_TOOL_RUNS) -> list[str]:
+    """The names of the tools the latest `runs` external runs defined themselves (their
+    config.tools: an integrator's tools, which run in its own process), sorted."""
+    configs = Run.objects.filter(actor="external").order_by("-id").values_list("config", flat=True)
+    names = set()
+    for config in configs[:runs]:
+        tools = config.get("tools") if isinstance(config, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                names.add(tool["name"])
+    return sorted(names)
 
 
 # ---- the API's reads of turns ---------------------------------------------------------------

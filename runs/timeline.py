@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from escalations.models import Escalation
-from escalations.selectors import pretty_json
+from escalations.selectors import approval_edits, pretty_json
 from guardian_core.engine.conditions import Condition, most_likely_risk, parse_answer
 from guardian_core.engine.thresholds import Budgets
 from runs.judging import judge_lines
@@ -32,11 +32,24 @@ VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "changes requested"}
 _CONDITIONS = tuple(c.value for c in Condition)
 
 
+# An external run (runs/external.py) has no worker: the integrator's agent loop, running
+# elsewhere, sends each step through the API and is answered there.
+EXTERNAL_ACTOR = "external"
+
+
 def status_sentence(run: Run) -> str:
     """What the run is doing, or why it ended, in words (its status label goes beside)."""
+    external = run.actor == EXTERNAL_ACTOR
     if run.status == RunStatus.PENDING:
+        if external:
+            return "Its agent loop, which runs elsewhere, has yet to send its first step."
         return "A worker has yet to take its first turn."
     if run.status == RunStatus.RUNNING:
+        if external:
+            return (
+                "Its agent loop runs elsewhere and drives it through the API: each step it "
+                "sends is checked and decided here before its calls run."
+            )
         return "A worker advances it turn by turn."
     if run.status == RunStatus.WAITING:
         return "An escalation waits for a reviewer's verdict before it goes on."
@@ -78,6 +91,9 @@ class EscalationView:
     verdict_answers: list[str]  # what the reviewer answered, in words
     reviewer: str
     decided_at: datetime | None
+    # "call 0 (issue_refund) approved with edited arguments: amount 49.9 → 39.9", per call
+    # the reviewer edited before approving it.
+    verdict_edits: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -221,11 +237,25 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         verdict=verdict.decision if verdict else "",
         verdict_label=verdict.get_decision_display() if verdict else "",
         verdict_reason=verdict.reason if verdict else "",
-        verdict_answers=verdict_answer_words(verdict.answer, verdict.risk_labels)
+        verdict_answers=verdict_answer_words(
+            verdict.answer,
+            verdict.risk_labels,
+            # The decision form asks in the order the conditions triggered.
+            asked=[
+                str(t.get("source", ""))
+                for t in (escalation.reason or {}).get("triggered", [])
+                if isinstance(t, dict)
+            ],
+        )
         if verdict
         else [],
         reviewer=verdict.reviewer.get_username() if verdict else "",
         decided_at=verdict.created_at if verdict else None,
+        verdict_edits=[
+            edit["words"]
+            for edit in approval_edits(getattr(escalation, "edited_approvals", None) or [])
+            if verdict and edit["position"] in (verdict.approved_calls or [])
+        ],
     )
 
 

@@ -15,6 +15,7 @@ from runs.models import DecisionOutcome, Run, RunStatus, Turn
 from runs.presentation import run_rows
 from runs.replay import turn_not_probeable, turn_not_probeable_as_shown
 from runs.selectors import (
+    RunListPage,
     run_filters_from,
     run_last_turn,
     run_last_usage,
@@ -58,15 +59,22 @@ def run_list_page(request: HttpRequest) -> HttpResponse:
     restoring = bool(request.htmx) and request.htmx.history_restore_request
     filters, problems = run_filters_from(request.GET)
     after = request.GET.get("after") or None
-    try:
-        page = run_list_filtered(filters=filters, after=after, limit=LIST_PAGE_SIZE)
-    except ValueError:  # a cursor run_filters_from already named: show the first page
-        after = None
-        page = run_list_filtered(filters=filters, limit=LIST_PAGE_SIZE)
+    bad_filters = [p for p in problems if not p.startswith("after:")]
+    if bad_filters:
+        # A bad filter is named and nothing is listed: the other filters alone would list
+        # runs the auditor did not ask for, as if they matched (the API answers 400).
+        after, page = None, RunListPage(items=[], next_cursor=None)
+    else:
+        try:
+            page = run_list_filtered(filters=filters, after=after, limit=LIST_PAGE_SIZE)
+        except ValueError:  # a stale cursor, named already: the first page, rightly filtered
+            after = None
+            page = run_list_filtered(filters=filters, limit=LIST_PAGE_SIZE)
     params = filters.as_params()
     context = {
         "filters": filters,
         "problems": problems,
+        "bad_filters": bad_filters,
         "rows": run_rows(page.items),
         "after": after,
         "narrowed": bool(params),
@@ -91,7 +99,10 @@ def run_list_page(request: HttpRequest) -> HttpResponse:
             model_suggestions=run_recent_model_versions(),
             tool_suggestions=sorted(tool_registry()),
         )
-    response = render(request, template, context)
+    # A whole page under a bad filter is a 400; an htmx swap of the results stays 200, since
+    # htmx swaps no 4xx and the problem must show where the auditor typed.
+    status = 400 if bad_filters and not request.htmx else 200
+    response = render(request, template, context, status=status)
     if request.htmx and not restoring and not problems:
         # The form sends every field, empty ones too; the address bar gets the short form.
         push_url(response, _list_url(params, after=after))

@@ -2,6 +2,7 @@
 condition, the gate, a cap), its band, a decision's outcome, and escalation summaries."""
 
 import re
+from collections.abc import Sequence
 
 from runs.models import DecisionOutcome, RiskClass
 from runs.stop_reasons import stop_reason_text
@@ -133,12 +134,18 @@ def answer_words(condition: str, label: object) -> str:
     return str(label)
 
 
-def verdict_answer_words(answer: dict | None, risk_labels: dict | None) -> list[str]:
-    """What a reviewer answered, in the log's words: "Injected instructions: yes", and each
-    call's risk class as they labelled it ("Risk of call 0: Irreversible")."""
+def verdict_answer_words(
+    answer: dict | None, risk_labels: dict | None, *, asked: Sequence[str] = ()
+) -> list[str]:
+    """What a reviewer answered, in the log's words: "Injected instructions: yes", in the
+    order the questions were `asked` (the decision form's order; others after, by name), and
+    each call's risk class as they labelled it ("Risk of call 0: Irreversible")."""
+    place = {condition: i for i, condition in enumerate(asked)}
     said = [
         f"{source_words(condition)}: {answer_words(condition, label)}"
-        for condition, label in sorted((answer or {}).items())
+        for condition, label in sorted(
+            (answer or {}).items(), key=lambda item: (place.get(item[0], len(place)), item[0])
+        )
     ]
     said += [
         f"Risk of call {position}: {risk_words(str(label))}"

@@ -127,7 +127,7 @@ def test_a_goal_with_markup_and_a_bidi_override_stays_text_inside_bdi(client, re
     client.force_login(reviewer)
     page = client.get("/escalations/").content.decode()
     assert "<img" not in page
-    assert "<bdi>\u202eevil &lt;img src=x onerror=alert(1)&gt; hx-get=/admin/</bdi>" in page
+    assert "<bdi>[U+202E]evil &lt;img src=x onerror=alert(1)&gt; hx-get=/admin/</bdi>" in page
 
 
 def test_the_holder_and_since_when_are_shown_and_a_lapsed_claim_reads_unclaimed(
@@ -240,17 +240,22 @@ def test_every_hx_get_on_the_page_has_the_same_address_as_a_real_href(client, re
         assert 'hx-push-url="true"' in tag, tag
 
 
-def test_bad_filter_values_are_each_named_and_the_page_still_renders(client, reviewer):
+def test_bad_filter_values_are_each_named_and_nothing_is_listed(client, reviewer):
     escalation = queued()
     client.force_login(reviewer)
     response = client.get(
         "/escalations/?kind=nope&condition=zzz&run=abc&holder=theirs&sort=sideways&after=@@"
     )
     page = response.content.decode()
-    assert response.status_code == 200
+    assert response.status_code == 400
     for field in ("kind:", "condition:", "run:", "holder:", "sort:", "after:"):
         assert f'<li class="error">{field}' in page, field
-    assert rows_of(page) == [escalation.pk], "the queue still shows, unfiltered"
+    assert rows_of(page) == [], "nothing shows under filters it was not asked for"
+    # A stale cursor alone is named, and the first page shows, rightly filtered.
+    stale = client.get("/escalations/?after=@@")
+    assert stale.status_code == 200
+    assert '<li class="error">after:' in stale.content.decode()
+    assert rows_of(stale.content.decode()) == [escalation.pk]
     # The typed value is kept in its field, so the reviewer sees what was wrong.
     assert 'name="run" id="filter-run" value="abc"' in page
     htmx = client.get("/escalations/?run=-1", **HX)

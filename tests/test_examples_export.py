@@ -184,6 +184,7 @@ def test_every_field_of_the_trace_format_and_where_the_example_came_from(reviewe
             "decision": injection.decision,
             "reason": injection.reason,
             "kind": "integrity",
+            "edited_arguments": [],
         },
     }
     assert line["projection"]["goal"] == escalation.run.goal

@@ -127,7 +127,12 @@ def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpRespon
     run = _run_or_404(run_id)
     turn = _turn_or_404(run, index)
     projection = turn.projection or {}
+    malformed = not isinstance(projection, dict)
+    if malformed:  # an altered log: said, and nothing to edit
+        projection = {}
     edits, problems = _edits_from(request.GET, projection)
+    if malformed:
+        edits, problems = None, ["The turn's logged projection is malformed (the log was altered)."]
     result = None
     if edits is not None and not problems:
         try:

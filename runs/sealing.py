@@ -203,11 +203,22 @@ def run_log_reseal(run_id: int, models: LogModels | None = None) -> bool:
         if row["prev_hash"] != prev or row["content_hash"] != legacy:
             return False
         prev = row["content_hash"]
-    keys = chain.log_keys()
+    run_log_seal_all(run_id, models=models)
+    return True
+
+
+def run_log_seal_all(run_id: int, *, keys=None, models: LogModels | None = None) -> None:
+    """Seal every decision of the run and the run itself, as the database holds them now,
+    under `keys` (the configured ones by default). The re-seal of a trusted log; the tests
+    also play a forger with it, who has every row but not the key."""
+    models = _models(models)
+    keys = keys or chain.log_keys()
+    run = run_row(run_id, models)
+    number_of = _policy_numbers(models)
     calls = _calls_by_turn(run_id, models)
     found = stories(run_id, models=models)
     prev, previous = "", None
-    for row in rows:
+    for row in decided_turns(run_id, models):
         row["prev_hash"] = prev
         content = chain.row_content(
             run, row, number_of, calls.get(row["turn_index"], []), found, previous
@@ -217,8 +228,7 @@ def run_log_reseal(run_id: int, models: LogModels | None = None) -> bool:
             prev_hash=row["prev_hash"], content_hash=prev, seal_key=keys.current_id
         )
         previous = row["turn_index"]
-    run_reseal(run_id, models)
-    return True
+    run_reseal(run_id, models, keys=keys)
 
 
 # ---- writing seals ---------------------------------------------------------------------------
@@ -279,7 +289,7 @@ def _policy_number_by_id(policy_version_id: int, models: LogModels | None = None
     return number
 
 
-def run_reseal(run_id: int, models: LogModels | None = None) -> None:
+def run_reseal(run_id: int, models: LogModels | None = None, *, keys=None) -> None:
     """Seal the run as it stands in the database (call it inside the transaction that moved
     it): its status, answer, last decision and what people decided on its last turn. A few
     queries; the common turn seals in memory instead (runs/turns.py)."""
@@ -305,7 +315,7 @@ def run_reseal(run_id: int, models: LogModels | None = None) -> None:
         head=last["content_hash"] if last else "",
         tail=turn_story(last["turn_id"], models) if last else chain.NO_STORY,
     )
-    models.Run.objects.filter(pk=run_id).update(seal=chain.run_seal(content))
+    models.Run.objects.filter(pk=run_id).update(seal=chain.run_seal(content, keys))
 
 
 def turn_seal_inputs(turn_id: int, models: LogModels | None = None) -> tuple[dict, list[dict]]:

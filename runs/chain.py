@@ -207,6 +207,24 @@ def run_header(run) -> str:
     return sha256_hex(_plain({name: get(name) for name in RUN_HEADER_FIELDS}))
 
 
+# Run uid -> its header's digest, as this process first read it. The header is written once,
+# at the run's start, and a scripted run's config can be large: hashing it on every turn cost
+# milliseconds. A header altered in the database later is still sealed as first read, and
+# verify_log, which always hashes what the database holds, names the difference.
+_HEADERS: dict[str, str] = {}
+
+
+def run_header_sealed(run) -> str:
+    """run_header of a Run being sealed, hashed once per run and process."""
+    uid = str(run.uid)
+    header = _HEADERS.get(uid)
+    if header is None:
+        if len(_HEADERS) > 4096:
+            _HEADERS.clear()
+        header = _HEADERS[uid] = run_header(run)
+    return header
+
+
 def turn_content(turn: Mapping) -> dict:
     """TURN_FIELDS of a turn, as a dict (row values or the values being written)."""
     return {name: turn.get(name) for name in TURN_FIELDS}
@@ -368,7 +386,7 @@ def seal_fields(
     fields = {**fields, "prev_hash": prev_hash}
     content = decision_content(
         run_uid=run.uid,
-        header=run_header(run),
+        header=run_header_sealed(run),
         turn_index=turn_index,
         policy_number=policy_number(run),
         fields=fields,

@@ -246,7 +246,7 @@ def run_seal_value(
     )
     content = chain.run_seal_content(
         run_uid=get("uid"),
-        header=chain.run_header(run),
+        header=chain.run_header(run) if isinstance(run, dict) else chain.run_header_sealed(run),
         policy_number=number,
         status=get("status"),
         stop_reason=get("stop_reason"),

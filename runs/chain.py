@@ -361,6 +361,10 @@ _POLICY_NUMBERS: dict[int, int] = {}
 def policy_number(run) -> int:
     """The number of the run's policy version, without a query after the first (the turn has
     usually loaded the version already, to build its policy)."""
+    loaded = run._state.fields_cache.get("policy_version")
+    if loaded is not None and loaded.pk == run.policy_version_id:
+        _POLICY_NUMBERS[loaded.pk] = loaded.number
+        return loaded.number
     number = _POLICY_NUMBERS.get(run.policy_version_id)
     if number is None:
         if len(_POLICY_NUMBERS) > 4096:

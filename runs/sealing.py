@@ -278,15 +278,9 @@ def run_seal_holds(run, *, head_turn: int | None, head: str, tail: str) -> bool:
 
 
 def _policy_number_by_id(policy_version_id: int, models: LogModels | None = None) -> int:
-    number = chain._POLICY_NUMBERS.get(policy_version_id)
-    if number is None:
-        models = _models(models)
-        number = models.PolicyVersion.objects.values_list("number", flat=True).get(
-            pk=policy_version_id
-        )
-        if models.PolicyVersion is global_apps.get_model("guardian_core", "PolicyVersion"):
-            chain._POLICY_NUMBERS[policy_version_id] = number
-    return number
+    """Read, not cached: verify and the slow paths seal what the database holds."""
+    models = _models(models)
+    return models.PolicyVersion.objects.values_list("number", flat=True).get(pk=policy_version_id)
 
 
 def run_reseal(run_id: int, models: LogModels | None = None, *, keys=None) -> None:

@@ -49,7 +49,7 @@ from guardian_core.engine.conditions import (
 from guardian_core.engine.judge import decide_judged
 from guardian_core.engine.policy import Outcome, history_needed
 from guardian_core.engine.tools import action_hash, validate_call
-from runs import judging, mapping
+from runs import judging, mapping, sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
 from runs.tools import run_tools
@@ -235,6 +235,8 @@ def _resolve(
             _approvals_write(escalation, reviewer, plan, now)
             if not all(item.complete for item in plan):
                 _await_second_approver(escalation, reviewer, plan, labels)
+                # The first approval is part of the run's story: sealed now (runs/chain.py).
+                sealing.run_reseal(run_id)
                 return None
         held = list(escalation.reason.get("held_calls", []))
         approved_calls = submitted.approved_calls
@@ -286,6 +288,9 @@ def _resolve(
             actor=reviewer,
             note=note[:2000],
         )
+        # The verdict, its approvals and examples and the run's new status, sealed under the
+        # log's key with the run (runs/chain.py); the next decision seals them again.
+        sealing.run_reseal(run_id)
     return verdict
 
 

@@ -398,3 +398,24 @@ LOGGING = {
         "django.request": {"filters": ["forbidden_without_traceback"]},
     },
 }
+
+# The decision log's key (runs/chain.py): every decision and every run is sealed with
+# HMAC-SHA256 under it, so someone who can rewrite the database cannot forge the log. Keep it
+# out of the database and its backups: GUARDIAN_LOG_KEY, or a file GUARDIAN_LOG_KEY_FILE
+# (e.g. a mounted secret); at least 32 characters outside DEBUG. Unset, a key is derived from
+# SECRET_KEY under a label of its own. After a rotation, list the retired keys in
+# GUARDIAN_LOG_OLD_KEYS (comma-separated): they verify what they sealed, never seal again.
+GUARDIAN_LOG_KEY = env_str("GUARDIAN_LOG_KEY")
+_log_key_file = env_str("GUARDIAN_LOG_KEY_FILE")
+if _log_key_file:
+    if GUARDIAN_LOG_KEY:
+        raise ImproperlyConfigured("Set GUARDIAN_LOG_KEY or GUARDIAN_LOG_KEY_FILE, not both.")
+    try:
+        GUARDIAN_LOG_KEY = Path(_log_key_file).read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"GUARDIAN_LOG_KEY_FILE={_log_key_file!r} cannot be read: {exc}"
+        ) from exc
+    if not GUARDIAN_LOG_KEY:
+        raise ImproperlyConfigured(f"GUARDIAN_LOG_KEY_FILE={_log_key_file!r} is empty.")
+GUARDIAN_LOG_OLD_KEYS = env_list("GUARDIAN_LOG_OLD_KEYS", [])

@@ -13,3 +13,9 @@ class RunsConfig(AppConfig):
         # Every migrate ends by granting the app's role (GUARDIAN_DB_APP_ROLE) its rights on
         # the tables as they now are: runs/db_roles.py.
         post_migrate.connect(grant_app_role_after_migrate, dispatch_uid="guardian_app_role")
+
+        # A log key that cannot seal (too short outside DEBUG) stops every process at start,
+        # not at its first turn.
+        from runs.chain import check_log_key
+
+        check_log_key()

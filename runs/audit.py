@@ -11,12 +11,13 @@ from django.db import models, transaction
 from django.db.models import Prefetch
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 
-from escalations.models import Approval, Escalation, Verdict
+from escalations.models import Approval, Escalation, LabelledExample, Verdict
 from escalations.selectors import approval_edits
 from guardian_core.models import PolicyVersion
-from runs.chain import HASHED_FIELDS, ChainReport, chain_check
+from runs.chain import HASHED_FIELDS, ChainReport
 from runs.log_triggers import log_purge
 from runs.models import Decision, Run, ToolCall, Turn
+from runs.sealing import run_log_check
 from runs.selectors import RunFilters, run_list_queryset
 
 EXPORT_FORMAT = "guardian-run/1"
@@ -26,26 +27,14 @@ EXPORT_FORMAT = "guardian-run/1"
 
 
 def run_chain_verify(run: Run) -> ChainReport:
-    """Recompute every decision's hash of the run in turn order and check each link; the
-    report names the first turn where the chain breaks. Reads the decisions in chunks."""
-    numbers: dict[int, int] = {}
-
-    def number_of(policy_version_id: int) -> int:
-        if policy_version_id not in numbers:
-            numbers[policy_version_id] = PolicyVersion.objects.values_list("number", flat=True).get(
-                pk=policy_version_id
-            )
-        return numbers[policy_version_id]
-
-    rows = (
-        Decision.objects.filter(turn__run_id=run.pk)
-        .order_by("turn__index")
-        .values(
-            "policy_version_id", "content_hash", *HASHED_FIELDS, turn_index=models.F("turn__index")
-        )
-        .iterator(chunk_size=500)
-    )
-    return chain_check(run.pk, run.uid, number_of, rows)
+    """Check the run's keyed log (runs/chain.py): every decision's seal over the story it
+    rests on and its link to the one before, the run's seal over what came after its last
+    decision, and its status against that decision. The report names every problem with its
+    turn. Reads the decisions in chunks."""
+    report = run_log_check(run.pk)
+    if report is None:
+        return ChainReport(run.pk, str(run.uid), 0, "", ((None, "the run is not there"),))
+    return report
 
 
 def runs_chain_verify(runs: Iterable[Run]) -> Iterator[ChainReport]:
@@ -134,7 +123,10 @@ def run_export(run: Run) -> dict:
         Escalation.objects.filter(run=run)
         .select_related("turn", "claimed_by", "verdict__reviewer")
         .prefetch_related(
-            Prefetch("approvals", queryset=Approval.objects.select_related("reviewer"))
+            Prefetch(
+                "approvals",
+                queryset=Approval.objects.select_related("reviewer", "used_on_turn").order_by("id"),
+            )
         )
         .order_by("id")
     ):
@@ -152,6 +144,9 @@ def run_export(run: Run) -> dict:
                         **_plain(approval),
                         "reviewer": _username(approval.reviewer),
                         "changes": next((e["changes"] for e in approval_edits([approval])), []),
+                        "used_on_turn": approval.used_on_turn.index
+                        if approval.used_on_turn
+                        else None,
                     }
                     for approval in approvals
                 ],
@@ -166,6 +161,19 @@ def run_export(run: Run) -> dict:
                             for edit in approval_edits(approvals)
                             if edit["position"] in (verdict.approved_calls or [])
                         ],
+                        # The labelled examples a verdict became: sealed with the run's story.
+                        "examples": [
+                            {
+                                **_plain(example),
+                                "policy_version": example.policy_version.number
+                                if example.policy_version
+                                else None,
+                                "labelled_by": _username(example.labelled_by),
+                            }
+                            for example in verdict.examples.select_related(
+                                "policy_version", "labelled_by"
+                            ).order_by("id")
+                        ],
                     }
                     if verdict
                     else None
@@ -174,6 +182,8 @@ def run_export(run: Run) -> dict:
         )
     return {
         "format": EXPORT_FORMAT,
+        # The run's seal travels with it: an installation holding the same log key (or it
+        # among GUARDIAN_LOG_OLD_KEYS) verifies the document as this one does.
         "run": {**_plain(run, skip=("lease_token", "lease_expires_at")),
                 "created_by": _username(run.created_by)},
         "policy_version": _plain(version, skip=("is_active",)),
@@ -331,7 +341,7 @@ def run_import(document: dict) -> Run:
         raise ImportProblem(f"run {run_data['uid']} is already in this database")
     with (
         transaction.atomic(),
-        _keeping_timestamps(Run, Turn, Decision, Escalation, Approval, Verdict),
+        _keeping_timestamps(Run, Turn, Decision, Escalation, Verdict, Approval, LabelledExample),
     ):
         version = _policy_version(document["policy_version"])
         run = Run(**_values(Run, run_data), policy_version=version,
@@ -359,14 +369,24 @@ def run_import(document: dict) -> Run:
                 Approval.objects.create(
                     escalation=escalation,
                     reviewer=_user(approval.get("reviewer"), required=True),
+                    used_on_turn=turns.get(approval.get("used_on_turn")),
                     **_values(Approval, approval),
                 )
             if data.get("verdict") is not None:
-                Verdict.objects.create(
+                verdict = Verdict.objects.create(
                     escalation=escalation,
                     reviewer=_user(data["verdict"].get("reviewer"), required=True),
                     **_values(Verdict, data["verdict"]),
                 )
+                for example in data["verdict"].get("examples", []):
+                    LabelledExample.objects.create(
+                        verdict=verdict,
+                        policy_version=PolicyVersion.objects.filter(
+                            number=example.get("policy_version")
+                        ).first(),
+                        labelled_by=_user(example.get("labelled_by")),
+                        **_values(LabelledExample, example),
+                    )
         report = run_chain_verify(run)
         if not report.ok:  # nothing of a document whose log does not hold is kept
             raise ImportProblem(f"the exported chain does not verify: {report.describe()}")

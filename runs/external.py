@@ -38,7 +38,7 @@ from escalations.notifications import item_url
 from guardian_core.engine.loop import Proposal, ProposedCall, finish_step, prepare_step
 from guardian_core.engine.policy import Outcome, Usage
 from guardian_core.engine.state import state_apply, state_step
-from runs import mapping
+from runs import chain, mapping
 from runs.models import (
     Decision,
     Run,
@@ -285,7 +285,7 @@ def _open_with(
             verdict_steps,
             recorder,
             enqueue_next=False,
-            prev_hash=last.decision.content_hash if last else "",
+            last=last,
         )
     return external_step_answer(turn)
 
@@ -555,6 +555,9 @@ def _reasons(record) -> list[dict]:
     return json.loads(json.dumps([reason.as_dict() for reason in record.decision.reasons]))
 
 
+_SEALED_CALL_COLUMNS = (*chain.CALL_FIELDS, *chain.CALL_OUTCOME_FIELDS)
+
+
 def _finish_reported(
     run: Run,
     token: str,
@@ -615,6 +618,12 @@ def _finish_reported(
     recorder = CallRecorder(turn=turn, calls_by_key=None, fresh=rows is not None)
     for row in rows or ():
         recorder.rows[row.position] = _Row(row.pk, turn.pk, row.risk_class)
+        # The row as written, with the reported outcome it is given with the decision: what
+        # the decision seals (runs/chain.py), without reading it back.
+        recorder.values[row.position] = {
+            "id": row.pk,
+            **{name: getattr(row, name) for name in _SEALED_CALL_COLUMNS},
+        }
     moved = _turn_finish(
         run,
         token,
@@ -623,7 +632,7 @@ def _finish_reported(
         verdict_steps,
         recorder,
         enqueue_next=False,
-        prev_hash=last.decision.content_hash if last else "",
+        last=last,
         call_results=call_results,
     )
     return record, moved, recorder

@@ -48,6 +48,10 @@ class Run(models.Model):
     # the next turn needs, bounded whatever the run's length; {} before the first turn. Each
     # turn records its steps, from which any earlier version is rebuilt.
     state = models.JSONField(default=dict, blank=True)
+    # The run's seal (runs/chain.py): a keyed MAC over its goal, status, answer and the end of
+    # its decision log, rewritten by every write that moves one of them. {} before the keyed
+    # log; verify_log names a run without one.
+    seal = models.JSONField(default=dict, blank=True)
     # A worker holds the run while it advances a turn; an expired lease means the worker died
     # and the sweeper may hand the run to another (a conditional update claims it).
     lease_token = models.CharField(max_length=36, blank=True)
@@ -172,11 +176,13 @@ class Decision(models.Model):
     question_set_version = models.CharField(max_length=40)
     guardian_model_version = models.CharField(max_length=120)
     state_hash = models.CharField(max_length=64)
-    # The tamper-evident log (runs/chain.py): SHA-256 of this decision's content, which
-    # includes the previous decision's hash in the same run ("" for the first). A database
-    # trigger refuses any UPDATE or DELETE of a decision outside an operator's purge.
+    # The tamper-evident log (runs/chain.py): HMAC-SHA256, under the log's key, of this
+    # decision's content and the story it rests on, which includes the previous decision's
+    # hash in the same run ("" for the first); `seal_key` names the key (its id, never the
+    # key). A database trigger refuses any UPDATE or DELETE of a decision outside a purge.
     prev_hash = models.CharField(max_length=64, blank=True, default="")
     content_hash = models.CharField(max_length=64, blank=True, default="")
+    seal_key = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,6 +1,7 @@
 """The engine's ports for one run: its actor, its guardian and its tools, built from the run's
 adapter names and settings, and the tool wrapper that records every call before it runs."""
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -248,6 +249,9 @@ class CallRecorder:
         self.rerun_keys = rerun_keys
         self.fresh = fresh
         self.rows: dict[int, _Row] = {}  # by position: the rows this turn's calls have
+        # By position: the sealed columns (runs/chain.py) of the rows this recorder wrote on
+        # this turn, as written, so the decision seals them without reading them back.
+        self.values: dict[int, dict] = {}
 
     def wrap(self, tool: Tool) -> Callable[..., object]:
         def call(arguments: dict, *, idempotency_key: str) -> object:
@@ -289,20 +293,44 @@ class CallRecorder:
                 started_at=timezone.now(),
             )
             self.rows[position] = _Row(existing.pk, self.turn.pk, tool.risk_class)
+            self.values[position] = {
+                "position": position,
+                "tool": tool.name,
+                # A copy: a tool that changes its arguments changes nothing written.
+                "arguments": copy.deepcopy(arguments),
+                "intent": intent,
+                "risk_class": str(tool.risk_class),
+                "idempotency_key": key,
+                "status": ToolCallStatus.STARTED.value,
+                "result": None,
+                "error": "",
+            }
+        written = self.values.get(position) if existing.turn_id == self.turn.pk else None
         try:
             result = tool.func(arguments, idempotency_key=key)
         except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:2000]
             ToolCall.objects.filter(pk=existing.pk).update(
-                status=ToolCallStatus.FAILED,
-                error=f"{type(exc).__name__}: {exc}"[:2000],
-                finished_at=timezone.now(),
+                status=ToolCallStatus.FAILED, error=error, finished_at=timezone.now()
             )
+            if written is not None:
+                written.update(status=ToolCallStatus.FAILED.value, error=error)
             raise
         text = result if isinstance(result, str) else canonical_json(result)
         ToolCall.objects.filter(pk=existing.pk).update(
             status=ToolCallStatus.DONE, result=text, finished_at=timezone.now()
         )
+        if written is not None:
+            written.update(status=ToolCallStatus.DONE.value, result=text)
         return text
+
+    def sealed_calls(self, record) -> list[dict] | None:
+        """The sealed columns of every row of this turn's calls, as written, when this
+        recorder wrote them all and `finish` has nothing to add (the common turn); None when
+        they must be read back."""
+        if not self.nothing_to_finish(record) or set(self.values) != set(self.rows):
+            return None
+        return [self.values[call.position] for call in record.calls]
 
     def nothing_to_finish(self, record) -> bool:
         """Whether every call of the step already has its row, with its class: then `finish`

@@ -209,6 +209,63 @@ def replay_turn_row(
     )
 
 
+# A logged row is the log's word, which someone with the database may have altered: each
+# column replay reads is checked for its shape first, and a row that is not what the app
+# writes is a difference, named, never a crash that hides the turns (and runs) after it.
+_OUTCOMES = frozenset(outcome.value for outcome in Outcome)
+_CONDITIONS = frozenset(condition.value for condition in Condition)
+
+
+def logged_row_problems(
+    *, usage, steps, outcome, answers, fired, calls, reasons, thresholds
+) -> list[str]:
+    """What is malformed in a decided turn's logged columns ([] when each has the shape the
+    app writes), in words naming the column."""
+    problems = []
+    if not isinstance(usage, Mapping):
+        problems.append("usage is not an object")
+    if not isinstance(steps, list) or not all(isinstance(s, Mapping) for s in steps):
+        problems.append("steps is not a list of objects")
+    if outcome not in _OUTCOMES:
+        problems.append(f"outcome {str(outcome)[:40]!r} is not an outcome")
+    if not isinstance(answers, Mapping):
+        problems.append("answers is not an object")
+    if not isinstance(fired, list) or not all(name in _CONDITIONS for name in fired):
+        problems.append("fired is not a list of conditions")
+    if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+        problems.append("call_signatures is not a list of texts")
+    if not isinstance(reasons, list) or not all(
+        isinstance(r, Mapping)
+        and isinstance(r.get("source"), str)
+        and r.get("outcome") in _OUTCOMES
+        and "band" in r
+        and "detail" in r
+        for r in reasons
+    ):
+        problems.append("reasons is not a list of reasons")
+    if not isinstance(thresholds, Mapping):
+        problems.append("thresholds is not an object")
+    return problems
+
+
+def _malformed(run_id: int, index: int, outcome, problems: list[str]) -> TurnReplay:
+    return TurnReplay(
+        run_id=run_id,
+        turn_index=index,
+        status=DIFFERENT,
+        logged_outcome=str(outcome)[:40],
+        differences=tuple(f"malformed log row: {problem}" for problem in problems),
+        note="the logged row is not what the app writes: the log was altered",
+    )
+
+
+def _decoded_or_none(text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def _thresholds_of(policy: Policy) -> dict:
     return {condition.value: t.as_dict() for condition, t in policy.thresholds.items()}
 
@@ -256,28 +313,55 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
         cursor.execute(_ROWS_SQL, [run.pk, 0])
         while rows := cursor.fetchmany(_CHUNK):
             for index, usage, steps, outcome, answers, fired, calls, stop, reasons, th in rows:
+                columns = {
+                    "usage": _decoded_or_none(usage),
+                    "steps": _decoded_or_none(steps),
+                    "outcome": outcome,
+                    "answers": _decoded_or_none(answers),
+                    "fired": _decoded_or_none(fired),
+                    "calls": _decoded_or_none(calls),
+                    "reasons": _decoded_or_none(reasons),
+                    "thresholds": _decoded_or_none(th),
+                }
+                problems = logged_row_problems(**columns)
+                if problems:
+                    # Named and passed over: the turns after it are still replayed (their
+                    # windows without this one, which may make them differ too).
+                    if index >= start_index:
+                        if limit is not None and done >= limit:
+                            return
+                        yield _malformed(run.pk, index, outcome, problems)
+                        done += 1
+                    continue
                 before, total = replans_of(steps)
-                fired_list, call_list = decoded(fired), json.loads(calls)
+                fired_list, call_list = decoded(fired), columns["calls"]
                 if index >= start_index:
                     if limit is not None and done >= limit:
                         return
-                    yield replay_turn_row(
-                        run_id=run.pk,
-                        row=(
-                            index,
-                            json.loads(usage),
-                            outcome,
-                            json.loads(answers),
-                            fired_list,
-                            call_list,
-                            stop,
-                            json.loads(reasons),
-                            thresholds_ok(th),
-                        ),
-                        policy=policy,
-                        history=list(window)[-keep:] if keep else [],
-                        replans=replans + before,
-                    )
+                    try:
+                        replayed = replay_turn_row(
+                            run_id=run.pk,
+                            row=(
+                                index,
+                                columns["usage"],
+                                outcome,
+                                columns["answers"],
+                                fired_list,
+                                call_list,
+                                stop,
+                                columns["reasons"],
+                                thresholds_ok(th),
+                            ),
+                            policy=policy,
+                            history=list(window)[-keep:] if keep else [],
+                            replans=replans + before,
+                        )
+                    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                        # Shaped right but with values the engine refuses (an answer of an
+                        # unknown kind, a usage that is not numbers): named, and on.
+                        problem = f"{type(exc).__name__}: {exc}"[:300]
+                        replayed = _malformed(run.pk, index, outcome, [problem])
+                    yield replayed
                     done += 1
                 replans += total
                 window.append(
@@ -563,6 +647,28 @@ def guardian_replay(
             False,
             why_not,
             logged_model_version=decision.guardian_model_version if decision else "",
+        )
+    problems = (
+        []
+        if decision is None
+        else logged_row_problems(
+            usage=turn.usage,
+            steps=turn.steps,
+            outcome=decision.outcome,
+            answers=decision.answers,
+            fired=decision.fired,
+            calls=decision.call_signatures,
+            reasons=decision.reasons,
+            thresholds=decision.thresholds,
+        )
+    )
+    if not isinstance(turn.projection, Mapping):
+        problems.append("projection is not an object")
+    if problems:
+        return GuardianReplay(
+            False,
+            "the turn's log is malformed (it was altered): " + "; ".join(problems),
+            logged_model_version=str(decision.guardian_model_version),
         )
     projection = projection_edit(turn.projection, edits) if edits else turn.projection
     if guardian is None:

@@ -129,8 +129,13 @@ def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpRespon
     run = _run_or_404(run_id)
     turn = _turn_or_404(run, index)
     projection = turn.projection or {}
+    malformed = not isinstance(projection, dict)
+    if malformed:  # an altered log: said, and nothing to edit
+        projection = {}
     sent = request.POST if request.method == "POST" else request.GET
     edits, problems = _edits_from(sent, projection)
+    if malformed:
+        edits, problems = None, ["The turn's logged projection is malformed (the log was altered)."]
     result = None
     if edits is not None and not problems:
         try:

@@ -50,7 +50,7 @@ from guardian_core.engine.reviewer_loop import (
 )
 from guardian_core.engine.thresholds import Budgets
 from guardian_core.policy_validation import escalation_hours
-from runs import chain, mapping
+from runs import chain, mapping, sealing
 from runs.models import Decision, Run, RunStatus, Turn
 from runs.ports import build_review_agents, close_review_agents
 from runs.queue import enqueue_after_commit
@@ -231,12 +231,24 @@ def _step_finish(
             guardian_model_version=f"coder={models['coder']} reviewer={models['reviewer']}"[:120],
             state_hash=sha256_hex(loop),
         )
-        chain.seal(decision, run=run, turn_index=turn.index, prev_hash=prev_hash)
+        # The turn as just written, read back (a model round is slow; one query is nothing
+        # beside it). A review round follows only a round that went on: nothing was decided
+        # by people on the turn before it.
+        written, calls = sealing.turn_seal_inputs(turn.pk)
+        chain.seal(
+            decision,
+            run=run,
+            turn_index=turn.index,
+            prev_hash=prev_hash,
+            turn=written,
+            calls=chain.calls_content(calls),
+        )
         decision.save(force_insert=True)
         result = _move_run(run, turn, outcome, stop_reason, applied, now, enqueue_next)
         run.lease_token, run.lease_expires_at = "", None
         run.failures, run.last_error = 0, ""
         run.save()
+        sealing.run_reseal(run.pk)
     return result
 
 

@@ -21,6 +21,7 @@ from guardian_core.db import retry_on_conflict
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
 from guardian_core.services import policy_version_problems_for
+from runs import sealing
 from runs.models import Run, RunStatus
 from runs.queue import enqueue, enqueue_after_commit
 from runs.review_rounds import review_round_advance
@@ -92,7 +93,7 @@ def run_start(
     # so its page, its replay and its turns all read the budgets it actually ran under.
     budgets = {**run_caps(version.limits or {}), **(budgets or {})}
     with transaction.atomic():
-        run = Run.objects.create(
+        run = Run(
             goal=goal,
             acceptance_criteria=list(acceptance_criteria or []),
             tools=list(tools),
@@ -104,6 +105,10 @@ def run_start(
             status=RunStatus.RUNNING,
             created_by=created_by,
         )
+        # Sealed from its start (runs/chain.py): a run whose every decision is later deleted
+        # still has a seal that says where its log ends.
+        run.seal = sealing.run_seal_value(run, head_turn=None, head="")
+        run.save(force_insert=True)
         if actor != "external":  # an external run's loop is its caller's
             enqueue_after_commit(run.pk)
     return run
@@ -124,6 +129,8 @@ def _cancel(run_id: int) -> bool:
         Escalation.objects.filter(run_id=run_id, status=EscalationStatus.OPEN).update(
             status=EscalationStatus.CANCELLED, resolved_at=now
         )
+        if changed:
+            sealing.run_reseal(run_id)
     return bool(changed)
 
 
@@ -264,6 +271,8 @@ def _record_failure(run_id: int, token: str, exc: Exception) -> None:
             run.stop_reason = "advance_failed"
             run.finished_at = timezone.now()
         run.save()
+        if run.status == RunStatus.FAILED:
+            sealing.run_reseal(run_id)
 
 
 def _expire_escalations(now) -> None:
@@ -291,3 +300,5 @@ def _expire_escalations(now) -> None:
                     finished_at=now,
                     updated_at=now,
                 )
+                # The escalation's status is part of the seal even when the run had moved.
+                sealing.run_reseal(run_id)

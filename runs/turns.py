@@ -22,7 +22,7 @@ from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
 from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
 from guardian_core.policy_validation import escalation_hours
-from runs import chain, judging, mapping
+from runs import chain, judging, mapping, sealing
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
 from runs.queue import enqueue_after_commit
@@ -156,11 +156,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     finally:
         if judging_setup is not None:
             judging_setup.judge.close()
-    # The chain's previous link is the last decided turn's decision, already read above.
-    prev_hash = last.decision.content_hash if last else ""
-    return _turn_finish(
-        run, token, turn, record, verdict_steps, recorder, enqueue_next, prev_hash=prev_hash
-    )
+    return _turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next, last=last)
 
 
 def _recent_turns(run: Run, policy) -> list[Turn]:
@@ -472,25 +468,50 @@ def _turn_finish(
     recorder: CallRecorder,
     enqueue_next: bool = True,
     *,
-    prev_hash: str = "",
+    last: Turn | None = None,
     call_results: Sequence[CallResult] = (),
 ) -> str:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
-    compact state, status, lease released), the turn (its steps, what the guardian saw), the
-    calls that never ran, `call_results` (the outcomes of calls another loop ran, which land
-    with the decision), the decision and any escalation. Durability: this is the commit that
-    makes the turn count; until it lands a retry replays the recorded proposal."""
+    compact state, status, lease released, seal), the turn (its steps, what the guardian
+    saw), the calls that never ran, `call_results` (the outcomes of calls another loop ran,
+    which land with the decision), the decision, sealed under the log's key (runs/chain.py),
+    and any escalation. `last` is the last decided turn before this one: the chain's previous
+    link, and what people decided on it, which this decision seals. Durability: this is the
+    commit that makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
     decision = record.decision
-    sealed = chain.seal_fields(
-        _decision_fields(run, record), run=run, turn_index=turn.index, prev_hash=prev_hash
-    )
-    if _finish_in_one_statement(
-        run, token, turn, record, verdict_steps, recorder, now, sealed, call_results
-    ):
-        if enqueue_next:
-            enqueue_after_commit(run.pk)
-        return "continued"
+    prev_hash = last.decision.content_hash if last else ""
+    # What people decided on the turn before (a verdict, approvals, examples) is read only
+    # when there was something to decide: the common turn follows a turn that went on.
+    before = chain.NO_STORY
+    if last is not None and last.decision.outcome == Outcome.ESCALATE:
+        before = sealing.turn_story(last.pk)
+        if not sealing.run_seal_holds(run, head_turn=last.index, head=prev_hash, tail=before):
+            # Changed since the verdict sealed it (an approval edited, an example removed):
+            # sealed as such, so verify_log names this turn instead of blessing the change.
+            before = f"altered:{before}"
+    fields = _turn_fields(turn, record, verdict_steps)
+
+    def sealed_with(calls: list[dict], opened=()) -> dict:
+        return chain.seal_fields(
+            _decision_fields(run, record),
+            run=run,
+            turn_index=turn.index,
+            prev_hash=prev_hash,
+            turn=fields,
+            calls=chain.calls_content(calls, opened),
+            before=before,
+        )
+
+    if _one_statement_applies(record, recorder):
+        calls = recorder.sealed_calls(record)
+        if calls is None:
+            calls = sealing.turn_calls(turn.pk)
+        sealed = sealed_with(_with_results(calls, call_results))
+        if _finish_in_one_statement(run, token, turn, record, fields, now, sealed, call_results):
+            if enqueue_next:
+                enqueue_after_commit(run.pk)
+            return "continued"
     outcome: Outcome | None = decision.outcome
     changes = {
         "state": mapping.state_to_json(record.state_after),
@@ -501,6 +522,33 @@ def _turn_finish(
         "updated_at": now,
         **_run_outcome_fields(record, now),
     }
+    # Calls still ambiguous on a turn that escalates are sealed without their outcome: the
+    # escalation lists them, and the reviewer's verdict says what became of them.
+    opened = _ambiguous_positions(record) if outcome == Outcome.ESCALATE else ()
+    escalation = _escalation_fields(run, turn, record, now) if outcome == Outcome.ESCALATE else None
+
+    def run_seal(sealed: dict) -> dict:
+        """The run's seal once this turn lands (its status, answer, last decision and the
+        escalation it opens), made in memory."""
+        after = Run(
+            **{name: getattr(run, name) for name in ("uid", *chain.RUN_HEADER_FIELDS)},
+            policy_version_id=run.policy_version_id,
+            status=changes.get("status", run.status),
+            stop_reason=changes.get("stop_reason", run.stop_reason),
+            final_answer=changes.get("final_answer", run.final_answer),
+        )
+        tail = chain.story_digest([{**escalation, "status": "open"}]) if escalation else None
+        return sealing.run_seal_value(
+            after, head_turn=turn.index, head=sealed["content_hash"], tail=tail or chain.NO_STORY
+        )
+
+    # The common case holds its calls in memory: sealed before the transaction opens, and the
+    # run's seal written by the statement that moves the run.
+    calls = recorder.sealed_calls(record)
+    sealed = None
+    if calls is not None:
+        sealed = sealed_with(_with_results(calls, call_results), opened)
+        changes["seal"] = run_seal(sealed)
     with transaction.atomic():
         # The lease and the status are checked in the same statement that writes the run.
         moved = Run.objects.filter(pk=run.pk, lease_token=token, status=RunStatus.RUNNING).update(
@@ -520,31 +568,85 @@ def _turn_finish(
                 status=call.status, result=call.result, error=call.error, finished_at=now
             )
         Turn.objects.filter(pk=turn.pk).update(
-            state_hash=record.state_hash_after,
-            steps=[*verdict_steps, *record.state_steps],
-            projection=record.guardian_projection or {},
-            risk_projections=list(record.risk_projections),
-            usage=mapping.usage_to_json(record.usage),
-            feedback=mapping.feedback_to_json(record.feedback),
+            state_hash=fields["state_hash"],
+            steps=fields["steps"],
+            projection=fields["projection"],
+            risk_projections=fields["risk_projections"],
+            usage=fields["usage"],
+            feedback=fields["feedback"],
             timings=dict(record.timings),
             finished_at=now,
         )
         recorder.finish(record)
+        if outcome is None and opened:
+            opened, calls = (), None  # no escalation will list them: sealed in full
+        if calls is None:
+            # Read back: this path writes calls in several ways (a retried turn, calls that
+            # never ran, a class the gate raised, an external step's).
+            sealed = sealed_with(sealing.turn_calls(turn.pk), opened)
         Decision.objects.create(turn=turn, policy_version_id=run.policy_version_id, **sealed)
         if record.judged:
             judging.judge_examples_record(
                 run=run, record=record, policy=mapping.policy_for_run(run)
             )
-        if outcome is None:
-            return "finished"
+        result = "finished"
         if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
             if enqueue_next:
                 enqueue_after_commit(run.pk)
-            return "continued"
-        if outcome == Outcome.ESCALATE:
-            _escalation_open(run, turn, record, now)
-            return "waiting"
-    return "finished"
+            result = "continued"
+        elif outcome == Outcome.ESCALATE:
+            _escalation_open(run, turn, escalation)
+            result = "waiting"
+        if outcome is None:
+            sealing.run_reseal(run.pk)  # cancelled meanwhile: sealed as the cancel left it
+        elif "seal" not in changes:
+            Run.objects.filter(pk=run.pk).update(seal=run_seal(sealed))
+    return result
+
+
+def _one_statement_applies(record: TurnRecord, recorder: CallRecorder) -> bool:
+    """Whether the turn may be written by _finish_in_one_statement: a continuing turn on
+    PostgreSQL, outside a transaction, whose calls all have their rows, with no judge's
+    examples to write (those go in the ORM path's transaction)."""
+    return (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and record.decision.outcome in (Outcome.CONTINUE, Outcome.REPLAN)
+        and recorder.nothing_to_finish(record)
+        and not record.judged
+    )
+
+
+def _with_results(calls: list[dict], call_results: Sequence[CallResult]) -> list[dict]:
+    """The calls with the outcomes another loop reported, which land with the decision."""
+    if not call_results:
+        return calls
+    by_id = {result.id: result for result in call_results}
+    return [
+        {**call, "status": r.status, "result": r.result, "error": r.error}
+        if (r := by_id.get(call.get("id"))) is not None
+        else call
+        for call in calls
+    ]
+
+
+def _ambiguous_positions(record: TurnRecord) -> list[int]:
+    """The calls an escalation lists as ambiguous (the same rule as _escalation_open)."""
+    return [c.position for c in record.calls if "AmbiguousCall" in (c.error or "")]
+
+
+def _turn_fields(turn: Turn, record: TurnRecord, verdict_steps: tuple[dict, ...]) -> dict:
+    """The turn's sealed columns (runs.chain.TURN_FIELDS) as this finish writes them."""
+    return {
+        "proposal": turn.proposal,
+        "state": turn.state,
+        "state_hash": record.state_hash_after,
+        "steps": [*verdict_steps, *record.state_steps],
+        "projection": record.guardian_projection or {},
+        "risk_projections": list(record.risk_projections),
+        "usage": mapping.usage_to_json(record.usage),
+        "feedback": mapping.feedback_to_json(record.feedback),
+    }
 
 
 def _decision_fields(run: Run, record: TurnRecord) -> dict:
@@ -574,7 +676,7 @@ _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
     SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
-        last_error = '', updated_at = %(now)s
+        last_error = '', updated_at = %(now)s, seal = %(seal)s::jsonb
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
 ),{calls} turn AS (
@@ -588,12 +690,12 @@ WITH moved AS (
 INSERT INTO runs_decision (
     turn_id, outcome, answers, risk_answers, fired, call_signatures, stop_reason, thresholds,
     reasons, policy_version_id, question_set_version, guardian_model_version, state_hash,
-    prev_hash, content_hash, created_at
+    prev_hash, content_hash, seal_key, created_at
 )
 SELECT turn.id, %(outcome)s, %(answers)s::jsonb, %(risk_answers)s::jsonb, %(fired)s::jsonb,
     %(call_signatures)s::jsonb, %(stop_reason)s, %(thresholds)s::jsonb, %(reasons)s::jsonb,
     %(policy_version_id)s, %(question_set_version)s, %(guardian_model_version)s,
-    %(state_hash)s, %(prev_hash)s, %(content_hash)s, %(now)s
+    %(state_hash)s, %(prev_hash)s, %(content_hash)s, %(seal_key)s, %(now)s
 FROM turn
 RETURNING id
 """
@@ -607,34 +709,27 @@ _FINISH_CALLS_SQL = """ calls AS (
 
 
 def _finish_in_one_statement(
-    run, token, turn, record, verdict_steps, recorder, now, sealed: dict, call_results=()
+    run, token, turn, record, fields: dict, now, sealed: dict, call_results=()
 ) -> bool:
-    """Write a continuing turn with _FINISH_SQL, its decision `sealed` (runs.chain); False
-    when it does not apply or wrote nothing (the caller then takes the ORM path, which
-    handles every case)."""
-    decision = record.decision
-    if (
-        connection.vendor != "postgresql"
-        or connection.in_atomic_block
-        or decision.outcome not in (Outcome.CONTINUE, Outcome.REPLAN)
-        or not recorder.nothing_to_finish(record)
-        # A judged turn also writes the judge's labelled examples, in the ORM path's
-        # transaction.
-        or record.judged
-    ):
-        return False
+    """Write a continuing turn (_one_statement_applies) with _FINISH_SQL: its columns
+    `fields`, its decision `sealed` (runs.chain) and the run's seal, made here in memory for
+    a running run whose last decision this is. False when it wrote nothing (the caller then
+    takes the ORM path, which handles every case)."""
     params = {
         "run_id": run.pk,
         "token": token,
         "turn_id": turn.pk,
         "now": now,
         "state": json.dumps(mapping.state_to_json(record.state_after)),
-        "state_hash": record.state_hash_after,
-        "steps": json.dumps([*verdict_steps, *record.state_steps]),
-        "projection": json.dumps(record.guardian_projection or {}),
-        "risk_projections": json.dumps(list(record.risk_projections)),
-        "usage": json.dumps(mapping.usage_to_json(record.usage)),
-        "feedback": json.dumps(mapping.feedback_to_json(record.feedback)),
+        "seal": json.dumps(
+            sealing.run_seal_value(run, head_turn=turn.index, head=sealed["content_hash"])
+        ),
+        "state_hash": fields["state_hash"],
+        "steps": json.dumps(fields["steps"]),
+        "projection": json.dumps(fields["projection"]),
+        "risk_projections": json.dumps(fields["risk_projections"]),
+        "usage": json.dumps(fields["usage"]),
+        "feedback": json.dumps(fields["feedback"]),
         "timings": json.dumps(dict(record.timings)),
         "outcome": sealed["outcome"],
         "answers": json.dumps(sealed["answers"]),
@@ -649,6 +744,7 @@ def _finish_in_one_statement(
         "guardian_model_version": sealed["guardian_model_version"],
         "prev_hash": sealed["prev_hash"],
         "content_hash": sealed["content_hash"],
+        "seal_key": sealed["seal_key"],
     }
     calls = ""
     if call_results:
@@ -675,7 +771,9 @@ def _run_outcome_fields(record: TurnRecord, now) -> dict:
     }
 
 
-def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalation:
+def _escalation_fields(run: Run, turn: Turn, record: TurnRecord, now) -> dict:
+    """The escalation a turn that escalates opens, as the columns it is created with (the run
+    seal covers them before it is written)."""
     triggered = record.decision.triggered
     sources = {reason.source for reason in triggered}
     bands = {reason.band for reason in triggered}
@@ -694,17 +792,19 @@ def _escalation_open(run: Run, turn: Turn, record: TurnRecord, now) -> Escalatio
     reason = {
         "triggered": [reason.as_dict() for reason in triggered],
         "held_calls": [c.position for c in record.calls if c.status == "held"],
-        "ambiguous_calls": [c.position for c in record.calls if "AmbiguousCall" in (c.error or "")],
+        "ambiguous_calls": _ambiguous_positions(record),
     }
-    escalation = Escalation.objects.create(
-        run=run,
-        turn=turn,
-        kind=kind,
-        summary=reason_summary(first.source, first.detail)[:300],
-        reason=reason,
+    return {
+        "kind": kind.value,
+        "summary": reason_summary(first.source, first.detail)[:300],
+        "reason": reason,
         **queue_fields(reason, {c.position: c.tool for c in record.calls}),
         # The pinned version's deadline; a version without one keeps the setting's.
-        deadline=now + timedelta(hours=escalation_hours(run.policy_version.limits or {})),
-    )
+        "deadline": now + timedelta(hours=escalation_hours(run.policy_version.limits or {})),
+    }
+
+
+def _escalation_open(run: Run, turn: Turn, fields: dict) -> Escalation:
+    escalation = Escalation.objects.create(run=run, turn=turn, **fields)
     escalation_notify_after_commit(escalation.pk)
     return escalation

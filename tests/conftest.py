@@ -122,3 +122,14 @@ def browser_type_launch_args(browser_type_launch_args) -> dict:
             "--disable-quic",
         ],
     }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_caches():
+    """The log's per-process caches key a policy version by its id (runs/chain.py), which
+    PostgreSQL never reuses; SQLite does after a test's rollback: each test starts without
+    them, as a new worker process would."""
+    from runs import chain
+
+    chain._POLICY_NUMBERS.clear()
+    chain._HEADERS.clear()

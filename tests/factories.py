@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
 from guardian_core.models import GuardianModelVersion, PolicyVersion
-from runs.chain import seal
+from runs import sealing
 from runs.models import Decision, DecisionOutcome, RiskClass, Run, ToolCall, Turn
 
 _numbers = itertools.count(1000)
@@ -48,7 +48,11 @@ def make_run(**overrides) -> Run:
     fields.update(overrides)
     if "policy_version" not in fields:
         fields["policy_version"] = make_policy_version()
-    return Run.objects.create(**fields)
+    run = Run(**fields)
+    if "seal" not in overrides:  # sealed from its start, as runs.services.run_start does
+        run.seal = sealing.run_seal_value(run, head_turn=None, head="")
+    run.save(force_insert=True)
+    return run
 
 
 def make_turn(*, run: Run | None = None, index: int = 0, **overrides) -> Turn:
@@ -80,8 +84,10 @@ def make_decision(*, turn: Turn | None = None, **overrides) -> Decision:
             .values_list("content_hash", flat=True)
             .first()
         )
-        seal(decision, run=turn.run, turn_index=turn.index, prev_hash=prev or "")
+        sealing.decision_seal_from_db(decision, run=turn.run, turn=turn, prev_hash=prev or "")
     decision.save(force_insert=True)
+    if "content_hash" not in overrides:
+        sealing.run_reseal(turn.run_id)
     return decision
 
 
@@ -107,7 +113,9 @@ def make_escalation(*, turn: Turn | None = None, **overrides) -> Escalation:
         "deadline": timezone.now() + timedelta(hours=1),
     }
     fields.update(overrides)
-    return Escalation.objects.create(turn=turn, **fields)
+    escalation = Escalation.objects.create(turn=turn, **fields)
+    sealing.run_reseal(turn.run_id)  # as the app's writes do (runs/chain.py)
+    return escalation
 
 
 def backdate(queryset, **fields) -> None:

@@ -15,7 +15,7 @@ from django.urls import reverse
 from escalations.models import Escalation, LabelledExample, Verdict
 from escalations.services import escalation_resolve
 from runs.audit import ImportProblem, run_chain_verify, run_export, run_import, run_purge
-from runs.chain import HASHED_FIELDS, content_hash
+from runs.chain import HASHED_FIELDS, content_hash, log_keys
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.services import run_advance
 from tests.runs_helpers import drive, start
@@ -70,13 +70,15 @@ def test_every_decision_is_hashed_and_chained_to_the_one_before_it(reviewer):
     for before, after in zip(decisions, decisions[1:], strict=False):
         assert after.prev_hash == before.content_hash != ""
     for decision in decisions:
+        # Keyed: not the unkeyed SHA-256 anyone could recompute (runs/chain.py).
         fields = {name: getattr(decision, name) for name in HASHED_FIELDS}
-        assert decision.content_hash == content_hash(
+        assert decision.content_hash != content_hash(
             run_uid=run.uid,
             turn_index=decision.turn.index,
             policy_number=run.policy_version.number,
             fields=fields,
         )
+        assert decision.seal_key == log_keys().current_id
     report = run_chain_verify(run)
     assert report.ok
     assert report.decisions == len(decisions)
@@ -118,8 +120,13 @@ def test_a_decision_removed_from_the_middle_breaks_the_link_of_the_next(reviewer
     decisions = _decisions(run)
     _tamper("DELETE FROM runs_decision WHERE id = %s", [decisions[1].pk])
     report = run_chain_verify(run)
-    assert report.broken_turn == decisions[2].turn.index
-    assert "prev_hash" in report.problem
+    # Its escalation now hangs on a turn without a decision, and the next link is broken.
+    assert (decisions[1].turn.index, "an escalation on a turn that has no decision") in (
+        report.problems
+    )
+    assert any(
+        turn == decisions[2].turn.index and "prev_hash" in text for turn, text in report.problems
+    )
 
 
 def test_a_rewritten_decision_with_a_recomputed_hash_breaks_the_next_link(reviewer):
@@ -133,7 +140,11 @@ def test_a_rewritten_decision_with_a_recomputed_hash_breaks_the_next_link(review
         "UPDATE runs_decision SET outcome = 'replan', content_hash = %s WHERE id = %s",
         [forged, first.pk],
     )
-    assert run_chain_verify(run).broken_turn == second.turn.index
+    # Without the key the forged decision's own seal fails, and so does the next link.
+    problems = run_chain_verify(run).problems
+    assert problems[0][0] == first.turn.index
+    assert "content_hash does not match" in problems[0][1]
+    assert any(turn == second.turn.index and "prev_hash" in text for turn, text in problems)
 
 
 def test_the_log_refuses_update_and_delete_outside_a_purge(reviewer):
@@ -223,6 +234,7 @@ def test_the_existing_decisions_are_chained_by_the_migration():
     from tests.factories import make_decision, make_turn
 
     migration = import_module("runs.migrations.0009_decision_hash_chain")
+    keyed = import_module("runs.migrations.0018_keyed_log_chain")
     # Written as before the chain: make_decision seals as the app does unless told the hash.
     first = make_decision(content_hash="")
     run = first.turn.run
@@ -231,12 +243,18 @@ def test_the_existing_decisions_are_chained_by_the_migration():
     _trigger("DISABLE")
     migration.chain_existing(django.apps.apps, None)
     _trigger("ENABLE")
+    # The unkeyed chain of 0009 is no longer enough: verify names every decision.
+    assert "not sealed under any key" in run_chain_verify(run).problem
+    _trigger("DISABLE")
+    keyed.reseal_existing(django.apps.apps, None)
+    _trigger("ENABLE")
     report = run_chain_verify(run)
-    assert report.ok
+    assert report.ok, report.describe()
     assert report.decisions == 2
     second.refresh_from_db()
     first.refresh_from_db()
     assert second.prev_hash == first.content_hash != ""
+    assert first.seal_key == second.seal_key == log_keys().current_id
 
 
 def test_the_run_page_verifies_and_exports(client, auditor, reviewer):

@@ -298,3 +298,73 @@ def test_the_probe_page_shows_what_would_move(client, auditor, local_guardian_tr
     ).content.decode()
     assert "What would move" in body
     assert 'class="probe-moved"' in body
+
+
+# ---- a malformed row is a difference, named, and the replay goes on (issue 22, item 3) ----
+
+
+def _malform_first_decision(run, column: str = "answers", value: str = "[]") -> int:
+    decision = Decision.objects.filter(turn__run=run).order_by("turn__index").first()
+    _tamper(f"UPDATE runs_decision SET {column} = %s::jsonb WHERE id = %s", [value, decision.pk])
+    return decision.turn.index
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "named"),
+    [
+        ("answers", "[]", "answers is not an object"),
+        ("reasons", '{"x": 1}', "reasons is not a list of reasons"),
+        ("fired", '["no_such_condition"]', "fired is not a list of conditions"),
+        ("call_signatures", '"x"', "call_signatures is not a list of texts"),
+    ],
+)
+def test_a_malformed_decision_is_a_named_difference_and_the_replay_goes_on(column, value, named):
+    run = drive(start("goal_reached"))
+    index = _malform_first_decision(run, column, value)
+    results = list(run_replay(run=run))
+    assert len(results) == run.turns.count()  # every turn, the ones after it included
+    bad = results[0]
+    assert bad.turn_index == index
+    assert bad.status == DIFFERENT
+    assert f"malformed log row: {named}" in bad.differences
+
+
+def test_replay_all_goes_on_past_a_malformed_run_and_names_it(capsys):
+    bad = drive(start("goal_reached"))
+    later = drive(start("drifting_agent"))
+    index = _malform_first_decision(bad)
+    later_tampered = Decision.objects.filter(turn__run=later).order_by("turn__index").first()
+    _tamper("UPDATE runs_decision SET outcome = 'escalate' WHERE id = %s", [later_tampered.pk])
+    with pytest.raises(SystemExit) as exit_:
+        call_command("replay", "--all")
+    assert exit_.value.code == 1
+    out = capsys.readouterr().out
+    assert f"run {bad.pk} turn {index}: DIFFERENT: malformed log row: answers is not an object" in (
+        out
+    )
+    # The run after the malformed one was checked too.
+    assert f"run {later.pk} turn {later_tampered.turn.index}: DIFFERENT" in out
+
+
+def test_the_replay_pages_answer_200_with_a_malformed_turn_named(client, auditor):
+    run = drive(start("goal_reached"))
+    index = _malform_first_decision(run)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE runs_turn DISABLE TRIGGER USER")
+        cursor.execute(
+            "UPDATE runs_turn SET projection = '[1]'::jsonb WHERE run_id = %s AND index = %s",
+            [run.pk, index],
+        )
+        cursor.execute("ALTER TABLE runs_turn ENABLE TRIGGER USER")
+    client.force_login(auditor)
+    pages = {
+        "run": client.get(reverse("runs:replay", args=[run.pk])),
+        "turn": client.get(reverse("runs:turn_replay", args=[run.pk, index])),
+        "asked": client.get(reverse("runs:turn_replay", args=[run.pk, index]) + "?ask=1"),
+        "probe": client.get(reverse("runs:turn_probe", args=[run.pk, index]) + "?goal=x"),
+    }
+    assert {name: page.status_code for name, page in pages.items()} == dict.fromkeys(pages, 200)
+    assert "answers is not an object" in pages["run"].content.decode()
+    assert "answers is not an object" in pages["turn"].content.decode()
+    assert "malformed" in pages["probe"].content.decode()

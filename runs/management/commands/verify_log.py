@@ -1,4 +1,4 @@
-"""`manage.py verify_log RUN_ID|--all`: check the decision log's hash chain."""
+"""`manage.py verify_log RUN_ID|--all`: check the decision log's keyed seals (runs/chain.py)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -13,19 +13,15 @@ def _count(number: int, noun: str, plural: str = "") -> str:
 
 
 def _line(report: ChainReport) -> str:
-    if report.ok:
-        head = report.head or "(none yet)"
-        return (
-            f"run {report.run_id}: {_count(report.decisions, 'decision')}, chain intact, "
-            f"head {head}"
-        )
-    return f"run {report.run_id} turn {report.broken_turn}: {report.problem}"
+    head = report.head or "(none yet)"
+    return f"run {report.run_id}: {_count(report.decisions, 'decision')}, chain intact, head {head}"
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute each decision's hash in turn order and check every link of the chain; "
-        "names the first broken link (run and turn) and exits non-zero."
+        "Check every decision's keyed seal over the story it rests on, every link of the "
+        "chain, each run's seal and its status against its last decision; names every "
+        "problem (run and turn), goes on to the next run, and exits non-zero."
     )
 
     def add_arguments(self, parser):
@@ -49,7 +45,8 @@ class Command(BaseCommand):
                 self.stdout.write(_line(report))
             else:
                 broken += 1
-                self.stderr.write(f"BROKEN {_line(report)}")
+                for line in report.lines():
+                    self.stderr.write(f"BROKEN {line}")
         if broken:
             verb = "has" if broken == 1 else "have"
             raise CommandError(

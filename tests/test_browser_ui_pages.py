@@ -4,8 +4,11 @@ runs list, the monitoring charts, the gates' verdicts, the guardian model pages.
 import pytest
 from playwright.sync_api import expect
 
-from tests.factories import make_run
+from guardian_core.learning import guardian_model_job_start
+from guardian_core.models import GuardianModelJob
+from tests.factories import make_guardian_model_version, make_run
 from tests.test_browser import sign_in
+from tests.test_guardian_model_pages import good_active_bad_candidate, labelled  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -38,3 +41,48 @@ def test_a_long_goal_takes_two_lines_of_the_runs_list_at_1280_px(live_server, pa
     with page.expect_navigation():
         link.click()
     expect(page.locator("body")).to_contain_text(LONG_GOAL.strip())
+
+
+def test_the_guardian_model_gate_loads_its_report_and_says_the_verdict_in_the_first_screen(
+    live_server,
+    page,
+    admin,
+    good_active_bad_candidate,  # noqa: F811
+):
+    _, bad = good_active_bad_candidate
+    sign_in(page, live_server.url, "admin")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_server.url}/policies/models/{bad.pk}/activate")
+    # The page came at once; the report comes by itself (htmx) in place of the progress.
+    refused = page.locator(".gate-refused")
+    expect(refused).to_contain_text("integrity: calibration worsens", timeout=120_000)
+    expect(page.locator("#gate-pending")).to_have_count(0)
+    assert refused.bounding_box()["y"] + 40 < 800, "the verdict is in the first screen"
+    expect(page.locator(".gate-summary")).to_contain_text("change outcome")
+    summary_top = page.locator(".gate-summary").bounding_box()["y"]
+    assert summary_top < page.locator("table.gate-flips").bounding_box()["y"]
+    # The form came with the report: the override reason it needs is there to fill.
+    expect(page.locator("#id_override_reason")).to_be_visible()
+    page.screenshot(path="/tmp/h5b_guardian_model_gate.png", full_page=False)
+
+
+def test_the_versions_table_refreshes_when_the_polled_job_ends(
+    live_server,
+    page,
+    admin,
+    good_active_bad_candidate,  # noqa: F811
+):
+    job = guardian_model_job_start(kind="recalibrate", adapter="local", conditions=["integrity"])
+    sign_in(page, live_server.url, "admin")
+    page.goto(f"{live_server.url}/policies/models/")
+    expect(page.locator("#model-jobs")).to_contain_text(f"Job {job.pk}")
+    table = page.locator("#model-versions table")
+    before = table.locator("tbody tr").count()
+
+    # What the worker does when the job ends: a new version, the job done.
+    made = make_guardian_model_version()
+    GuardianModelJob.objects.filter(pk=job.pk).update(status="done", version=made)
+
+    expect(page.locator("#model-jobs")).to_contain_text("Done", timeout=15_000)
+    expect(table.locator("tbody tr")).to_have_count(before + 1, timeout=15_000)
+    expect(table).to_contain_text(f"version {made.number}")

@@ -36,7 +36,9 @@ def test_the_form_queues_a_job_for_a_worker_and_the_page_lists_it(
     assert len(enqueued) == 1  # the task is sent once the job is committed
     page = client.get(reverse("policies:models")).content.decode()
     assert f"Job {job.pk}: Recalibrate" in page
-    assert 'hx-get="/policies/models/jobs?versions=0"' in page  # it polls while the job is unfinished
+    assert (
+        'hx-get="/policies/models/jobs?versions=0"' in page
+    )  # it polls while the job is unfinished
 
 
 @pytest.mark.django_db

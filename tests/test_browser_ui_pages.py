@@ -86,3 +86,45 @@ def test_the_versions_table_refreshes_when_the_polled_job_ends(
     expect(page.locator("#model-jobs")).to_contain_text("Done", timeout=15_000)
     expect(table.locator("tbody tr")).to_have_count(before + 1, timeout=15_000)
     expect(table).to_contain_text(f"version {made.number}")
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_monitoring_charts_fill_the_width_with_readable_labels_and_a_y_axis(
+    live_server, page, admin, settings, width
+):
+    from runs.models import DecisionOutcome
+    from tests.test_policy_monitoring import _decisions_today, _suggestion_fixture
+
+    settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = 0.1
+    settings.GUARDIAN_MONITORING_SETTLE_SECONDS = 0  # fold the decisions made just now
+    _suggestion_fixture()
+    _decisions_today([(DecisionOutcome.ESCALATE, 0.55), (DecisionOutcome.CONTINUE, 0.05)])
+    sign_in(page, live_server.url, "admin")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{live_server.url}/policies/monitoring/")
+    charts = page.locator("svg.monitoring-chart")
+    assert charts.count() == 7  # the escalation rate and one per condition
+    main = page.locator("main").evaluate("el => el.clientWidth")
+    for chart in charts.all():
+        box = chart.bounding_box()
+        # The whole content width (less main's padding), or 720 px in a box that scrolls.
+        assert box["width"] >= min(main - 48, 720) - 1, box
+        sizes = chart.evaluate(
+            """svg => [...svg.querySelectorAll('text')].map(
+                t => parseFloat(t.getAttribute('font-size')) * svg.getScreenCTM().a)"""
+        )
+        assert sizes and min(sizes) >= 12, sizes
+        labels = chart.locator("text.chart-axis-label").all_text_contents()
+        assert len(labels) == 2 and labels[1] == "day", labels  # a y label and the x label
+        assert chart.locator("line.chart-grid").count() >= 3  # the y ticks' grid lines
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    # The day above capacity and the suggestions say one thing: which escalations each counts.
+    banner = page.locator(".problems").first
+    expect(banner).to_contain_text("held irreversible calls included, which no δ changes")
+    expect(page.locator("body")).not_to_contain_text("keeps its own condition within")
+    page.screenshot(path=f"/tmp/h5b_monitoring_{width}.png", full_page=True)
+    page.locator("#escalations-title").scroll_into_view_if_needed()
+    page.locator("section").first.screenshot(path=f"/tmp/h5b_monitoring_rate_{width}.png")
+    page.locator("section", has=page.locator("#cond-infeasible")).screenshot(
+        path=f"/tmp/h5b_monitoring_infeasible_{width}.png"
+    )

@@ -387,6 +387,16 @@ MATRIX = [
     # Anyone signed in changes their own password; the form comes back naming what is missing.
     row("password_change", anonymous=LOGIN, reviewer=200, auditor=200, admin=200, outsider=200),
     row("tokens:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    # The confirmation before a revoke.
+    row(
+        "tokens:revoke",
+        kwargs={"token_id": "token"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
     row(
         "tokens:revoke",
         "POST",

@@ -130,3 +130,36 @@ def test_the_monitoring_charts_fill_the_width_with_readable_labels_and_a_y_axis(
     page.locator("section", has=page.locator("#cond-infeasible")).screenshot(
         path=f"/tmp/h5b_monitoring_infeasible_{width}.png"
     )
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 600), (390, 640)])
+def test_the_argument_problems_are_on_screen_when_the_focus_goes_to_the_field(
+    live_server, page, reviewer, width, height
+):
+    from tests.runs_helpers import drive, start
+    from tests.test_browser_decision import keys_settled, open_pane
+
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    page.set_viewport_size({"width": width, "height": height})
+    open_pane(page, live_server.url, escalation)
+    page.keyboard.press("e")
+    page.locator("#arguments_0").fill('{"amount": "lots", "order_id": "ord_4472"}')
+    # Where a reviewer who typed in the field is: scrolled down to it, the top of the pane out
+    # of sight.
+    page.locator("#arguments_0").evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.keyboard.press("Escape")
+    page.keyboard.press("a")
+    problems = page.locator("#decision-problems")
+    expect(problems).to_be_visible()
+    keys_settled(page)
+    box = problems.bounding_box()
+    assert box["y"] >= 0, f"the problems start {-box['y']:.0f} px above the screen"
+    assert box["y"] < height, "the problems are below the screen"
+    # The focus is on the field when both fit, else on the summary, whose link leads there.
+    focused = page.evaluate("document.activeElement.id")
+    assert focused in ("arguments_0", "decision-problems")
+    if focused == "arguments_0":
+        field = page.locator("#arguments_0").bounding_box()
+        assert field["y"] + field["height"] <= height
+    page.screenshot(path=f"/tmp/h5b_argument_problems_{width}.png")

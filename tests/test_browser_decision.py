@@ -380,7 +380,9 @@ def test_after_a_refused_submit_the_focus_is_on_the_first_field_named(live_serve
     page.screenshot(path="/tmp/e2_refused.png", full_page=True)
     assert not Verdict.objects.exists()
 
-    # With several questions, y / n select in the question that has the focus, and send nothing.
+    # With several questions, y / n select in the question that has the focus, and send nothing
+    # (once the refusal swapped in has settled: keys typed before then are ignored).
+    keys_settled(page)
     page.keyboard.press("n")
     expect(page.locator("#answer_integrity_no")).to_be_checked()
     expect(page.locator("#answer_integrity_no")).to_be_focused()

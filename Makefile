@@ -49,6 +49,11 @@ $(VENV)/.installed-bench: pyproject.toml clients/python/pyproject.toml | $(BIN)/
 	       $(BIN)/uv pip install --quiet --python $(BIN)/python -e . -e ./clients/python; }
 	@touch $@ $(VENV)/.installed-base
 
+# Ctrl-C is how the demo stops: honcho then stops web, worker and beat and answers 130, which
+# the recipe takes as a clean stop (any other failure stays one). Each process runs in a session
+# of honcho's own and gets its SIGTERM; the worker's pool is threads (Procfile.demo), so no pool
+# child is killed under it, and scripts/demo-honcho gives its warm shutdown 30 s, not 5, before
+# a SIGKILL.
 # The port is checked before anything changes: migrate and demo_setup (which resets the demo
 # passwords) run only once the web server is sure to start. Honcho reads no .env of its own
 # (--env /dev/null): the settings read it, and there the environment wins over the file.
@@ -57,7 +62,8 @@ demo: $(VENV)/.installed-base
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py demo_setup
 	@echo "Guardian is starting on http://127.0.0.1:$(PORT)  (Ctrl-C stops the web server, worker and beat)"
-	PATH="$(CURDIR)/$(BIN):$$PATH" GUARDIAN_DEMO_TRAFFIC_SECONDS=$(DEMO_TRAFFIC_SECONDS) $(BIN)/honcho --env /dev/null --procfile Procfile.demo start --port $(PORT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" GUARDIAN_DEMO_TRAFFIC_SECONDS=$(DEMO_TRAFFIC_SECONDS) $(BIN)/python scripts/demo-honcho --env /dev/null --procfile Procfile.demo start --port $(PORT) \
+	  || { status=$$?; [ $$status -eq 130 ] && echo "Guardian stopped (Ctrl-C): web server, worker and beat are down." || exit $$status; }
 
 test: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

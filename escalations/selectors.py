@@ -21,6 +21,7 @@ from escalations.models import (
     Approval,
     Escalation,
     EscalationEvent,
+    EscalationEventKind,
     EscalationKind,
     EscalationStatus,
     ExampleSource,
@@ -179,6 +180,54 @@ def escalation_queue_queryset(
     elif filters.holder == "mine":
         queryset = queryset.filter(claimed_by=reviewer, claim_expires_at__gte=now)
     return queryset
+
+
+def escalation_held_by(reviewer: AbstractBaseUser) -> int | None:
+    """The open escalation `reviewer` holds now (a live claim), if any."""
+    return (
+        Escalation.objects.filter(
+            status=EscalationStatus.OPEN, claimed_by=reviewer, claim_expires_at__gte=timezone.now()
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def next_item_passed_over(
+    *, reviewer: AbstractBaseUser, filters: QueueFilters, opened: int, held_before: int | None
+) -> str:
+    """Why "next" opened item `opened` rather than the first item the queue shows under the
+    same filters, in words ("" when it opened that one): the reviewer still held `opened`,
+    the first is held by someone else, they skipped it a moment ago, or they approved it and
+    it waits for a second approver."""
+    now = timezone.now()
+    first = (
+        escalation_queue_queryset(filters=filters, reviewer=reviewer, now=now)
+        .select_related("claimed_by")
+        .order_by(*QUEUE_SORTS[filters.sort])
+        .only("pk", "claimed_by", "claim_expires_at", "claimed_by__username")
+        .first()
+    )
+    if first is None or first.pk == opened:
+        return ""
+    if held_before == opened:
+        why = (
+            f"you still held #{opened}, and Next gives back the item you hold before any "
+            "other (decide or skip it to move on)"
+        )
+    else:
+        holder = escalation_claim_holder(first, now=now)
+        if holder is not None and holder.pk != reviewer.pk:
+            why = f"#{first.pk} is being reviewed by {holder.get_username()}"
+        elif EscalationEvent.objects.filter(
+            escalation_id=first.pk, actor=reviewer, kind=EscalationEventKind.SKIPPED
+        ).exists():
+            why = f"you skipped #{first.pk} a moment ago"
+        elif Approval.objects.filter(escalation_id=first.pk, reviewer=reviewer).exists():
+            why = f"you approved #{first.pk}: it waits for a second approver"
+        else:
+            why = f"#{first.pk} was taken by another reviewer a moment ago"
+    return f"Opened #{opened}, not #{first.pk} at the top of the queue: {why}."
 
 
 def escalation_queue(

@@ -35,12 +35,14 @@ from escalations.selectors import (
     QueuePage,
     approval_edits,
     escalation_counts_by_kind,
+    escalation_held_by,
     escalation_pane,
     escalation_queue,
     escalation_queue_stamp,
     example_filters_from,
     labelled_examples_count,
     labelled_examples_jsonl,
+    next_item_passed_over,
     queue_filters_from,
     review_guidance_list,
     reviewer_stats,
@@ -146,8 +148,18 @@ def escalation_next(request: HttpRequest) -> HttpResponse:
         for problem in problems:
             messages.error(request, problem)
         return redirect(back)
+    held_before = escalation_held_by(request.user)
     claim = escalation_claim_next(reviewer=request.user, filters=filters)
     if claim.status == "claimed" and claim.escalation is not None:
+        # Not the first item the queue shows: the item page says why, or "n" looks broken.
+        why = next_item_passed_over(
+            reviewer=request.user,
+            filters=filters,
+            opened=claim.escalation.pk,
+            held_before=held_before,
+        )
+        if why:
+            messages.info(request, why)
         return redirect("escalations:detail", claim.escalation.pk)
     # The sort changes no answer here; any other filter may be why nothing is left.
     filtered = any(name != "sort" for name in _filter_params(filters))

@@ -139,6 +139,7 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
             ],
             "jobs": jobs,
             "polling": _polling(jobs),
+            "newest_version_pk": _newest_version_pk(),
             "kinds": GuardianModelJobKind.choices,
             "conditions": [c.value for c in Condition],
             "labelled": LabelledExample.objects.filter(source__in=PEOPLES_SOURCES).count(),
@@ -149,16 +150,46 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _newest_version_pk() -> int:
+    return GuardianModelVersion.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+# The event a jobs poll raises when a job has made a version since the page was drawn: the
+# versions table listens for it (hx-trigger "... from:body") and fetches itself again.
+VERSIONS_CHANGED = "guardian-model-versions-changed"
+
+
 @manage_policy
 @require_GET
 def guardian_model_jobs(request: HttpRequest) -> HttpResponse:
-    """htmx: the latest jobs, polled while one is unfinished; the polling stops after."""
+    """htmx: the latest jobs, polled while one is unfinished; the polling stops after. The
+    poll names the newest version the page shows (?versions=pk); when a newer one exists, the
+    answer raises VERSIONS_CHANGED so the versions table refreshes too."""
     jobs = _jobs()
     polling = _polling(jobs)
+    newest = _newest_version_pk()
     response = render(
-        request, "guardian_core/guardian_model_list.html#jobs", {"jobs": jobs, "polling": polling}
+        request,
+        "guardian_core/guardian_model_list.html#jobs",
+        {"jobs": jobs, "polling": polling, "newest_version_pk": newest},
     )
-    return response if polling else HttpResponseStopPolling(response.content)
+    if not polling:
+        response = HttpResponseStopPolling(response.content)
+    if request.GET.get("versions", "") != str(newest):
+        response["HX-Trigger"] = VERSIONS_CHANGED
+    return response
+
+
+@manage_policy
+@require_GET
+def guardian_model_versions(request: HttpRequest) -> HttpResponse:
+    """htmx: the versions table alone, fetched again when a job has made a version."""
+    versions = guardian_model_version_list()
+    return render(
+        request,
+        "guardian_core/guardian_model_list.html#versions",
+        {"versions": versions, "capped": len(versions) == LIST_LIMIT},
+    )
 
 
 @manage_policy
@@ -237,12 +268,26 @@ def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpR
                     f"active: runs on the {version.adapter} guardian use it from their next turn.",
                 )
                 return redirect("policies:model_detail", version_id=version.pk)
-    if report is None and not version.is_active:
+    measure_url = f"{request.path}?measure=1"
+    # The gate asks both guardians about every example, which takes seconds (the first time in
+    # a process, the local guardian is trained first): a plain GET answers at once with the
+    # page, which fetches the report (htmx) or links to it (no JavaScript).
+    pending = (
+        request.method == "GET"
+        and not version.is_active
+        and not request.htmx
+        and request.GET.get("measure") != "1"
+    )
+    if report is None and not version.is_active and not pending:
         report = guardian_model_gate_report(candidate=version)
     return render(
         request,
-        "guardian_core/guardian_model_activate.html",
+        "guardian_core/guardian_model_activate.html#gate"
+        if request.htmx and report is not None
+        else "guardian_core/guardian_model_activate.html",
         {
+            "pending": pending,
+            "measure_url": measure_url,
             "version": version,
             "report": report,
             "flips": flip_rows(

@@ -245,7 +245,10 @@ def banners(
             out.append(
                 f"Escalations on {days[-1].day}: {per_hour:.2f} per hour since its first "
                 f"decision, above the reviewers' capacity of {capacity:g} per hour "
-                "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR)."
+                "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR). That counts every escalation of the "
+                "day, held irreversible calls included, which no δ changes; the bands "
+                "suggested below count each condition's own band only, over the whole "
+                "window: a band within capacity there does not bring this day under it."
             )
     for condition in Condition:
         value = shift(days, condition.value)

@@ -15,13 +15,60 @@ from guardian_core.forms import threshold_field
 from guardian_core.models import PolicyVersion
 from guardian_core.views import manage_policy
 
-# SVG geometry (viewBox units): one column per day, one row per probability bin.
-CELL_W, CELL_H, LEFT, TOP = 22, 14, 34, 6
+# SVG geometry (viewBox units). The charts fill the content's width (guardian.css), never
+# narrower than CHART_MIN_PX, so text of FONT units is at least 12 px on any screen (a narrow
+# one scrolls the chart sideways in its box).
+CHART_W = 1000
+CHART_MIN_PX = 720
+FONT = 17  # 17 × 720 / 1000 = 12.2 px at the narrowest
+LEFT, RIGHT_PAD, TOP = 96, 12, 12
+PLOT_W = CHART_W - LEFT - RIGHT_PAD
+CELL_H = 24  # a probability bin of the heat map
+BARS_H = 220  # the escalation rate's plot
+
+
+def _x_axis(days: list[monitoring.Day], bottom: float) -> dict:
+    """The day axis under a plot: a tick label per day (every other one when they crowd) and
+    the axis's label."""
+    column = PLOT_W / max(len(days), 1)
+    every = 1 if column >= 80 else 2
+    return {
+        "column": round(column, 2),
+        "x_ticks": [
+            (round(LEFT + c * column + column / 2, 2), f"{day.day:%d %b}")
+            for c, day in enumerate(days)
+            if (len(days) - 1 - c) % every == 0  # the last day always labelled
+        ],
+        "tick_label_y": bottom + FONT + 8,
+        "x_label_y": bottom + 2 * FONT + 22,
+        "x_label_x": LEFT + PLOT_W / 2,
+        "height": bottom + 2 * FONT + 30,
+    }
+
+
+def _frame(bottom: float, y_ticks: list[tuple[float, str]], y_label: str) -> dict:
+    return {
+        "width": CHART_W,
+        "font": FONT,
+        "left": LEFT,
+        "right": LEFT + PLOT_W,
+        "top": TOP,
+        "bottom": bottom,
+        "y_ticks": y_ticks,
+        "y_tick_x": LEFT - 10,  # the tick labels end here; the tick marks run to the axis
+        "y_mark_x": LEFT - 6,
+        "y_label": y_label,
+        "y_label_x": FONT + 2,
+        "y_label_y": round((TOP + bottom) / 2, 2),
+    }
 
 
 def _heatmap(days: list[monitoring.Day], condition: str) -> dict:
+    bottom = TOP + monitoring.BINS * CELL_H
+    axis = _x_axis(days, bottom)
+    column = axis["column"]
     cells = []
-    for column, day in enumerate(days):
+    for c, day in enumerate(days):
         counts = day.counts.get(condition, [0] * monitoring.BINS)
         total = sum(counts)
         for b, n in enumerate(counts):
@@ -30,53 +77,58 @@ def _heatmap(days: list[monitoring.Day], condition: str) -> dict:
             share = n / total
             cells.append(
                 {
-                    "x": LEFT + column * CELL_W,
-                    "y": TOP + (monitoring.BINS - 1 - b) * CELL_H,
+                    "x": round(LEFT + c * column + 1, 2),
+                    "y": TOP + (monitoring.BINS - 1 - b) * CELL_H + 1,
                     "opacity": round(0.15 + 0.85 * share, 3),
                     "title": f"{day.day}: {n} of {total} in {b / 10:.1f}–{(b + 1) / 10:.1f}",
                 }
             )
+    ticks = [
+        (TOP + (monitoring.BINS - i) * CELL_H, f"{i / monitoring.BINS:.1f}")
+        for i in range(0, monitoring.BINS + 1, 2)
+    ]
     return {
+        **_frame(bottom, ticks, "probability"),
+        **axis,
         "cells": cells,
-        "width": LEFT + len(days) * CELL_W + 4,
-        "height": TOP + monitoring.BINS * CELL_H + 18,
-        "cell_w": CELL_W - 2,
+        "cell_w": round(column - 2, 2),
         "cell_h": CELL_H - 2,
-        "bottom": TOP + monitoring.BINS * CELL_H,
-        "label_y": TOP + monitoring.BINS * CELL_H + 14,
-        "y_ticks": [
-            (TOP + (monitoring.BINS - i) * CELL_H + 4, f"{i / 10:.1f}") for i in (0, 5, 10)
-        ],
-        "x_ticks": [
-            (LEFT + c * CELL_W + CELL_W / 2, day.day.strftime("%d")) for c, day in enumerate(days)
-        ],
     }
 
 
+def _rate_scale(days: list[monitoring.Day]) -> float:
+    """The escalation axis's top: the least of ¼, ½ and 1 above every day's rate, so a low rate
+    is not a sliver at the foot of a 0–100% axis."""
+    highest = max((day.escalation_rate or 0 for day in days), default=0)
+    return next(top for top in (0.25, 0.5, 1.0) if highest <= top)
+
+
 def _escalation_bars(days: list[monitoring.Day]) -> dict:
-    height = 100
+    bottom = TOP + BARS_H
+    axis = _x_axis(days, bottom)
+    column = axis["column"]
+    scale = _rate_scale(days)
     bars = []
-    for column, day in enumerate(days):
+    for c, day in enumerate(days):
         rate = day.escalation_rate
-        h = round((rate or 0) * height, 2)
+        h = round(min((rate or 0) / scale, 1.0) * BARS_H, 2)
         bars.append(
             {
-                "x": LEFT + column * CELL_W,
-                "y": TOP + height - h,
+                "x": round(LEFT + c * column + 3, 2),
+                "y": round(bottom - h, 2),
                 "height": h,
                 "title": f"{day.day}: {day.escalations} escalations of {day.decisions} decisions",
             }
         )
+    ticks = [
+        (round(bottom - BARS_H * i / 4, 2), f"{scale * i / 4:.1%}".replace(".0%", "%"))
+        for i in range(5)
+    ]
     return {
+        **_frame(bottom, ticks, "escalated"),
+        **axis,
         "bars": bars,
-        "width": LEFT + len(days) * CELL_W + 4,
-        "height": TOP + height + 18,
-        "bar_w": CELL_W - 2,
-        "bottom": TOP + height,
-        "label_y": TOP + height + 14,
-        "x_ticks": [
-            (LEFT + c * CELL_W + CELL_W / 2, day.day.strftime("%d")) for c, day in enumerate(days)
-        ],
+        "bar_w": round(column - 6, 2),
     }
 
 
@@ -168,13 +220,17 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
     offered_per_hour = sum(loads) if offered and None not in loads else None
     # Each suggestion is held within capacity alone; together they may not be.
     together_fits = offered_per_hour is None or offered_per_hour <= capacity
+    banners = monitoring.banners(days, now=now)
     return render(
         request,
         "guardian_core/policy_monitoring.html",
         {
             "days": days,
             "escalations": _escalation_bars(days),
-            "banners": monitoring.banners(days, now=now),
+            "banners": banners,
+            # Whether the top says the last day is above capacity: the suggestions, which
+            # price one condition's band over the window, say how that differs.
+            "over_capacity": any("above the reviewers' capacity" in b for b in banners),
             "capacity": capacity,
             "psi_threshold": monitoring.PSI_THRESHOLD,
             "active": active,

@@ -72,6 +72,11 @@ policy_patterns = (
         path("models/", guardian_model_views.guardian_model_list_page, name="models"),
         path("models/jobs", guardian_model_views.guardian_model_jobs, name="model_jobs"),
         path(
+            "models/versions",
+            guardian_model_views.guardian_model_versions,
+            name="model_versions",
+        ),
+        path(
             "models/<int:version_id>/",
             guardian_model_views.guardian_model_detail_page,
             name="model_detail",

@@ -213,9 +213,16 @@ def api_token_list_page(request: HttpRequest) -> HttpResponse:
 
 
 @manage_policy
-@require_POST
+@require_http_methods(["GET", "POST"])
 def api_token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
-    token = get_object_or_404(ApiToken, pk=token_id)
+    """GET: the confirmation (a revoked token cannot come back, and the machines using it stop
+    at once), a page of its own so it works by keyboard and without JavaScript. POST: revoke."""
+    token = get_object_or_404(ApiToken.objects.select_related("user"), pk=token_id)
+    if request.method == "GET":
+        if token.revoked_at is not None:
+            messages.info(request, f"Token {token} was already revoked.")
+            return redirect("tokens:list")
+        return render(request, "guardian_core/api_token_revoke.html", {"token": token})
     if api_token_revoke(token_id=token.pk):
         messages.success(request, f"Token {token} revoked: it opens nothing from now on.")
     else:

@@ -301,6 +301,15 @@ MATRIX = [
     ),
     # The jobs, polled: 286 (htmx's "stop polling") when none is unfinished.
     row("policies:model_jobs", anonymous=LOGIN, reviewer=403, auditor=403, admin=286, outsider=403),
+    # The versions table alone, fetched again when a polled job made a version.
+    row(
+        "policies:model_versions",
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
     row(
         "policies:model_detail",
         kwargs={"version_id": "guardian_model"},
@@ -378,6 +387,16 @@ MATRIX = [
     # Anyone signed in changes their own password; the form comes back naming what is missing.
     row("password_change", anonymous=LOGIN, reviewer=200, auditor=200, admin=200, outsider=200),
     row("tokens:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
+    # The confirmation before a revoke.
+    row(
+        "tokens:revoke",
+        kwargs={"token_id": "token"},
+        anonymous=LOGIN,
+        reviewer=403,
+        auditor=403,
+        admin=200,
+        outsider=403,
+    ),
     row(
         "tokens:revoke",
         "POST",

@@ -377,3 +377,30 @@ def test_a_person_changes_their_own_password(client, reviewer):
     assert response.status_code == 302
     reviewer.refresh_from_db()
     assert reviewer.check_password("a much longer new secret 42")
+
+
+def test_revoking_a_token_asks_first_on_a_page_of_its_own(client, admin, auditor):
+    from guardian_core.services import api_token_create
+
+    token, _ = api_token_create(name="nightly export", user=auditor)
+    client.force_login(admin)
+    revoke = reverse("tokens:revoke", kwargs={"token_id": token.pk})
+    listed = client.get(reverse("tokens:list")).content.decode()
+    # The list's button is a link to the confirmation, not a form that revokes at once.
+    assert f'<a class="button danger" href="{revoke}"' in listed
+    assert f'action="{revoke}"' not in listed
+
+    confirm = client.get(revoke)
+    token.refresh_from_db()
+    assert token.revoked_at is None  # asking revokes nothing
+    page = confirm.content.decode()
+    assert "Revoke token “nightly export”?" in page
+    assert "auditor" in page
+    assert f'<form method="post" action="{revoke}"' in page
+    assert f'href="{reverse("tokens:list")}"' in page  # the way back keeps it
+
+    assert client.post(revoke).status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    # Asking again about a revoked token says so on the list.
+    assert client.get(revoke)["Location"] == reverse("tokens:list")

@@ -44,6 +44,18 @@ def scripts_bound(page: Page, flag: str) -> None:
     inside the page, which the page's CSP refuses when its first check comes early."""
     page.wait_for_load_state("domcontentloaded")
     assert page.evaluate(f"window.{flag}") is True
+    if flag == "guardianDecision":
+        keys_settled(page)
+
+
+def keys_settled(page: Page) -> None:
+    """Wait until the pane takes keys again: it ignores them while a request is in flight and
+    for a moment after new content appears (a key typed then would act on an unseen item)."""
+    for _ in range(100):
+        if not page.evaluate("window.guardianDecisionQuiet && window.guardianDecisionQuiet()"):
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError("the decision pane never settled")
 
 
 def open_pane(page: Page, base_url: str, escalation) -> None:
@@ -289,6 +301,7 @@ def test_n_twice_from_the_queue_only_selects_no_and_enter_sends_it(live_server, 
     page.locator("#decision-area").screenshot(path="/tmp/e2_answered.png")
     # Decided: now n is "next item" (nothing is left to claim, so back to the queue).
     expect(page.get_by_role("button", name="Next item n")).to_be_focused()
+    keys_settled(page)  # the reloaded page takes keys once it has settled
     page.keyboard.press("n")
     expect(page).to_have_url(f"{live_server.url}/escalations/")
 
@@ -367,7 +380,9 @@ def test_after_a_refused_submit_the_focus_is_on_the_first_field_named(live_serve
     page.screenshot(path="/tmp/e2_refused.png", full_page=True)
     assert not Verdict.objects.exists()
 
-    # With several questions, y / n select in the question that has the focus, and send nothing.
+    # With several questions, y / n select in the question that has the focus, and send nothing
+    # (once the refusal swapped in has settled: keys typed before then are ignored).
+    keys_settled(page)
     page.keyboard.press("n")
     expect(page.locator("#answer_integrity_no")).to_be_checked()
     expect(page.locator("#answer_integrity_no")).to_be_focused()
@@ -390,6 +405,7 @@ def test_after_a_refused_reject_or_bad_json_the_focus_is_on_the_field(live_serve
     expect(page.locator("#reason")).to_be_focused()
 
     page.keyboard.press("Escape")
+    keys_settled(page)  # the refusal was just swapped in: keys wait until it has settled
     page.keyboard.press("e")
     page.locator("#arguments_0").fill('{"amount": 10,, "order_id": "ord_4472"}')
     page.keyboard.press("Escape")

@@ -448,3 +448,21 @@ def test_the_examples_page_styles_its_links_and_its_filter_button(live_server, p
         link = page.get_by_role("link", name=name)
         assert link.evaluate("e => getComputedStyle(e).color") == accent, name
     page.screenshot(path="/tmp/h5_examples.png", full_page=True)
+
+
+def test_a_letter_typed_as_the_next_item_loads_does_not_act_on_it(live_server, page, reviewer):
+    from escalations.models import EscalationEvent, EscalationEventKind
+
+    item = queued()
+    open_queue(page, live_server.url, "reviewer")
+    with page.expect_navigation():
+        page.keyboard.press("n")
+    # The reviewer's next letter, typed before they could see the item: s would skip it.
+    page.keyboard.press("s")
+    page.wait_for_timeout(300)
+    assert page.url.endswith(f"/escalations/{item.pk}/")
+    assert not EscalationEvent.objects.filter(kind=EscalationEventKind.SKIPPED).exists()
+    # Once the item has settled, the keys are the reviewer's again.
+    page.wait_for_timeout(800)
+    page.keyboard.press("?")
+    expect(page.locator("#shortcuts")).to_be_visible()

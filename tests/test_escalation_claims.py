@@ -592,3 +592,36 @@ def test_twenty_reviewers_claiming_at_once_never_share_an_item_and_lose_none(
     # The database agrees with what the threads saw: each item's holder is its one claimer.
     holders = dict(Escalation.objects.filter(pk__in=items).values_list("pk", "claimed_by_id"))
     assert holders == {pk: user for user, pks in claimed.items() for pk in pks}
+
+
+@pytest.mark.django_db
+def test_next_says_why_it_opened_an_item_below_the_first_one_shown(
+    client, reviewer, other_reviewer
+):
+    from tests.test_escalation_queue_page import queued
+
+    first = queued(goal="first")
+    second = queued(goal="second")
+    escalation_claim(escalation_id=first.pk, reviewer=other_reviewer)
+    client.force_login(reviewer)
+
+    response = client.post(reverse("escalations:next"), follow=True)
+
+    assert response.redirect_chain[-1][0] == reverse("escalations:detail", args=[second.pk])
+    page = response.content.decode()
+    assert (
+        f"Opened #{second.pk}, not #{first.pk} at the top of the queue: "
+        f"#{first.pk} is being reviewed by other_reviewer."
+    ) in page
+
+
+@pytest.mark.django_db
+def test_next_on_the_first_item_shown_says_nothing_more(client, reviewer):
+    from tests.test_escalation_queue_page import queued
+
+    first = queued(goal="first")
+    queued(goal="second")
+    client.force_login(reviewer)
+    response = client.post(reverse("escalations:next"), follow=True)
+    assert response.redirect_chain[-1][0] == reverse("escalations:detail", args=[first.pk])
+    assert "at the top of the queue" not in response.content.decode()

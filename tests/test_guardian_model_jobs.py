@@ -36,7 +36,9 @@ def test_the_form_queues_a_job_for_a_worker_and_the_page_lists_it(
     assert len(enqueued) == 1  # the task is sent once the job is committed
     page = client.get(reverse("policies:models")).content.decode()
     assert f"Job {job.pk}: Recalibrate" in page
-    assert 'hx-get="/policies/models/jobs"' in page  # it polls while the job is unfinished
+    assert (
+        'hx-get="/policies/models/jobs?versions=0"' in page
+    )  # it polls while the job is unfinished
 
 
 @pytest.mark.django_db
@@ -109,3 +111,32 @@ def test_a_real_worker_runs_the_job_the_page_queued(client, admin, clean_queue):
     assert job.status == "done", (job.error, log)
     page = client.get(reverse("policies:models")).content.decode()
     assert f'href="{reverse("policies:model_detail", args=[job.version.pk])}"' in page
+
+
+@pytest.mark.django_db
+def test_a_poll_after_a_job_made_a_version_tells_the_versions_table_to_refresh(client, admin):
+    from tests.factories import make_guardian_model_version
+
+    before = make_guardian_model_version()
+    job = guardian_model_job_start(kind="recalibrate", adapter="local", conditions=["integrity"])
+    client.force_login(admin)
+    page = client.get(reverse("policies:models")).content.decode()
+    poll = reverse("policies:model_jobs") + f"?versions={before.pk}"
+    assert f'hx-get="{poll}"' in page
+    assert 'hx-trigger="guardian-model-versions-changed from:body"' in page
+    assert f'hx-get="{reverse("policies:model_versions")}"' in page
+
+    running = client.get(poll, HTTP_HX_REQUEST="true")
+    assert running.status_code == 200
+    assert "HX-Trigger" not in running  # nothing new yet: the table stays
+
+    made = make_guardian_model_version()
+    GuardianModelJob.objects.filter(pk=job.pk).update(status="done", version=made)
+    finished = client.get(poll, HTTP_HX_REQUEST="true")
+    assert finished.status_code == 286  # the polling stops ...
+    assert (
+        finished["HX-Trigger"] == "guardian-model-versions-changed"
+    )  # ... and the table refreshes
+    table = client.get(reverse("policies:model_versions"), HTTP_HX_REQUEST="true")
+    assert f"version {made.number}" in table.content.decode()
+    assert "<html" not in table.content.decode()

@@ -93,7 +93,9 @@ def test_the_activate_page_shows_the_refusal_with_every_reason_and_the_flips(
 ):
     _, bad = good_active_bad_candidate
     client.force_login(admin)
-    body = client.get(reverse("policies:model_activate", args=[bad.pk])).content.decode()
+    body = client.get(
+        reverse("policies:model_activate", args=[bad.pk]) + "?measure=1"
+    ).content.decode()
     assert "The gate refuses this version" in body
     assert "integrity: calibration worsens beyond 5% (ECE" in body
     assert "expected cost per example worsens beyond 5%" in body
@@ -150,7 +152,9 @@ def test_a_version_the_gate_passes_activates_from_the_page_and_retires_the_one_b
     guardian_model_activate(number=first.number, comment="first")
     same = make_guardian_model_version(calibration={"integrity": IDENTITY})
     client.force_login(admin)
-    page = client.get(reverse("policies:model_activate", args=[same.pk])).content.decode()
+    page = client.get(
+        reverse("policies:model_activate", args=[same.pk]) + "?measure=1"
+    ).content.decode()
     assert "The gate passes this version." in page
     assert 'name="override_reason"' not in page
 
@@ -188,7 +192,9 @@ def test_a_flip_says_what_its_example_was_about_as_inert_text(
         model_version="someone-else-1",
     )
     client.force_login(admin)
-    body = client.get(reverse("policies:model_activate", args=[bad.pk])).content.decode()
+    body = client.get(
+        reverse("policies:model_activate", args=[bad.pk]) + "?measure=1"
+    ).content.decode()
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; lunch moved" in body
     assert "<img src=x" not in body
     assert BENIGN[1] in body  # another flipped example's output, as its preview
@@ -202,7 +208,7 @@ def test_a_page_lists_the_first_flips_and_says_how_many_there_are(
     monkeypatch.setattr(guardian_core.policy_gate_views, "FLIPS_SHOWN", 2)
     _, bad = good_active_bad_candidate
     client.force_login(admin)
-    response = client.get(reverse("policies:model_activate", args=[bad.pk]))
+    response = client.get(reverse("policies:model_activate", args=[bad.pk]) + "?measure=1")
     body = response.content.decode()
     assert len(response.context["flips"]) == 2
     assert "Outcome flips (12)" in body  # all twelve benign outputs now fire

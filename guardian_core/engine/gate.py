@@ -49,6 +49,9 @@ class GateDecision:
     held: bool
     calls: tuple[GatedCall, ...]  # every call of the step, in position order
     runnable: tuple[int, ...]  # positions that may run now (none while held)
+    # The risk threshold the calls were screened at: a held call's reason carries its t* and δ,
+    # so the reviewer's bar marks them beside the probability.
+    threshold: Threshold | None = None
 
     def reasons(self) -> tuple[Reason, ...]:
         """One escalate reason per call that needs approval, when the step is held."""
@@ -61,6 +64,8 @@ class GateDecision:
                 outcome=Outcome.ESCALATE,
                 detail=f"call {call.position} {call.tool}: {call.why}",
                 value=call.probability,
+                t_star=None if self.threshold is None else self.threshold.t_star,
+                delta=None if self.threshold is None else self.threshold.delta,
             )
             for call in self.calls
             if call.needs_approval
@@ -86,10 +91,15 @@ def gate_step(
     )
     if approved is not None:
         positions = {call.position for call in gated}
-        return GateDecision(held=False, calls=gated, runnable=tuple(sorted(approved & positions)))
+        return GateDecision(
+            held=False,
+            calls=gated,
+            runnable=tuple(sorted(approved & positions)),
+            threshold=threshold,
+        )
     held = any(call.needs_approval for call in gated)
     runnable = () if held else tuple(call.position for call in gated)
-    return GateDecision(held=held, calls=gated, runnable=runnable)
+    return GateDecision(held=held, calls=gated, runnable=runnable, threshold=threshold)
 
 
 def _screen(call: StepCall, raw_answer: object, threshold: Threshold) -> GatedCall:

@@ -12,8 +12,43 @@
   window.guardianDecision = true;
 
   var AREA = "decision-area";
+  // A key typed while the next item loads must not act on it unseen (a skip has no undo):
+  // shortcuts are ignored while a request of this page is in flight, while the page is being
+  // left, and for SETTLE_MS after new content appears (a page load, an htmx swap).
+  var SETTLE_MS = 700;
+  var inFlight = 0;
+  var leaving = false;
+  var quietUntil = 0;
+
+  function settled() {
+    quietUntil = Date.now() + SETTLE_MS;
+  }
+
+  function quiet() {
+    return inFlight > 0 || leaving || Date.now() < quietUntil;
+  }
+
+  // For the browser tests (and anyone curious): whether keys are ignored right now.
+  window.guardianDecisionQuiet = quiet;
+  settled(); // this script runs as the page appears (deferred): the item is new to the reviewer
+  window.addEventListener("pageshow", function () {
+    leaving = false;
+    settled();
+  });
+  // A plain form post or a link away: the page is going, its keys with it.
+  window.addEventListener("beforeunload", function () {
+    leaving = true;
+  });
+  document.addEventListener("htmx:beforeRequest", function () {
+    inFlight += 1;
+  });
+  document.addEventListener("htmx:afterRequest", function () {
+    inFlight = Math.max(0, inFlight - 1);
+    settled();
+  });
+  document.addEventListener("htmx:afterSettle", settled);
   var TEXT_TYPES = ["text", "search", "email", "url", "tel", "password", "number", ""];
-  var KEYS = ["a", "r", "y", "n", "e", "s", "?", "Enter"];
+  var KEYS = ["a", "r", "y", "n", "e", "s", "?", "Enter", "0", "1", "2", "3", "4"];
 
   function typing(target) {
     if (!target || !target.tagName) return false;
@@ -129,6 +164,11 @@
       if (KEYS.indexOf(event.key) >= 0) event.preventDefault();
       return;
     }
+    if (quiet() && KEYS.indexOf(event.key) >= 0 && event.key !== "?") {
+      // Loading or just loaded: the reviewer has not seen what the key would act on.
+      event.preventDefault();
+      return;
+    }
     var dialog = document.getElementById("shortcuts");
     if (dialog && dialog.open) {
       if (event.key === "?") {
@@ -204,7 +244,24 @@
       for (var i = 0; i < group.length; i++) if (group[i].checked) target = group[i];
     }
     if (target.tabIndex < 0 && !target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
-    focusField(target);
+    var problems = area.querySelector("#decision-problems");
+    if (problems && target !== problems) {
+      // The summary says what is wrong: it must be on screen when the focus lands on the
+      // field. Both in view: the summary at the top, the focus on the field. The field too far
+      // below for both: the focus on the summary, whose links lead to each field.
+      var details = target.closest("details");
+      if (details) details.open = true;
+      problems.scrollIntoView({ block: "start" });
+      var bottom = target.getBoundingClientRect().bottom;
+      if (bottom > window.innerHeight) {
+        if (problems.tabIndex < 0 && !problems.hasAttribute("tabindex")) problems.setAttribute("tabindex", "-1");
+        problems.focus({ preventScroll: true });
+      } else {
+        target.focus({ preventScroll: true });
+      }
+    } else {
+      focusField(target);
+    }
     tick();
   });
 

@@ -90,3 +90,12 @@ def test_after_a_verdict_exactly_the_approved_calls_run():
 def test_an_approval_of_a_position_outside_the_step_runs_nothing_extra():
     decision = gate_step([refund(0)], [SAFE], RISK, approved=frozenset({0, 5}))
     assert decision.runnable == (0,)
+
+
+def test_a_held_calls_reason_carries_the_risk_threshold_so_its_bar_can_mark_t_star():
+    # Issue 22: the queue's "p 0.98" bar of a held call drew no t* (the reason carried none).
+    decision = gate_step([refund(0)], [SURELY_IRREVERSIBLE], RISK)
+    (reason,) = decision.reasons()
+    assert reason.value == pytest.approx(0.98)
+    assert reason.t_star == pytest.approx(RISK.t_star)
+    assert reason.delta == pytest.approx(RISK.delta)

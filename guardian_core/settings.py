@@ -15,6 +15,7 @@ from guardian_core.env import (
     env_int,
     env_json_prices,
     env_list,
+    env_secret_key,
     env_str,
     load_project_dotenv,
 )
@@ -29,14 +30,12 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", True)
 
-SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "SECRET_KEY is not set. With DEBUG off it is required: set it to a long random "
-            "string (python -c 'import secrets; print(secrets.token_urlsafe(50))')."
-        )
-    SECRET_KEY = "django-insecure-development-only-never-use-this-key-in-production"
+# Required and strong with DEBUG off (env_secret_key says what strong means).
+SECRET_KEY = env_secret_key(
+    "SECRET_KEY",
+    debug=DEBUG,
+    development_key="django-insecure-development-only-never-use-this-key-in-production",
+)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

@@ -122,6 +122,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minim
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# A typed username cut to the column axes keeps it in: an overlong one is a wrong username,
+# never a failed insert.
+AXES_USERNAME_CALLABLE = "guardian_core.throttle.throttled_username"
 # Quiet at startup (commands print one line on failure) and per sign-in; lockouts still warn.
 AXES_VERBOSE = False
 LOGIN_URL = "login"

@@ -166,7 +166,21 @@ def validate_call(tools: Mapping[str, Tool], name: str, raw_arguments: str | obj
         return CheckedCall(name, None, (CallProblem("", problem),))
 
     problems = text_problems(arguments) + _schema_problems(tools[name], arguments)
+    # A message may quote a field name or a value ("unknown fields: a\x00"): written escaped,
+    # so the feedback stored with the turn and shown to a reviewer is always text.
+    problems = tuple(CallProblem(_as_text(p.path), _as_text(p.message)) for p in problems)
     return CheckedCall(name, None if problems else arguments, problems)
+
+
+def _as_text(text: str) -> str:
+    return text if is_text(text) else _NOT_TEXT_CHARS.sub(_escaped, text)
+
+
+_NOT_TEXT_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escaped(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def is_text(value: str) -> bool:

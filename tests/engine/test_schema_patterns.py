@@ -159,3 +159,14 @@ def test_arguments_too_big_to_check_are_refused_before_the_schema_runs(arguments
     assert not checked.ok
     assert said in checked.problems[0].message
     assert seconds < 0.5
+
+
+def test_a_problem_quoting_a_nul_or_a_lone_surrogate_writes_it_escaped():
+    # A model's field name with a NUL was quoted raw in "unknown fields: ...", and that
+    # feedback is stored with the turn: PostgreSQL refused it (a 500 on an external step).
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    checked = validate_call({"t": tool(schema)}, "t", {"a\x00b": 1, "c": 2})
+    feedback = checked.feedback()
+    assert "\x00" not in feedback
+    assert "a\\u0000b" in feedback
+    assert all("\x00" not in p.path + p.message for p in checked.problems)

@@ -16,7 +16,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from escalations.models import Approval, Verdict
+from escalations.models import Approval, ReviewGuidance, Verdict
 from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 from guardian_core.urls import handler400, handler500  # noqa: F401 (this URLconf's, too)
@@ -329,6 +329,17 @@ def test_a_nul_in_a_verdict_s_reason_through_the_api_is_refused_naming_it(client
     assert response.status_code == 400
     assert any(p.startswith("reason") for p in response.json()["reason"]), response.json()
     assert not Verdict.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "status"), [("/guidance/", 400), ("/admin/escalations/reviewguidance/add/", 200)]
+)
+def test_a_nul_in_guidance_is_a_form_error_naming_the_text(client, admin, url, status):
+    client.force_login(admin)
+    response = client.post(url, {"condition": "risk", "tool": "", "text": "Check\x00 it"})
+    assert response.status_code == status
+    assert "Null characters are not allowed." in response.content.decode()
+    assert not ReviewGuidance.objects.exists()
 
 
 # ---- bodies over the limit and a database that is down: JSON under /api/ ----------------------

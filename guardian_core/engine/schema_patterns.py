@@ -11,7 +11,8 @@ than Python's ($ ends the text, \\d is an ASCII digit, \\p{L} is a letter).
 
 jsonschema calls re.search directly in four keywords; `SafeValidator` replaces those four
 (jsonschema.validators.extend, the library's way to change a keyword), and uniqueItems, which
-jsonschema checks in quadratic time; and
+jsonschema checks in quadratic time; every keyword also looks at a deadline (within_deadline),
+so no schema holds a thread however it is written; and
 `SCHEMA_FORMAT_CHECKER` replaces the `regex` format that `check_schema` applies to every
 pattern in a schema. Plain library code: no Django.
 """
@@ -19,7 +20,10 @@ pattern in a schema. Plain library code: no Django.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import re2
 from jsonschema import Draft202012Validator, FormatChecker, validators
@@ -206,15 +210,51 @@ def _json_value_key(value: object) -> object:
     return ("other", repr(value))
 
 
+# ---- a deadline on the whole check ---------------------------------------------------------
+# Bounded arguments (tools.MAX_ARGUMENT_*) are not enough: a schema can make the check itself
+# exponential (anyOf over a recursive $ref re-checks each level twice; 16 levels took 30 s).
+# Every keyword looks at the deadline before it runs, so a check stops soon after it passes.
+
+
+class CheckTooSlow(Exception):
+    """The schema check ran past its deadline (within_deadline)."""
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("schema_check_deadline", default=None)
+
+
+@contextmanager
+def within_deadline(seconds: float | None) -> Iterator[None]:
+    """Within this block a SafeValidator check raises CheckTooSlow once `seconds` have passed
+    (a monotonic clock: a guard on the thread's time, not an input to any decision)."""
+    token = _DEADLINE.set(None if seconds is None else time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _on_the_clock(keyword):
+    def checked(validator, value, instance, schema):
+        deadline = _DEADLINE.get()
+        if deadline is not None and time.monotonic() > deadline:
+            raise CheckTooSlow
+        return keyword(validator, value, instance, schema)
+
+    return checked
+
+
+_KEYWORDS = {
+    **Draft202012Validator.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+    "unevaluatedProperties": _unevaluated_properties,
+    "uniqueItems": _unique_items,
+}
 SafeValidator = validators.extend(
     Draft202012Validator,
-    validators={
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-        "unevaluatedProperties": _unevaluated_properties,
-        "uniqueItems": _unique_items,
-    },
+    validators={name: _on_the_clock(keyword) for name, keyword in _KEYWORDS.items()},
 )
 
 

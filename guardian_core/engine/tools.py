@@ -19,9 +19,11 @@ from guardian_core.engine.canonical import canonical_json, sha256_hex
 from guardian_core.engine.conditions import RiskClass
 from guardian_core.engine.schema_patterns import (
     SCHEMA_FORMAT_CHECKER,
+    CheckTooSlow,
     SafeValidator,
     additional_names,
     search,
+    within_deadline,
 )
 
 if TYPE_CHECKING:  # referencing exports Resolver only from its _core module
@@ -74,6 +76,9 @@ _ALLOWS_EXTRA = frozenset({"additionalProperties", "patternProperties", "unevalu
 MAX_ARGUMENT_VALUES = 10_000  # strings, numbers, booleans, nulls, objects and arrays
 MAX_ARGUMENT_CHARS = 200_000  # the text of every string and field name together
 MAX_ARGUMENT_DEPTH = 32
+# And whatever the schema makes of them: a check still running after this long is stopped and
+# the call refused (fail closed). Real checks take milliseconds.
+SCHEMA_CHECK_SECONDS = 3.0
 
 # Feedback goes back into the model's context: keep every piece of it bounded.
 _MAX_NAMES = 20
@@ -145,12 +150,19 @@ class CheckedCall:
         return f"Arguments for {self.tool} do not fit: {_ends(parts)}."
 
 
-def validate_call(tools: Mapping[str, Tool], name: str, raw_arguments: str | object) -> CheckedCall:
+def validate_call(
+    tools: Mapping[str, Tool],
+    name: str,
+    raw_arguments: str | object,
+    *,
+    time_limit: float | None = SCHEMA_CHECK_SECONDS,
+) -> CheckedCall:
     """Check a proposed call: the tool exists, and its arguments fit the tool's schema.
 
     `raw_arguments` is JSON text (as models send it) or an already-decoded value. Never raises
     on anything a model can send: every problem comes back in the CheckedCall, all at once.
-    Fields the schema does not declare are rejected unless it explicitly allows them.
+    Fields the schema does not declare are rejected unless it explicitly allows them. A schema
+    check that runs past `time_limit` seconds is stopped, and the call is refused.
     """
     if not isinstance(name, str) or name not in tools:
         known = ", ".join(sorted(tools)) or "none"
@@ -165,7 +177,7 @@ def validate_call(tools: Mapping[str, Tool], name: str, raw_arguments: str | obj
     if problem is not None:
         return CheckedCall(name, None, (CallProblem("", problem),))
 
-    problems = text_problems(arguments) + _schema_problems(tools[name], arguments)
+    problems = text_problems(arguments) + _schema_problems(tools[name], arguments, time_limit)
     # A message may quote a field name or a value ("unknown fields: a\x00"): written escaped,
     # so the feedback stored with the turn and shown to a reviewer is always text.
     problems = tuple(CallProblem(_as_text(p.path), _as_text(p.message)) for p in problems)
@@ -442,14 +454,23 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _schema_problems(tool: Tool, arguments: dict) -> tuple[CallProblem, ...]:
+def _schema_problems(
+    tool: Tool, arguments: dict, time_limit: float | None
+) -> tuple[CallProblem, ...]:
     # Closed on every call from the tool's schema as it is now: no cache to go stale, and the
     # tool's own schema is never touched (_plain copies it first).
     schema = _closed(_plain(tool.schema), at_a_place=True)
     # An empty registry: a $ref that does not resolve inside the schema is never fetched.
     validator = SafeValidator(schema, registry=referencing.Registry())
     try:
-        errors = list(validator.iter_errors(arguments))
+        with within_deadline(time_limit):
+            errors = list(validator.iter_errors(arguments))
+    except CheckTooSlow:
+        message = (
+            f"checking the arguments against the schema of {tool.name} took longer than "
+            f"{time_limit:g} s, so the call is refused; send simpler arguments"
+        )
+        return (CallProblem("", message),)
     except referencing.exceptions.Unresolvable as exc:
         return (CallProblem("", _short(f"the schema of {tool.name} cannot be used: {exc}", 200)),)
     except RecursionError:

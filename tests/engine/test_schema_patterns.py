@@ -170,3 +170,29 @@ def test_a_problem_quoting_a_nul_or_a_lone_surrogate_writes_it_escaped():
     assert "\x00" not in feedback
     assert "a\\u0000b" in feedback
     assert all("\x00" not in p.path + p.message for p in checked.problems)
+
+
+def test_a_schema_that_makes_the_check_exponential_is_stopped_at_the_time_limit():
+    # anyOf over a recursive $ref: the first branch fails only after checking every level
+    # below, the second checks them again. 16 levels took 30 s; 30 would take years.
+    recursive = {
+        "anyOf": [
+            {"type": "array", "items": {"$ref": "#/$defs/n"}, "contains": {"const": "x"}},
+            {"type": "array", "items": {"$ref": "#/$defs/n"}},
+        ]
+    }
+    schema = {
+        "type": "object",
+        "properties": {"v": {"$ref": "#/$defs/n"}},
+        "$defs": {"n": recursive},
+    }
+    nested: list = []
+    for _ in range(30):
+        nested = [nested]
+    started = time.perf_counter()
+    checked = validate_call({"t": tool(schema)}, "t", {"v": nested}, time_limit=0.5)
+    assert time.perf_counter() - started < 1.5
+    [problem] = checked.problems
+    assert "took longer than 0.5 s, so the call is refused" in problem.message
+    # The same schema on a shallow value is checked as usual.
+    assert validate_call({"t": tool(schema)}, "t", {"v": [[[]]]}, time_limit=0.5).ok

@@ -23,9 +23,10 @@ COPY manage.py ./
 COPY templates/ templates/
 COPY static/ static/
 
-# A dummy key only for this step: settings refuse to load without one when DEBUG is off.
-# The embedded defaults (SQLite, filesystem broker) create folders, so they go to /tmp.
-RUN SECRET_KEY=build-time-only-not-a-secret DEBUG=false GUARDIAN_VAR_DIR=/tmp/build-var \
+# A throwaway key only for this step: settings refuse to load without a strong one when DEBUG
+# is off. The embedded defaults (SQLite, filesystem broker) create folders, so they go to /tmp.
+RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+        DEBUG=false GUARDIAN_VAR_DIR=/tmp/build-var \
         python manage.py collectstatic --no-input \
     && rm -rf /tmp/build-var
 

@@ -7,10 +7,13 @@ from dataclasses import dataclass, field
 
 from escalations.models import EscalationKind, VerdictDecision
 from escalations.services import verdict_reason_problem
+from guardian_core import json_input
 from guardian_core.engine.conditions import DRIFT_SCORES
 from runs.models import RiskClass
 
 YES_NO = {"yes": True, "no": False}
+# Deeper than any tool's arguments (the engine takes 32 levels); a bound before json recurses.
+MAX_ARGUMENTS_DEPTH = 64
 
 
 @dataclass
@@ -57,11 +60,16 @@ def decision_input(post, pane) -> DecisionInput:
         form.problems.append("decision: choose approve, reject or answer")
     if too_long := verdict_reason_problem(form.reason):
         form.problems.append(too_long)
+    elif reason_problem := json_input.text_problem(form.reason):
+        form.problems.append(f"reason: {reason_problem}")
+    # Matched as text: int() of 4 300 digits raises, and "²".isdigit() is true.
+    held_by_text = {str(position): position for position in held}
     for raw in post.getlist("approve_call"):
-        if raw.isdigit() and int(raw) in held:
-            form.approved.add(int(raw))
+        if raw in held_by_text:
+            form.approved.add(held_by_text[raw])
         else:
-            form.problems.append(f"approve_call: {raw!r} is not a held call of this step")
+            shown = json_input.shown(raw if len(raw) <= 20 else f"{raw[:20]}…")
+            form.problems.append(f"approve_call: {shown!r} is not a held call of this step")
     seen, risk, edited = {}, {}, {}
     for position, held_call in held.items():
         call = held_call.call
@@ -77,18 +85,17 @@ def decision_input(post, pane) -> DecisionInput:
         form.arguments[position] = held_call.arguments_json if text is None else text
         if text is None or form.decision != VerdictDecision.APPROVE:
             continue
+        where = f"arguments of call {position} ({call.tool})"
         try:
-            value = json.loads(text)
-        except ValueError as error:
-            form.problems.append(
-                f"arguments of call {position} ({call.tool}): not valid JSON: {error.msg} "
-                f"(line {error.lineno}, column {error.colno})"
-            )
+            value = json_input.loads(text, max_depth=MAX_ARGUMENTS_DEPTH)
+        except json_input.JsonInputError as error:
+            form.problems.append(f"{where}: {error}")
             continue
-        if not isinstance(value, dict):
-            form.problems.append(
-                f"arguments of call {position} ({call.tool}): must be a JSON object"
-            )
+        unstorable = json_input.problems(value)
+        if unstorable:
+            form.problems += [f"{where}: {problem}" for problem in unstorable]
+        elif not isinstance(value, dict):
+            form.problems.append(f"{where}: must be a JSON object")
         elif _canonical(value) != _canonical(call.arguments):
             edited[position] = value
     for question in pane.questions:

@@ -1,10 +1,16 @@
 """The API's shared parts (permission check, error body, exception handler), its index, and
 the policy version endpoints."""
 
+import logging
+import sys
 from collections.abc import Mapping
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, ValidationError
@@ -12,10 +18,10 @@ from rest_framework.generics import ListAPIView
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework.views import APIView, set_rollback
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from guardian_core.db import conflict_code
+from guardian_core.db import conflict_code, database_unavailable
 from guardian_core.models import PolicyVersion, problems_by_field
 from guardian_core.policy_gate import gate_report
 from guardian_core.policy_validation import policy_version_problems
@@ -23,19 +29,78 @@ from guardian_core.selectors import policy_version_list
 from guardian_core.services import GateRefused, policy_version_activate, policy_version_create
 from runs.validation import _json_problems
 
+logger = logging.getLogger(__name__)
+
+
+# How long a client should wait before trying again while the database does not answer.
+DATABASE_RETRY_AFTER_SECONDS = 30
+
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF's handler, with every error body in the API's one shape (error_body), plus: a
     transaction that lost a race even after its retries (see guardian_core.db.retry_on_conflict)
-    is a 409 the caller may retry, never a 500."""
+    is a 409 the caller may retry, never a 500; a body over DATA_UPLOAD_MAX_MEMORY_SIZE is a
+    413 (Django's own answer is an HTML 400 page); a database that does not answer is a 503
+    with Retry-After (Django's is an HTML 500 page). The HTML pages keep Django's answers."""
     if isinstance(exc, OperationalError) and conflict_code(exc):
         return Response(
             error_body("Another change to this run happened at the same time; try again."),
             status=status.HTTP_409_CONFLICT,
         )
+    if isinstance(exc, RequestDataTooBig):
+        return Response(_too_big_body(), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if database_unavailable(exc):
+        logger.warning("the database does not answer: %s", exc)
+        set_rollback()
+        return _database_down_response(Response)
     response = drf_exception_handler(exc, context)
     if response is not None:
         response.data = error_body(response.data)
+    return response
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: under /api/, what the API answers everywhere (a body over the upload limit
+    a 413, anything else a 400), as JSON in its error shape; the pages keep Django's page.
+    Reached only from outside an API view (a bad Host header): inside one, exception_handler
+    answers first."""
+    if not _under_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        return JsonResponse(_too_big_body(), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    return JsonResponse(error_body("Bad request."), status=status.HTTP_400_BAD_REQUEST)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: under /api/, a JSON 503 with Retry-After when the database does not answer
+    and a JSON 500 otherwise; the pages keep templates/500.html. Django calls it while the
+    exception is being handled, so sys.exc_info() names it."""
+    if not _under_api(request):
+        return defaults.server_error(request)
+    if database_unavailable(sys.exc_info()[1]):
+        return _database_down_response(JsonResponse)
+    body = error_body("A server error occurred; it has been logged.")
+    return JsonResponse(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+
+
+def _under_api(request: HttpRequest) -> bool:
+    return request.path == "/api" or request.path.startswith("/api/")
+
+
+def _too_big_body() -> dict[str, list[str]]:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_body(
+        f"The request body is larger than the {limit} bytes this server takes "
+        "(DATA_UPLOAD_MAX_MEMORY_SIZE); send less."
+    )
+
+
+def _database_down_response(response_class):
+    response = response_class(
+        error_body("The database is not answering; try again in a moment."),
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+    )
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
     return response
 
 

@@ -115,6 +115,42 @@ def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default).strip()
 
 
+# Django's own bar for a key that signs sessions, CSRF tokens and password-reset links
+# (django.core.checks.security.base, check security.W009), refused here instead of warned.
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
+_INSECURE_PREFIX = "django-insecure-"
+
+
+def env_secret_key(name: str, *, debug: bool, development_key: str) -> str:
+    """A signing key: with DEBUG on, `development_key` when unset; with DEBUG off, required and
+    strong (50 characters or more, 5 of them different, not one of Django's insecure keys).
+    The message never shows the key."""
+    value = env_str(name)
+    if not value:
+        if debug:
+            return development_key
+        raise ImproperlyConfigured(
+            f"{name} is not set. With DEBUG off it is required: set it to a long random "
+            "string (python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+        )
+    if debug:
+        return value
+    weak = (
+        len(value) < SECRET_KEY_MIN_LENGTH
+        or len(set(value)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS
+        or value.startswith(_INSECURE_PREFIX)
+    )
+    if weak:
+        raise ImproperlyConfigured(
+            f"{name} is too weak to run with DEBUG off: it needs at least "
+            f"{SECRET_KEY_MIN_LENGTH} characters, {SECRET_KEY_MIN_UNIQUE_CHARACTERS} of them "
+            f"different, and must not start with {_INSECURE_PREFIX!r} "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+        )
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     """A boolean written as 1/0, true/false, yes/no or on/off (any case)."""
     raw = os.environ.get(name)

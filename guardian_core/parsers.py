@@ -1,9 +1,12 @@
-"""The API's one request parser: JSON, refused cleanly when nested too deeply.
+"""The API's one request parser: JSON, refused cleanly when nested too deeply or when it holds
+what no database column takes.
 
 Python's json module recurses once per level and raises RecursionError (not ValueError) on a
 document nested a few thousand levels deep, which DRF's JSONParser lets through as a 500.
 The nesting is measured first, without recursion, and a document too deep is a 400 naming
-the top-level field it is in.
+the top-level field it is in. A NUL character, a lone surrogate or a number out of range
+(1e999) anywhere in the document, field names included, is a 400 naming its place
+(guardian_core.json_input): one check for every endpoint, before any of them sees the data.
 """
 
 import re
@@ -12,6 +15,8 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
+
+from guardian_core import json_input
 
 # Deeper than any request the API takes; the fields' own checks (runs/validation.py) are
 # stricter. Far below the interpreter's recursion limit.
@@ -34,11 +39,33 @@ class BoundedJSONParser(JSONParser):
             raise ValidationError({too_deep_in: [f"nested deeper than {MAX_REQUEST_DEPTH} levels"]})
         parse_constant = json.strict_constant if self.strict else None
         try:
-            return json.loads(text, parse_constant=parse_constant)
+            data = json.loads(text, parse_constant=parse_constant)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
         except RecursionError:  # the scan above makes this unreachable; a 400 all the same
             raise ParseError("JSON parse error - nested too deeply") from None
+        unstorable = _unstorable_by_field(data)
+        if unstorable:
+            raise ValidationError(unstorable)
+        return data
+
+
+def _unstorable_by_field(data: object) -> dict[str, list[str]]:
+    """Every place in the body holding text or a number no column takes, under its top-level
+    field as the API's errors are ("calls": ["calls[0].arguments.order_id: holds a NUL…"])."""
+    if not isinstance(data, dict):
+        found = json_input.problems(data)
+        return {"detail": found} if found else {}
+    grouped: dict[str, list[str]] = {}
+    for key, value in data.items():
+        problem = json_input.text_problem(key)
+        if problem:
+            grouped.setdefault("detail", []).append(f"a field name {problem}")
+            continue
+        found = json_input.problems(value, key)
+        if found:
+            grouped[key] = found
+    return grouped
 
 
 def _too_deep_field(text: str, limit: int) -> str | None:

@@ -15,6 +15,7 @@ from guardian_core.env import (
     env_int,
     env_json_prices,
     env_list,
+    env_secret_key,
     env_sql_role,
     env_str,
     load_project_dotenv,
@@ -30,14 +31,12 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", True)
 
-SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "SECRET_KEY is not set. With DEBUG off it is required: set it to a long random "
-            "string (python -c 'import secrets; print(secrets.token_urlsafe(50))')."
-        )
-    SECRET_KEY = "django-insecure-development-only-never-use-this-key-in-production"
+# Required and strong with DEBUG off (env_secret_key says what strong means).
+SECRET_KEY = env_secret_key(
+    "SECRET_KEY",
+    debug=DEBUG,
+    development_key="django-insecure-development-only-never-use-this-key-in-production",
+)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -128,6 +127,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minim
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# A typed username cut to the column axes keeps it in: an overlong one is a wrong username,
+# never a failed insert.
+AXES_USERNAME_CALLABLE = "guardian_core.throttle.throttled_username"
 # Quiet at startup (commands print one line on failure) and per sign-in; lockouts still warn.
 AXES_VERBOSE = False
 LOGIN_URL = "login"

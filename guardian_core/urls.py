@@ -180,6 +180,11 @@ api_patterns = [
     re_path(r"^(?P<rest>[\s\S]+)\Z", api_view(ApiNotFoundApi), name="not-found"),
 ]
 
+# Under /api/ Django's own 400 and 500 answers are JSON in the API's error shape (a database
+# that does not answer is a 503); the pages keep their HTML pages.
+handler400 = "guardian_core.api.bad_request"
+handler500 = "guardian_core.api.server_error"
+
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),

@@ -13,11 +13,18 @@ from typing import TYPE_CHECKING
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from guardian_core.engine.canonical import canonical_json, sha256_hex
 from guardian_core.engine.conditions import RiskClass
+from guardian_core.engine.schema_patterns import (
+    SCHEMA_FORMAT_CHECKER,
+    CheckTooSlow,
+    SafeValidator,
+    additional_names,
+    search,
+    within_deadline,
+)
 
 if TYPE_CHECKING:  # referencing exports Resolver only from its _core module
     from referencing._core import Resolver
@@ -62,6 +69,16 @@ _OBJECT_KEYWORDS = frozenset(
 )
 # Any of these means the schema author decided about extra fields; we respect the decision.
 _ALLOWS_EXTRA = frozenset({"additionalProperties", "patternProperties", "unevaluatedProperties"})
+
+# What one call's arguments may hold. A schema check costs time per value (about 50 µs each in
+# jsonschema, more under anyOf/oneOf) and runs in a web thread for an external step or a
+# reviewer's edit: these bound it to well under a second, far above any real tool call.
+MAX_ARGUMENT_VALUES = 10_000  # strings, numbers, booleans, nulls, objects and arrays
+MAX_ARGUMENT_CHARS = 200_000  # the text of every string and field name together
+MAX_ARGUMENT_DEPTH = 32
+# And whatever the schema makes of them: a check still running after this long is stopped and
+# the call refused (fail closed). Real checks take milliseconds.
+SCHEMA_CHECK_SECONDS = 3.0
 
 # Feedback goes back into the model's context: keep every piece of it bounded.
 _MAX_NAMES = 20
@@ -133,12 +150,19 @@ class CheckedCall:
         return f"Arguments for {self.tool} do not fit: {_ends(parts)}."
 
 
-def validate_call(tools: Mapping[str, Tool], name: str, raw_arguments: str | object) -> CheckedCall:
+def validate_call(
+    tools: Mapping[str, Tool],
+    name: str,
+    raw_arguments: str | object,
+    *,
+    time_limit: float | None = SCHEMA_CHECK_SECONDS,
+) -> CheckedCall:
     """Check a proposed call: the tool exists, and its arguments fit the tool's schema.
 
     `raw_arguments` is JSON text (as models send it) or an already-decoded value. Never raises
     on anything a model can send: every problem comes back in the CheckedCall, all at once.
-    Fields the schema does not declare are rejected unless it explicitly allows them.
+    Fields the schema does not declare are rejected unless it explicitly allows them. A schema
+    check that runs past `time_limit` seconds is stopped, and the call is refused.
     """
     if not isinstance(name, str) or name not in tools:
         known = ", ".join(sorted(tools)) or "none"
@@ -148,11 +172,27 @@ def validate_call(tools: Mapping[str, Tool], name: str, raw_arguments: str | obj
     arguments, problem = _decode(raw_arguments)
     if problem is None and not isinstance(arguments, dict):
         problem = f"arguments must be a JSON object, got {_json_type(arguments)}"
+    if problem is None:
+        problem = _size_problem(arguments)
     if problem is not None:
         return CheckedCall(name, None, (CallProblem("", problem),))
 
-    problems = text_problems(arguments) + _schema_problems(tools[name], arguments)
+    problems = text_problems(arguments) + _schema_problems(tools[name], arguments, time_limit)
+    # A message may quote a field name or a value ("unknown fields: a\x00"): written escaped,
+    # so the feedback stored with the turn and shown to a reviewer is always text.
+    problems = tuple(CallProblem(_as_text(p.path), _as_text(p.message)) for p in problems)
     return CheckedCall(name, None if problems else arguments, problems)
+
+
+def _as_text(text: str) -> str:
+    return text if is_text(text) else _NOT_TEXT_CHARS.sub(_escaped, text)
+
+
+_NOT_TEXT_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escaped(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def is_text(value: str) -> bool:
@@ -268,10 +308,13 @@ def _check_schema_content(tool: str, schema: Mapping) -> None:
     if "$schema" in plain and plain["$schema"] not in _DRAFT_2020_12_URIS:
         raise ValueError(f"tool {tool}: the schema must be JSON Schema draft 2020-12")
     try:
-        Draft202012Validator.check_schema(plain)
+        # Every pattern is checked here (the meta-schema's `regex` format): one RE2 cannot run
+        # is refused now, at the place it is written, not when a model first sends a value.
+        SafeValidator.check_schema(plain, format_checker=SCHEMA_FORMAT_CHECKER)
     except SchemaError as exc:
         path = "/".join(str(part) for part in exc.absolute_path)
-        raise ValueError(f"tool {tool}: invalid schema at '{path}': {exc.message}") from exc
+        reason = f" ({exc.cause})" if exc.cause is not None else ""
+        raise ValueError(f"tool {tool}: invalid schema at '{path}': {exc.message}{reason}") from exc
     resolver = referencing.Registry().resolver_with_root(_DRAFT_2020_12.create_resource(plain))
     for ref in _refs(plain, resolver):
         raise ValueError(f"tool {tool}: the schema's $ref {ref!r} cannot be resolved")
@@ -376,6 +419,30 @@ def _decode(raw: object) -> tuple[object, str | None]:
     return value, None
 
 
+def _size_problem(value: object) -> str | None:
+    """What makes `value` too big to check against a schema, or None. Walked without
+    recursion, stopping at the first bound crossed."""
+    values = chars = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        values += 1
+        if depth > MAX_ARGUMENT_DEPTH:
+            return f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        if isinstance(item, str):
+            chars += len(item)
+        elif isinstance(item, dict):
+            chars += sum(len(key) for key in item)
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        if values > MAX_ARGUMENT_VALUES:
+            return f"arguments hold more than {MAX_ARGUMENT_VALUES} values; send fewer"
+        if chars > MAX_ARGUMENT_CHARS:
+            return f"arguments hold more than {MAX_ARGUMENT_CHARS} characters of text; send less"
+    return None
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not allowed in JSON")
 
@@ -387,14 +454,23 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _schema_problems(tool: Tool, arguments: dict) -> tuple[CallProblem, ...]:
+def _schema_problems(
+    tool: Tool, arguments: dict, time_limit: float | None
+) -> tuple[CallProblem, ...]:
     # Closed on every call from the tool's schema as it is now: no cache to go stale, and the
     # tool's own schema is never touched (_plain copies it first).
     schema = _closed(_plain(tool.schema), at_a_place=True)
     # An empty registry: a $ref that does not resolve inside the schema is never fetched.
-    validator = Draft202012Validator(schema, registry=referencing.Registry())
+    validator = SafeValidator(schema, registry=referencing.Registry())
     try:
-        errors = list(validator.iter_errors(arguments))
+        with within_deadline(time_limit):
+            errors = list(validator.iter_errors(arguments))
+    except CheckTooSlow:
+        message = (
+            f"checking the arguments against the schema of {tool.name} took longer than "
+            f"{time_limit:g} s, so the call is refused; send simpler arguments"
+        )
+        return (CallProblem("", message),)
     except referencing.exceptions.Unresolvable as exc:
         return (CallProblem("", _short(f"the schema of {tool.name} cannot be used: {exc}", 200)),)
     except RecursionError:
@@ -481,13 +557,7 @@ def _additional(instance: object, schema: Mapping) -> set[str]:
     """The fields of `instance` that `schema` neither names nor matches by pattern."""
     if not isinstance(instance, dict):
         return set()
-    named = schema.get("properties", {})
-    patterns = schema.get("patternProperties", {})
-    return {
-        name
-        for name in instance
-        if name not in named and not any(re.search(pattern, name) for pattern in patterns)
-    }
+    return set(additional_names(instance, schema))
 
 
 def _unexpected(message: str) -> set[str] | None:
@@ -517,7 +587,7 @@ def _declared(schema: object, resolver: Resolver, names: set, seen: set) -> set:
     ):
         return set(names)
     declared = names & set(schema.get("properties", {}))
-    declared |= {n for n in names for p in schema.get("patternProperties", {}) if re.search(p, n)}
+    declared |= {n for n in names for p in schema.get("patternProperties", {}) if search(p, n)}
     subs = [schema.get(keyword) for keyword in ("if", "then", "else")]
     subs += [sub for keyword in _IN_PLACE_MANY for sub in schema.get(keyword, [])]
     subs += list(schema.get("dependentSchemas", {}).values())

@@ -21,7 +21,7 @@ from guardian_core.db import retry_on_conflict
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
 from guardian_core.services import policy_version_problems_for
-from runs.models import Run, RunStatus
+from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue, enqueue_after_commit
 from runs.review_rounds import review_round_advance
 from runs.turns import RECENT_TURNS_READ, agent_turn_advance
@@ -110,7 +110,9 @@ def run_start(
 
 
 def run_cancel(*, run_id: int) -> bool:
-    """Stop a run before its next turn; its open escalation closes as cancelled."""
+    """Stop a run: no call of it starts after this (runs/ports.py checks the run in the
+    statement that starts a call), a call running now is noted as running when the run was
+    cancelled, and its open escalation closes as cancelled."""
     return retry_on_conflict(lambda: _cancel(run_id))
 
 
@@ -124,6 +126,14 @@ def _cancel(run_id: int) -> bool:
         Escalation.objects.filter(run_id=run_id, status=EscalationStatus.OPEN).update(
             status=EscalationStatus.CANCELLED, resolved_at=now
         )
+        if changed:
+            # A call that started before the cancel may still be running (a tool in a worker,
+            # or an external run's caller): its record says so. One that starts from now on
+            # never does: the run's row is what its start statement checks.
+            when = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S %Z")
+            ToolCall.objects.filter(turn__run_id=run_id, status=ToolCallStatus.STARTED).update(
+                error=f"running when the run was cancelled at {when}"
+            )
     return bool(changed)
 
 

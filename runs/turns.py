@@ -20,7 +20,13 @@ from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
-from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
+from guardian_core.engine.tools import (
+    StepStopped,
+    Tool,
+    action_hash,
+    idempotency_key,
+    validate_call,
+)
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
@@ -129,6 +135,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         calls_by_key=calls_by_key,
         rerun_keys=frozenset((resume.rerun_keys or {}).values()),
         fresh=unfinished is None,
+        token=token,
     )
     judging_setup = build_judge(run)
     try:
@@ -153,6 +160,8 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
             judge_conditions=judging_setup.conditions if judging_setup else (),
             judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
         )
+    except StepStopped:
+        return _turn_stopped(run, token, turn, proposal, tools, recorder)
     finally:
         if judging_setup is not None:
             judging_setup.judge.close()
@@ -161,6 +170,52 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     return _turn_finish(
         run, token, turn, record, verdict_steps, recorder, enqueue_next, prev_hash=prev_hash
     )
+
+
+def _turn_stopped(
+    run: Run,
+    token: str,
+    turn: Turn,
+    proposal: Proposal,
+    tools: dict[str, Tool],
+    recorder: CallRecorder,
+) -> str:
+    """A call of the turn found the run no longer running under this lease, and did not start.
+    Cancelled: the turn ends here, undecided (nothing follows a cancel; the guardian is not
+    asked about a step cut short), every call that never started gets its row saying why, and
+    the lease is given back. Returns "finished". A lost lease raises: the worker that took the
+    run over retries the turn, and its record counts."""
+    now = timezone.now()
+    with transaction.atomic():
+        status = (
+            Run.objects.select_for_update()
+            .filter(pk=run.pk, lease_token=token)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if status is None or status == RunStatus.RUNNING:
+            raise RuntimeError(f"run {run.pk}: lease lost while the turn ran")
+        why = f"not started: the run was {status} before this call could start"
+        recorded = set(ToolCall.objects.filter(turn=turn).values_list("position", flat=True))
+        ToolCall.objects.bulk_create(
+            ToolCall(
+                turn=turn,
+                position=position,
+                tool=call.tool,
+                arguments=call.arguments,
+                intent=call.intent,
+                risk_class=tools[call.tool].risk_class.value if call.tool in tools else "read_only",
+                status=ToolCallStatus.PROPOSED,
+                error=why,
+            )
+            for position, call in enumerate(proposal.calls)
+            if position not in recorded and position not in recorder.rows
+        )
+        Turn.objects.filter(pk=turn.pk, finished_at__isnull=True).update(finished_at=now)
+        Run.objects.filter(pk=run.pk, lease_token=token).update(
+            lease_token="", lease_expires_at=None, updated_at=now
+        )
+    return "finished"
 
 
 def _recent_turns(run: Run, policy) -> list[Turn]:

@@ -348,7 +348,8 @@ class CallRecorder:
                     pk,
                 ],
             )
-            return cursor.rowcount == 1
+            # Counted by RETURNING: SQLite's driver gives no rowcount for a WITH statement.
+            return cursor.fetchone() is not None
 
     def _stopped(self, tool: Tool) -> None:
         """The call may not start: say why, as the engine's StepStopped (nothing more of the
@@ -436,6 +437,7 @@ _START_AGAIN_SQL = (
     _LIVE_RUN
     + """UPDATE runs_toolcall SET status = %s, started_at = %s, error = ''
 WHERE id = %s AND EXISTS (SELECT 1 FROM live)
+RETURNING id
 """
 )
 

@@ -125,6 +125,9 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Quiet at startup (commands print one line on failure) and per sign-in; lockouts still warn.
 AXES_VERBOSE = False
+# The address throttling counts by: REMOTE_ADDR, or behind BEHIND_TLS_PROXY the one the
+# outermost of GUARDIAN_TRUSTED_PROXY_COUNT proxies saw (guardian_core/client_address.py).
+AXES_CLIENT_IP_CALLABLE = "guardian_core.client_address.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -155,8 +158,20 @@ SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600, minimum=60)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-if env_bool("BEHIND_TLS_PROXY", False):
+BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# How many proxies in front append to X-Forwarded-For (1: one nginx or load balancer). Only
+# behind BEHIND_TLS_PROXY: without a proxy that header is whatever a client sent.
+GUARDIAN_TRUSTED_PROXY_COUNT = env_int(
+    "GUARDIAN_TRUSTED_PROXY_COUNT", 1 if BEHIND_TLS_PROXY else 0, minimum=0
+)
+if GUARDIAN_TRUSTED_PROXY_COUNT and not BEHIND_TLS_PROXY:
+    raise ImproperlyConfigured(
+        "GUARDIAN_TRUSTED_PROXY_COUNT is set but BEHIND_TLS_PROXY is not: without a proxy in "
+        "front, X-Forwarded-For is whatever a client sends; set BEHIND_TLS_PROXY=true or "
+        "leave the count unset"
+    )
 # HSTS: sent only on responses served over TLS (SecurityMiddleware checks), so a plain-HTTP
 # demo or a private-network deployment is not locked to HTTPS. Off in DEBUG: a browser that saw
 # it once for localhost would refuse the plain-HTTP dev server on every port for a year.

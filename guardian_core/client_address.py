@@ -20,9 +20,7 @@ def client_address(request: HttpRequest) -> str | None:
     count = getattr(settings, "GUARDIAN_TRUSTED_PROXY_COUNT", 0)
     if count <= 0:
         return remote
-    forwarded = [
-        entry.strip() for entry in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
-    ]
+    forwarded = [entry.strip() for entry in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
     forwarded = [entry for entry in forwarded if entry]
     if len(forwarded) < count:
         return remote

@@ -275,6 +275,7 @@ class OpenAIGuardian(ClientOwner, SpendMeter):
         try:
             body = self._post(payload)
         except EndpointError as exc:
+            self._add_usage(exc.body, self.model)  # a failed call is paid for too
             return Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
         # Counted before the answer is checked: a malformed reply was paid for all the same.
         self._add_usage(body, self.model)

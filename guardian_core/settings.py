@@ -250,6 +250,9 @@ OPENAI_REVIEWER_MODEL = env_str("OPENAI_REVIEWER_MODEL")
 # {"model-name": {"input_per_million": 0.15, "output_per_million": 0.6}}. A model with no
 # price costs nothing, but its tokens still count against max_tokens.
 GUARDIAN_MODEL_PRICES = env_json_prices("GUARDIAN_MODEL_PRICES")
+# Model names a policy version's second-tier judge may name (besides the priced and the
+# configured OPENAI_*_MODEL ones): a judge on a name nothing serves is refused when written.
+GUARDIAN_JUDGE_MODELS = env_list("GUARDIAN_JUDGE_MODELS", [])
 # A worker holds a run this long while it advances one turn; after that the sweeper may give
 # the run to another worker. Longer than the slowest turn, shorter than a person's patience.
 GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)

@@ -266,6 +266,13 @@ def _record_failure(run_id: int, token: str, exc: Exception) -> None:
             return
         run.failures += 1
         run.last_error = message
+        tokens, cost = getattr(exc, "tokens", 0), getattr(exc, "cost", 0.0)
+        if tokens or cost:  # a failed model call (e.g. a truncated proposal) was paid for
+            unbilled = run.unbilled or {}
+            run.unbilled = {
+                "tokens": int(unbilled.get("tokens", 0)) + int(tokens),
+                "cost": float(unbilled.get("cost", 0.0)) + float(cost),
+            }
         run.lease_token = ""
         run.lease_expires_at = None
         if run.failures >= settings.GUARDIAN_MAX_ADVANCE_FAILURES:

@@ -95,6 +95,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
 
     state = mapping.run_state(run)
     usage = mapping.usage_from_json(last.usage) if last else Usage(turns=0)
+    usage = _with_unbilled(usage, run)
     history = [mapping.past_turn(turn) for turn in decided]
     resume = _resume(last)
     verdict_steps: tuple[dict, ...] = ()
@@ -170,6 +171,16 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     return _turn_finish(
         run, token, turn, record, verdict_steps, recorder, enqueue_next, prev_hash=prev_hash
     )
+
+
+def _with_unbilled(usage: Usage, run: Run) -> Usage:
+    """`usage` with what failed model calls of the run were billed since its last turn: this
+    turn's record counts it (and its write clears it on the run)."""
+    unbilled = _json(getattr(run, "unbilled", None)) or {}
+    tokens, cost = int(unbilled.get("tokens", 0) or 0), float(unbilled.get("cost", 0.0) or 0.0)
+    if not tokens and not cost:
+        return usage
+    return replace(usage, tokens=usage.tokens + tokens, cost=usage.cost + cost)
 
 
 def _turn_stopped(
@@ -553,6 +564,7 @@ def _turn_finish(
         "lease_expires_at": None,
         "failures": 0,
         "last_error": "",
+        "unbilled": {},
         "updated_at": now,
         **_run_outcome_fields(record, now),
     }
@@ -629,7 +641,7 @@ _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
     SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
-        last_error = '', updated_at = %(now)s
+        last_error = '', unbilled = '{}', updated_at = %(now)s
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
 ),{calls} turn AS (

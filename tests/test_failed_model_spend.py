@@ -47,3 +47,36 @@ def test_a_truncated_actor_reply_is_counted_by_the_next_turn(settings):
     assert run.status == RunStatus.SUCCEEDED
     assert Turn.objects.get(run=run, index=0).usage["tokens"] == 540
     assert run.unbilled == {}
+
+
+def test_a_truncated_reviewer_reply_is_counted_by_the_next_step(settings):
+    from tests.adapters.servers import chat_completion
+    from tests.test_review_rounds import APPROVED, CODE_2, CODER, REVIEWER, fenced, model_run
+
+    answers = {"reviewer": 0}
+
+    def handler(path, headers, body):
+        if body["model"] == CODER:
+            return 200, chat_completion(CODER, fenced(CODE_2)), 0.0  # 120 tokens
+        answers["reviewer"] += 1
+        if answers["reviewer"] == 1:  # cut off at its limit: 1000 tokens, paid for
+            return (
+                200,
+                chat_completion(
+                    REVIEWER, "{", finish_reason="length", prompt_tokens=900, completion_tokens=100
+                ),
+                0.0,
+            )
+        return 200, chat_completion(REVIEWER, APPROVED), 0.0  # 120 tokens
+
+    with serve(handler) as server:
+        settings.OPENAI_BASE_URL = f"{server.url}/v1"
+        run = model_run()
+        assert [run_advance(run_id=run.pk) for _ in range(3)] == [
+            "continued",
+            "failed",
+            "finished",
+        ]  # fmt: skip
+    last = Turn.objects.filter(run=run).order_by("-index").first()
+    assert last.usage["tokens"] == 120 + 1000 + 120
+    assert Run.objects.get(pk=run.pk).unbilled == {}

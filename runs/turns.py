@@ -636,12 +636,13 @@ def _decision_fields(run: Run, record: TurnRecord) -> dict:
 # statement: PostgreSQL runs the writes of a writable CTE atomically, in one round trip
 # instead of five (BEGIN, three statements, COMMIT). Each write only happens if the one
 # before it did, so a lost lease or a cancel writes nothing, and the ORM path below then
-# finds out which and records it. {calls} writes call results given with the turn.
+# finds out which and records it. {calls} writes call results given with the turn (the
+# SQL goes through str.format: a literal brace is doubled).
 _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
     SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
-        last_error = '', unbilled = '{}', updated_at = %(now)s
+        last_error = '', unbilled = '{{}}', updated_at = %(now)s
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
 ),{calls} turn AS (

@@ -358,6 +358,14 @@ class ResolveInputSerializer(serializers.Serializer):
     rerun = serializers.BooleanField(
         default=False, help_text="Reject an ambiguous call and run it again."
     )
+    end_as = serializers.ChoiceField(
+        choices=["failed", "cancelled"],
+        required=False,
+        default="",
+        help_text="How a rejection that ends the run ends it (an uncertain answer, a guardian "
+        "failure, injected instructions, a coder/reviewer loop): failed (the default) or "
+        "cancelled.",
+    )
 
 
 class EscalationResolveApi(APIView):
@@ -401,6 +409,7 @@ class EscalationResolveApi(APIView):
                 edited_arguments=data.get("edited_arguments"),
                 risk_labels=data.get("risk_labels"),
                 seen_hashes=data.get("seen_hashes"),
+                end_as=data["end_as"],
             )
         except AlreadyDecided as decided:
             return _conflict(str(decided))

@@ -5,7 +5,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from escalations.models import EscalationKind, VerdictDecision
+from escalations.models import ENDED_BY_REJECTION, EscalationKind, VerdictDecision
 from escalations.services import verdict_reason_problem
 from guardian_core import json_input
 from guardian_core.engine.conditions import DRIFT_SCORES
@@ -27,6 +27,7 @@ class DecisionInput:
     risk: dict[int, str] = field(default_factory=dict)
     answers: dict[str, str] = field(default_factory=dict)  # as typed: "yes", "3", "regulated"
     rerun: bool = False
+    end_as: str = ""  # how a rejection ends the run: "failed" or "cancelled"
     problems: list[str] = field(default_factory=list)
     # escalation_resolve's keyword arguments, when there are no problems.
     resolve: dict = field(default_factory=dict)
@@ -55,6 +56,7 @@ def decision_input(post, pane) -> DecisionInput:
         decision=post.get("decision", ""),
         reason=post.get("reason", ""),
         rerun=post.get("rerun") == "1",
+        end_as=post.get("end_as", ""),
     )
     if form.decision not in VerdictDecision.values:
         form.problems.append("decision: choose approve, reject or answer")
@@ -62,6 +64,8 @@ def decision_input(post, pane) -> DecisionInput:
         form.problems.append(too_long)
     elif reason_problem := json_input.text_problem(form.reason):
         form.problems.append(f"reason: {reason_problem}")
+    if form.end_as not in ("", "failed", "cancelled"):
+        form.problems.append("end_as: the run ends failed or cancelled")
     # Matched as text: int() of 4 300 digits raises, and "²".isdigit() is true.
     held_by_text = {str(position): position for position in held}
     for raw in post.getlist("approve_call"):
@@ -135,6 +139,8 @@ def _resolve_arguments(form, kind, held, seen, risk, edited, questions) -> dict:
         }
     if kind == EscalationKind.AMBIGUOUS_CALL and form.decision == VerdictDecision.REJECT:
         arguments["rerun"] = form.rerun
+    if form.decision == VerdictDecision.REJECT and form.end_as and kind in ENDED_BY_REJECTION:
+        arguments["end_as"] = form.end_as
     return arguments
 
 
@@ -178,6 +184,8 @@ def problems_in_form_order(problems: list[str], pane) -> list[FormProblem]:
             rank = (2, len(questions))
         elif text.startswith("rerun:"):
             rank, field_id = (3, 0), "rerun"
+        elif text.startswith("end_as:"):
+            rank, field_id = (3, 1), "end_as_failed"
         elif text.startswith("reason:"):
             rank, field_id = (4, 0), "reason"
         ranked.append((rank, FormProblem(text=text, field=field_id)))

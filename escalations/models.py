@@ -16,6 +16,16 @@ class EscalationKind(models.TextChoices):
     AMBIGUOUS_CALL = "ambiguous_call", "Ambiguous tool call"
 
 
+# The escalations whose rejection ends the run (a held step's goes back to the actor; an
+# ambiguous call's records it as not done): the reviewer says how it ends, failed or cancelled.
+ENDED_BY_REJECTION = (
+    EscalationKind.UNCERTAIN,
+    EscalationKind.GUARDIAN_FAILURE,
+    EscalationKind.INTEGRITY,
+    EscalationKind.REVIEW_LOOP,
+)
+
+
 class EscalationStatus(models.TextChoices):
     OPEN = "open", "Open"
     APPROVED = "approved", "Approved"

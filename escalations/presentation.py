@@ -187,6 +187,7 @@ RUN_NEXT = {
     "replan": "its run replans from its goal",
     "stop_success": "its run stops: succeeded",
     "stop_failure": "its run stops: failed",
+    "stop_cancelled": "its run stops: cancelled",
 }
 BULK_DONE = {"approve": "approved", "reject": "rejected"}
 

@@ -14,6 +14,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from escalations.models import (
+    ENDED_BY_REJECTION,
     VERDICT_REASON_MAX_CHARS,
     Approval,
     Escalation,
@@ -83,6 +84,15 @@ class _Submitted:
     edited_arguments: Mapping | None
     risk_labels: Mapping | None
     seen_hashes: Mapping | None
+    end_as: str = ""
+
+
+# How a reviewer may end a run by rejecting an escalation that does not hold a step (the run's
+# status after it, and its stop reason).
+END_AS = {
+    "failed": (RunStatus.FAILED, "rejected_by_reviewer"),
+    "cancelled": (RunStatus.CANCELLED, "cancelled_by_reviewer"),
+}
 
 
 def escalation_resolve(
@@ -97,6 +107,7 @@ def escalation_resolve(
     edited_arguments: Mapping[int, dict] | None = None,
     risk_labels: Mapping[int, str] | None = None,
     seen_hashes: Mapping[int, str] | None = None,
+    end_as: str = "",
 ) -> Verdict | None:
     """Record a person's verdict on an open escalation and move its run on.
 
@@ -115,7 +126,12 @@ def escalation_resolve(
       it to run again under its own idempotency key; any other escalation rejected stops
       the run. One rejection rejects, whatever approvals a quorum had gathered.
     answer: {condition: label} for the conditions the guardian was unsure of; the policy
-      decides again with the human answers.
+      decides again with the human answers. A run ends succeeded only with an answer: the
+      actor's message must not be empty, and on a guardian failure (the guardian accepted no
+      answer on that turn) an outcome of success continues the run instead, so the guardian
+      is asked again on its next turn.
+    end_as: how a rejection that ends the run ends it (not a held step's, nor an ambiguous
+      call's): "failed" (the default) or "cancelled"; either needs the reason.
     risk_labels: for a held step, the reviewer's own risk class per call: the label of the
       call's risk example (the system's class when not given).
     seen_hashes: the action hash of each call as the reviewer's page showed it; a call that
@@ -134,6 +150,7 @@ def escalation_resolve(
         edited_arguments=edited_arguments,
         risk_labels=risk_labels,
         seen_hashes=seen_hashes,
+        end_as=end_as,
     )
     return retry_on_conflict(lambda: _resolve(escalation_id, reviewer, submitted))
 
@@ -223,6 +240,7 @@ def _resolve(
             escalation, reviewer, decision, reason, submitted.answer, submitted.approved_calls
         )
         problems += _holder_problems(escalation, reviewer, now)
+        problems += _end_as_problems(escalation, decision, submitted.end_as)
         if submitted.rerun and not (
             decision == VerdictDecision.REJECT and escalation.kind == EscalationKind.AMBIGUOUS_CALL
         ):
@@ -254,7 +272,7 @@ def _resolve(
             reviewer=reviewer,
         )
         _labelled_examples(escalation, verdict)
-        outcome = _move_run(escalation, verdict)
+        outcome = _move_run(escalation, verdict, submitted.end_as or "failed")
         if escalation.run.actor == "external":
             # The caller's webhook hears of it once the verdict is committed (runs/tasks.py).
             from runs.queue import verdict_webhook_after_commit
@@ -292,6 +310,16 @@ def _resolve(
         # log's key with the run (runs/chain.py); the next decision seals them again.
         sealing.run_reseal(run_id)
     return verdict
+
+
+def _end_as_problems(escalation: Escalation, decision: str, end_as: str) -> list[str]:
+    if not end_as:
+        return []
+    if end_as not in END_AS:
+        return [f"end_as: failed or cancelled, not {end_as!r}"[:200]]
+    if decision != VerdictDecision.REJECT or escalation.kind not in ENDED_BY_REJECTION:
+        return ["end_as: only a rejection that ends the run says how it ends"]
+    return []
 
 
 def _when(moment: datetime) -> str:
@@ -673,8 +701,9 @@ def _labelled_examples(escalation: Escalation, verdict: Verdict) -> None:
         )
 
 
-def _move_run(escalation: Escalation, verdict: Verdict) -> str:
-    """Set the run's status after the verdict; returns the outcome it leads to."""
+def _move_run(escalation: Escalation, verdict: Verdict, end_as: str = "failed") -> str:
+    """Set the run's status after the verdict; returns the outcome it leads to. Raises
+    EscalationError when the answers would end the run succeeded with no answer."""
 
     run = escalation.run
     if run.status != RunStatus.WAITING:
@@ -705,12 +734,25 @@ def _move_run(escalation: Escalation, verdict: Verdict) -> str:
         run.final_answer = escalation.reason["last_code"]
         return _stop(run, RunStatus.SUCCEEDED, "approved_by_reviewer")
     if decision == VerdictDecision.REJECT:
-        return _stop(run, RunStatus.FAILED, "rejected_by_reviewer")
+        return _stop(run, *END_AS[end_as])
     outcome = _decide_with_human_answers(escalation, verdict.answer or {})
+    if outcome == Outcome.STOP_SUCCESS and kind == EscalationKind.GUARDIAN_FAILURE:
+        # The guardian accepted no answer on this turn: the person's answers teach it, and
+        # the run goes on, so it is asked again before anything ends succeeded.
+        outcome = Outcome.CONTINUE
     if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
         return _continue(run, enqueue_after_commit, outcome)
     if outcome == Outcome.STOP_SUCCESS:
-        run.final_answer = mapping.proposal_from_json(escalation.turn.proposal).message
+        message = mapping.proposal_from_json(escalation.turn.proposal).message
+        if not (message or "").strip():
+            raise EscalationError(
+                [
+                    "answer: the actor gave no answer on this turn, so the run cannot end "
+                    "succeeded here; answer that the goal is not reached (the run goes on), "
+                    "or reject to end it"
+                ]
+            )
+        run.final_answer = message
         return _stop(run, RunStatus.SUCCEEDED, "goal_reached")
     if outcome == Outcome.STOP_FAILURE:
         return _stop(run, RunStatus.FAILED, "stopped_after_review")
@@ -761,6 +803,8 @@ def _stop(run, status: str, reason: str) -> str:
     run.stop_reason = reason
     run.finished_at = timezone.now()
     run.save(update_fields=["status", "stop_reason", "final_answer", "finished_at", "updated_at"])
+    if status == RunStatus.CANCELLED:
+        return "stop_cancelled"
     return Outcome.STOP_SUCCESS.value if status == RunStatus.SUCCEEDED else "stop_failure"
 
 

@@ -339,6 +339,7 @@ OUTCOME_TEXT = {
     "replan": "replans from its goal",
     "stop_success": "stops: succeeded",
     "stop_failure": "stops: failed",
+    "stop_cancelled": "stops: cancelled",
 }
 DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
 # What the run did after a verdict given earlier, as a decided item's record says it. A run
@@ -348,6 +349,7 @@ RECORDED_OUTCOME_TEXT = {
     "replan": "replanned from its goal",
     "stop_success": "stopped: succeeded",
     "stop_failure": "stopped: failed",
+    "stop_cancelled": "stopped: cancelled",
     "cancelled": "had been cancelled already",
     "succeeded": "had ended already: succeeded",
     "failed": "had ended already: failed",

@@ -26,7 +26,12 @@ from guardian_core.models import PolicyVersion, problems_by_field
 from guardian_core.policy_gate import gate_report
 from guardian_core.policy_validation import policy_version_problems
 from guardian_core.selectors import policy_version_list
-from guardian_core.services import GateRefused, policy_version_activate, policy_version_create
+from guardian_core.services import (
+    GateRefused,
+    policy_version_activate,
+    policy_version_create,
+    policy_version_unregistered_problems,
+)
 from runs.validation import _json_problems
 
 logger = logging.getLogger(__name__)
@@ -283,6 +288,9 @@ def _with_content_problems(errors: dict, data: object) -> dict:
         quorum=data.get("quorum"),
         judge=data.get("judge"),
         limits=data.get("limits"),
+    )
+    problems += policy_version_unregistered_problems(
+        quorum=data.get("quorum"), judge=data.get("judge")
     )
     for field, messages in problems_by_field(problems).items():
         if field not in errors:

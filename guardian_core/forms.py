@@ -21,6 +21,7 @@ from guardian_core.policy_validation import (
     reworded_conditions,
     reworded_problems,
 )
+from guardian_core.services import policy_version_unregistered_problems
 
 THRESHOLD_PARTS = ("c_stop", "c_cont", "delta")
 COLUMN_NAMES = {"c_stop": "C_stop", "c_cont": "C_cont", "delta": "δ"}
@@ -274,6 +275,9 @@ class PolicyVersionForm(forms.Form):
             question_set=content["question_set"],
             question_set_version=content["question_set_version"],
             source=content["copied_from"],
+        )
+        problems += policy_version_unregistered_problems(
+            quorum=content["quorum"], judge=content["judge"]
         )
         for problem in problems:
             name = _field_of(problem)

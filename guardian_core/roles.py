@@ -68,10 +68,11 @@ ROLES: tuple[Role, ...] = (
             "escalations.add_reviewguidance",
             "escalations.change_reviewguidance",
             "escalations.delete_reviewguidance",
-            # Until operators get a role of their own, admins start and cancel runs.
+            # Until operators get a role of their own, admins start and cancel runs through the
+            # API (runs/api.py: RunCreateApi, RunCancelApi) and read the runs they started. An
+            # external run's loop is an integrator's to drive, with its token: not theirs.
             "runs.add_run",
             "runs.change_run",
-            "runs.drive_run",
             # Machines' API tokens, created (shown once) and revoked on the tokens page.
             "guardian_core.view_apitoken",
             "guardian_core.add_apitoken",

@@ -10,6 +10,7 @@ changing it means making a new version.
 import hashlib
 import secrets
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
@@ -82,6 +83,7 @@ def policy_version_create(
     problems += reworded_problems(
         question_set=question_set, question_set_version=question_set_version, source=copied_from
     )
+    problems += policy_version_unregistered_problems(quorum=quorum, judge=judge)
     if problems:
         raise ValidationError(problems_by_field(problems))
     with transaction.atomic():
@@ -196,6 +198,57 @@ def policy_version_activate(
 def policy_version_deactivate(*, version_id: int) -> bool:
     """Retire `version_id`; until another is activated no run can start. True if it was active."""
     return bool(PolicyVersion.objects.filter(pk=version_id, is_active=True).update(is_active=False))
+
+
+def policy_version_unregistered_problems(*, quorum: object, judge: object) -> list[str]:
+    """The names a new version's quorum and judge give that nothing registered answers to:
+    a quorum tool that is neither a registered tool (runs/tools.py) nor one an external run
+    registered, and a judge model this deployment does not know (GUARDIAN_JUDGE_MODELS,
+    GUARDIAN_MODEL_PRICES, the OPENAI_*_MODEL settings). Checked when a version is written,
+    not when a run starts: a tool retired later does not invalidate the versions that named
+    it. Shapes are policy_version_problems' to check; only well-formed names are looked up."""
+    problems = []
+    tools = quorum.get("tools") if isinstance(quorum, dict) else None
+    if isinstance(tools, list) and any(isinstance(name, str) for name in tools):
+        known = registered_tool_names()
+        problems += [
+            f"quorum.tools[{i}]: no tool named {name!r} is registered"[:300]
+            for i, name in enumerate(tools)
+            if isinstance(name, str) and name and name not in known
+        ]
+    model = judge.get("model") if isinstance(judge, dict) else None
+    if isinstance(model, str) and model.strip():
+        models = registered_model_names()
+        if model not in models:
+            listed = ", ".join(sorted(models)) or "none"
+            problems.append(
+                f"judge.model: no model named {model[:120]!r} is registered (known: "
+                f"{listed[:300]}); add it to GUARDIAN_JUDGE_MODELS or GUARDIAN_MODEL_PRICES"
+            )
+    return problems
+
+
+def registered_tool_names() -> set[str]:
+    """Every tool a run may name: the registry's, and those external runs brought along."""
+    from runs.models import Run  # runs imports this module
+    from runs.tools import tool_registry
+
+    names = set(tool_registry())
+    for tools in Run.objects.filter(actor="external").values_list("tools", flat=True).distinct():
+        names.update(name for name in tools or () if isinstance(name, str))
+    return names
+
+
+def registered_model_names() -> set[str]:
+    """The model names this deployment knows: listed for judges, priced, or configured."""
+    configured = (
+        settings.OPENAI_GUARDIAN_MODEL,
+        settings.OPENAI_ACTOR_MODEL,
+        settings.OPENAI_CODER_MODEL,
+        settings.OPENAI_REVIEWER_MODEL,
+    )
+    names = {*settings.GUARDIAN_JUDGE_MODELS, *settings.GUARDIAN_MODEL_PRICES, *configured}
+    return {name for name in names if isinstance(name, str) and name}
 
 
 def policy_version_problems_for(version: PolicyVersion | None) -> list[str]:

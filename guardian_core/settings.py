@@ -132,6 +132,9 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_USERNAME_CALLABLE = "guardian_core.throttle.throttled_username"
 # Quiet at startup (commands print one line on failure) and per sign-in; lockouts still warn.
 AXES_VERBOSE = False
+# The address throttling counts by: REMOTE_ADDR, or behind BEHIND_TLS_PROXY the one the
+# outermost of GUARDIAN_TRUSTED_PROXY_COUNT proxies saw (guardian_core/client_address.py).
+AXES_CLIENT_IP_CALLABLE = "guardian_core.client_address.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -162,8 +165,20 @@ SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600, minimum=60)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-if env_bool("BEHIND_TLS_PROXY", False):
+BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# How many proxies in front append to X-Forwarded-For (1: one nginx or load balancer). Only
+# behind BEHIND_TLS_PROXY: without a proxy that header is whatever a client sent.
+GUARDIAN_TRUSTED_PROXY_COUNT = env_int(
+    "GUARDIAN_TRUSTED_PROXY_COUNT", 1 if BEHIND_TLS_PROXY else 0, minimum=0
+)
+if GUARDIAN_TRUSTED_PROXY_COUNT and not BEHIND_TLS_PROXY:
+    raise ImproperlyConfigured(
+        "GUARDIAN_TRUSTED_PROXY_COUNT is set but BEHIND_TLS_PROXY is not: without a proxy in "
+        "front, X-Forwarded-For is whatever a client sends; set BEHIND_TLS_PROXY=true or "
+        "leave the count unset"
+    )
 # HSTS: sent only on responses served over TLS (SecurityMiddleware checks), so a plain-HTTP
 # demo or a private-network deployment is not locked to HTTPS. Off in DEBUG: a browser that saw
 # it once for localhost would refuse the plain-HTTP dev server on every port for a year.
@@ -242,6 +257,9 @@ OPENAI_REVIEWER_MODEL = env_str("OPENAI_REVIEWER_MODEL")
 # {"model-name": {"input_per_million": 0.15, "output_per_million": 0.6}}. A model with no
 # price costs nothing, but its tokens still count against max_tokens.
 GUARDIAN_MODEL_PRICES = env_json_prices("GUARDIAN_MODEL_PRICES")
+# Model names a policy version's second-tier judge may name (besides the priced and the
+# configured OPENAI_*_MODEL ones): a judge on a name nothing serves is refused when written.
+GUARDIAN_JUDGE_MODELS = env_list("GUARDIAN_JUDGE_MODELS", [])
 # A worker holds a run this long while it advances one turn; after that the sweeper may give
 # the run to another worker. Longer than the slowest turn, shorter than a person's patience.
 GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)

@@ -318,10 +318,26 @@ class RunDetailOutputSerializer(RunOutputSerializer):
         return TurnSummarySerializer(reversed(latest), many=True).data
 
 
+class ReadsOrStartedRun(HasRequiredPermission):
+    """The view's permission (an auditor's, for every run), or the run in the URL is one the
+    user started: whoever starts a run through the API may read it, and cancel it."""
+
+    def has_permission(self, request: Request, view) -> bool:
+        if super().has_permission(request, view):
+            return True
+        user, pk = request.user, view.kwargs.get("pk")
+        return bool(
+            user
+            and user.is_authenticated
+            and pk is not None
+            and Run.objects.filter(pk=pk, created_by_id=user.pk).exists()
+        )
+
+
 class RunDetailApi(RetrieveAPIView):
     """One run, with its latest turns."""
 
-    permission_classes = [HasRequiredPermission]
+    permission_classes = [ReadsOrStartedRun]
     required_permission = "runs.audit_run"
     serializer_class = RunDetailOutputSerializer
 
@@ -332,7 +348,7 @@ class RunDetailApi(RetrieveAPIView):
 class RunTurnListApi(ListAPIView):
     """A run's turns, oldest first, a page at a time."""
 
-    permission_classes = [HasRequiredPermission]
+    permission_classes = [ReadsOrStartedRun]
     required_permission = "runs.audit_run"
     serializer_class = TurnSummarySerializer
 
@@ -347,7 +363,7 @@ class RunTurnDetailApi(APIView):
     """One turn: its proposal, what the guardian saw, every call with its (untrusted) result,
     the decision with the probabilities and thresholds in force, and its escalations."""
 
-    permission_classes = [HasRequiredPermission]
+    permission_classes = [ReadsOrStartedRun]
     required_permission = "runs.audit_run"
 
     @extend_schema(responses={200: TurnOutputSerializer})
@@ -372,7 +388,7 @@ class RunExportApi(APIView):
     decisions, escalations with their verdicts, hashes and the chain's head): the same bytes
     as the run page's export and `manage.py export_run`; `manage.py import_run` reads it."""
 
-    permission_classes = [HasRequiredPermission]
+    permission_classes = [ReadsOrStartedRun]
     required_permission = "runs.audit_run"
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
@@ -391,7 +407,7 @@ class RunDecisionCsvApi(APIView):
     """The run's decision log as CSV in chain order, streamed: the same bytes as the run
     page's CSV."""
 
-    permission_classes = [HasRequiredPermission]
+    permission_classes = [ReadsOrStartedRun]
     required_permission = "runs.audit_run"
 
     @extend_schema(responses={(200, "text/csv"): CSV_RESPONSE})
@@ -521,9 +537,10 @@ class RunCreateApi(APIView):
 
 
 class RunCancelApi(APIView):
-    """Cancel a run: it stops before its next turn; its open escalation closes as cancelled."""
+    """Cancel a run (any run with runs.change_run, or one the user started): no call of it
+    starts after this; its open escalation closes as cancelled."""
 
-    permission_classes = [HasRequiredPermission]
+    permission_classes = [ReadsOrStartedRun]
     required_permission = "runs.change_run"
 
     @extend_schema(request=None, responses={200: RunOutputSerializer})

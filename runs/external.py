@@ -313,8 +313,13 @@ def _step_record(
             for row in rows:
                 row.turn = turn
             ToolCall.objects.bulk_create(rows)
-            if not _release(run.pk, token):
-                raise ExternalError(409, f"run {run.pk}: the request's lease ran out; retry")
+            # The lease and the run's status, checked in the statement that gives it back: a
+            # cancel meanwhile undoes the whole step.
+            given_back = Run.objects.filter(
+                pk=run.pk, lease_token=token, status=RunStatus.RUNNING
+            ).update(lease_token="", lease_expires_at=None, updated_at=timezone.now())
+            if not given_back:
+                raise _not_recorded(run.pk, step)
     for row in rows:
         row.turn = turn
     return turn
@@ -322,11 +327,13 @@ def _step_record(
 
 # The common step written in one statement: PostgreSQL runs the writes of a writable CTE
 # atomically, in one round trip instead of five (BEGIN, three statements, COMMIT). The step is
-# written only if the lease is still this request's (and given back in the same statement).
+# written only if the lease is still this request's (and given back in the same statement) and
+# the run still running: a cancel in flight holds the run's row, so the update waits for it,
+# reads the row again and writes nothing; no call is handed out as "run" after a cancel.
 _OPEN_SQL = """
 WITH released AS (
     UPDATE runs_run SET lease_token = '', lease_expires_at = NULL, updated_at = %(now)s
-    WHERE id = %(run_id)s AND lease_token = %(token)s
+    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
 ), turn AS (
     INSERT INTO runs_turn (
@@ -382,7 +389,7 @@ def _step_record_in_one_statement(
         cursor.execute(_OPEN_SQL, params)
         turn_id, ids = cursor.fetchone()
     if turn_id is None:
-        raise ExternalError(409, f"run {run.pk}: the request's lease ran out; retry")
+        raise _not_recorded(run.pk, step)
     ids = dict(json.loads(ids) if isinstance(ids, str) else ids)
     for row in rows:
         row.pk = ids[row.position]
@@ -397,6 +404,15 @@ def _step_record_in_one_statement(
     )
     turn._state.adding, turn._state.db = False, connection.alias
     return turn
+
+
+def _not_recorded(run_id: int, step: int) -> ExternalError:
+    """Why a step's write found the run no longer this request's: ended (a cancel) or its
+    lease taken over."""
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status is not None and status != RunStatus.RUNNING:
+        return ExternalError(409, f"run {run_id} was {status}: no call of step {step} runs")
+    return ExternalError(409, f"run {run_id}: the request's lease ran out; retry")
 
 
 def _turn_gated(run: Run, step: int, proposal: Proposal, gate: dict, turn: Turn | None) -> Turn:
@@ -754,10 +770,15 @@ def _answer(
     """The step's answer from its records in hand: the same whether just written or read."""
     proposal = mapping.proposal_from_json(turn.proposal)
     by_position = {row.position: row for row in rows}
+    # A step still waiting for its results when the run ended (a cancel): nothing of it is
+    # to run any more, and results reported now are not taken.
+    ended = decision is None and bool(turn.gate) and run.status != RunStatus.RUNNING
     calls = []
     for position, call in enumerate(proposal.calls):
         row = by_position.get(position)
         status = _CALL_STATUS.get(row.status if row else "", "not_run")
+        if ended and status == "run":
+            status = "cancelled"  # the only way a run ends with a step's results outstanding
         calls.append(
             {
                 "position": position,
@@ -773,6 +794,8 @@ def _answer(
         )
     if decision is None and not turn.gate:
         status = "opening"  # a request is checking its approvals; read it again in a moment
+    elif ended:
+        status = "cancelled"
     elif decision is None:
         status = "run"
     elif escalation is not None and escalation.kind == EscalationKind.GATED_STEP:
@@ -812,6 +835,11 @@ def _call_message(status: str, row: ToolCall | None) -> str:
         return (row.error if row else "") or "Not approved by a reviewer."
     if status == "not_run":
         return "Not run: the step ran nothing."
+    if status == "cancelled":
+        return (
+            "Not to run: the run was cancelled before this call's result came back; a result "
+            "reported now is not taken."
+        )
     return ""
 
 
@@ -1185,6 +1213,10 @@ def _lease(run_id: int, owner_id: int | None = None) -> tuple[str, Run]:
         raise ExternalError(404, f"no run {run_id} of yours")
     if status == RunStatus.WAITING:
         raise ExternalError(409, f"run {run_id} waits on a person: wait for the verdict first")
+    if status == RunStatus.CANCELLED:
+        raise ExternalError(
+            409, f"run {run_id} was cancelled: no call of it runs, and no result is taken"
+        )
     if status != RunStatus.RUNNING:
         raise ExternalError(409, f"run {run_id} has ended ({status})")
     raise _Busy(f"another request is working on run {run_id}; retry in a moment")

@@ -59,6 +59,10 @@ class Run(models.Model):
     # Consecutive failures to advance (not guardian answers: errors of actor, broker, worker).
     failures = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # What model calls that failed before any turn recorded them were billed ({"tokens",
+    # "cost"}: a truncated or refused actor reply): the next recorded turn adds it to its usage,
+    # which the budgets read, and clears it in the same write.
+    unbilled = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

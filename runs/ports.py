@@ -6,6 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from guardian_core.adapters.scripted import ScriptedActor, ScriptedGuardian
@@ -14,9 +17,9 @@ from guardian_core.engine.conditions import RiskClass
 from guardian_core.engine.judge import Judge
 from guardian_core.engine.loop import Actor, Guardian
 from guardian_core.engine.reviewer_loop import Agent as ReviewAgent
-from guardian_core.engine.tools import Tool
+from guardian_core.engine.tools import StepStopped, Tool
 from runs.mapping import policy_for_run
-from runs.models import Run, ToolCall, ToolCallStatus, Turn
+from runs.models import Run, RunStatus, ToolCall, ToolCallStatus, Turn
 
 
 class AmbiguousCall(RuntimeError):
@@ -234,6 +237,10 @@ class CallRecorder:
     again with the same key; an irreversible or regulated one is never retried blindly: only
     a key in `rerun_keys` (a person said it did not go through and asked for it) runs again.
     A `fresh` turn (begun by this worker, not a retry) has no earlier rows to look up.
+
+    A call starts only while the run is running under the worker's lease `token`, checked in
+    the statement that records it as started: after a cancel (or a lost lease) it does not
+    start, and StepStopped ends the step there (runs/turns.py records the turn so).
     """
 
     def __init__(
@@ -243,8 +250,10 @@ class CallRecorder:
         calls_by_key,  # runs.turns._CallsByKey: key -> (position, intent)
         rerun_keys: frozenset[str] = frozenset(),
         fresh: bool = False,
+        token: str = "",
     ) -> None:
         self.turn = turn
+        self.token = token  # the worker's lease: a call starts only while the run is under it
         self.calls_by_key = calls_by_key
         self.rerun_keys = rerun_keys
         self.fresh = fresh
@@ -277,22 +286,14 @@ class CallRecorder:
                     f"{tool.name} {arguments} started at {existing.started_at:%Y-%m-%d %H:%M:%S} "
                     "and was never recorded as done: did it go through? It is not retried."
                 )
-            ToolCall.objects.filter(pk=existing.pk).update(
-                status=ToolCallStatus.STARTED, started_at=timezone.now(), error=""
-            )
+            if not self._start_again(existing.pk):
+                self._stopped(tool)
         else:
-            existing = ToolCall.objects.create(
-                turn=self.turn,
-                position=position,
-                tool=tool.name,
-                arguments=arguments,
-                intent=intent,
-                risk_class=tool.risk_class,
-                status=ToolCallStatus.STARTED,
-                idempotency_key=key,
-                started_at=timezone.now(),
-            )
-            self.rows[position] = _Row(existing.pk, self.turn.pk, tool.risk_class)
+            pk = self._start_new(tool, arguments, key, position, intent)
+            if pk is None:
+                self._stopped(tool)
+            existing = ToolCall(pk=pk, turn_id=self.turn.pk)
+            self.rows[position] = _Row(pk, self.turn.pk, tool.risk_class)
             self.values[position] = {
                 "position": position,
                 "tool": tool.name,
@@ -311,10 +312,16 @@ class CallRecorder:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:2000]
             ToolCall.objects.filter(pk=existing.pk).update(
-                status=ToolCallStatus.FAILED, error=error, finished_at=timezone.now()
+                status=ToolCallStatus.FAILED,
+                # A cancel's note, written while the call ran, stays first.
+                error=Case(
+                    When(error="", then=Value(error)),
+                    default=Concat(F("error"), Value("\n"), Value(error)),
+                ),
+                finished_at=timezone.now(),
             )
-            if written is not None:
-                written.update(status=ToolCallStatus.FAILED.value, error=error)
+            # The error as stored may carry a cancel's note: the seal reads the row back.
+            self.values.pop(position, None)
             raise
         text = result if isinstance(result, str) else canonical_json(result)
         ToolCall.objects.filter(pk=existing.pk).update(
@@ -331,6 +338,55 @@ class CallRecorder:
         if not self.nothing_to_finish(record) or set(self.values) != set(self.rows):
             return None
         return [self.values[call.position] for call in record.calls]
+
+    def _start_new(
+        self, tool: Tool, arguments: dict, key: str, position: int, intent: str
+    ) -> int | None:
+        """Record the call as started, in one statement that checks the run is still running
+        under this worker's lease: the new row's id, or None (the call must not start)."""
+        params = [
+            self.turn.pk,
+            position,
+            tool.name,
+            canonical_json(arguments),
+            intent,
+            str(tool.risk_class.value),
+            ToolCallStatus.STARTED,
+            key,
+            timezone.now(),
+        ]
+        sql = _START_NEW_SQL.format(**_vendor())
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.turn.run_id, RunStatus.RUNNING, self.token, *params])
+            row = cursor.fetchone()
+        return row[0] if row else None
+
+    def _start_again(self, pk: int) -> bool:
+        """Record an existing call as started again (a re-run under its key), in one statement
+        that checks the run is still running under this worker's lease."""
+        sql = _START_AGAIN_SQL.format(**_vendor())
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql,
+                [
+                    self.turn.run_id,
+                    RunStatus.RUNNING,
+                    self.token,
+                    ToolCallStatus.STARTED,
+                    timezone.now(),
+                    pk,
+                ],
+            )
+            # Counted by RETURNING: SQLite's driver gives no rowcount for a WITH statement.
+            return cursor.fetchone() is not None
+
+    def _stopped(self, tool: Tool) -> None:
+        """The call may not start: say why, as the engine's StepStopped (nothing more of the
+        step runs, and the caller records the turn as the cancel left it)."""
+        status = Run.objects.filter(pk=self.turn.run_id).values_list("status", flat=True).first()
+        if status == RunStatus.RUNNING:
+            raise StepStopped(f"{tool.name} not started: the run's lease was lost")
+        raise StepStopped(f"{tool.name} not started: the run was {status}")
 
     def nothing_to_finish(self, record) -> bool:
         """Whether every call of the step already has its row, with its class: then `finish`
@@ -384,6 +440,41 @@ class CallRecorder:
             )
         if new:
             ToolCall.objects.bulk_create(new)
+
+
+# A call is recorded as started only while its run is running under the worker's lease, in the
+# statement that records it. On PostgreSQL the run's row is read FOR SHARE: a cancel in flight
+# holds that row, so the statement waits for it to commit, reads the row again and starts
+# nothing; a cancel that comes later finds the call started and notes it (runs/services.py).
+# SQLite has one writer at a time: the statement sees a cancel committed or not yet begun.
+_LIVE_RUN = """
+WITH live AS (
+    SELECT id FROM runs_run WHERE id = %s AND status = %s AND lease_token = %s {lock}
+)
+"""
+_START_NEW_SQL = (
+    _LIVE_RUN
+    + """INSERT INTO runs_toolcall (
+    turn_id, position, tool, arguments, intent, risk_class, status, idempotency_key, result,
+    error, started_at
+)
+SELECT %s, %s, %s, {json}, %s, %s, %s, %s, NULL, '', %s FROM live
+RETURNING id
+"""
+)
+_START_AGAIN_SQL = (
+    _LIVE_RUN
+    + """UPDATE runs_toolcall SET status = %s, started_at = %s, error = ''
+WHERE id = %s AND EXISTS (SELECT 1 FROM live)
+RETURNING id
+"""
+)
+
+
+def _vendor() -> dict[str, str]:
+    if connection.vendor == "postgresql":
+        return {"lock": "FOR SHARE", "json": "%s::jsonb"}
+    return {"lock": "", "json": "%s"}
 
 
 _STORED_STATUS = {

@@ -35,6 +35,7 @@ from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.canonical import sha256_hex
 from guardian_core.engine.policy import Outcome, Usage
 from guardian_core.engine.reviewer_loop import (
+    AgentOutputError,
     Applied,
     CodeFormatError,
     Message,
@@ -54,6 +55,7 @@ from runs import chain, mapping, sealing
 from runs.models import Decision, Run, RunStatus, Turn
 from runs.ports import build_review_agents, close_review_agents
 from runs.queue import enqueue_after_commit
+from runs.turns import _with_unbilled
 from runs.vocabulary import review_summary
 
 DEFAULT_MAX_ROUNDS = 3
@@ -79,6 +81,7 @@ def review_round_advance(run: Run, token: str, *, enqueue_next: bool = True) -> 
     else:
         state = review_start(run.goal, max_rounds=review_max_rounds(run))
         usage, models = Usage(turns=0), {}
+    usage = _with_unbilled(usage, run)  # failed replies since the last step, paid for
 
     coder, reviewer = build_review_agents(run)
     try:
@@ -91,7 +94,13 @@ def review_round_advance(run: Run, token: str, *, enqueue_next: bool = True) -> 
         seconds = time.monotonic() - started
     finally:
         close_review_agents(coder, reviewer)
-    applied = apply_reply(state, reply)  # raises on truncated or empty output
+    try:
+        applied = apply_reply(state, reply)  # raises on truncated or empty output
+    except AgentOutputError as exc:
+        # The reply was paid for: runs/services.py keeps its spend on the run (unbilled) and
+        # the next recorded step counts it.
+        exc.tokens, exc.cost = reply.tokens, reply.cost
+        raise
     models[step.role] = reply.model_version or models[step.role]
     prev_hash = last.decision.content_hash if last else ""  # the chain's previous link
     return _step_finish(
@@ -246,7 +255,7 @@ def _step_finish(
         decision.save(force_insert=True)
         result = _move_run(run, turn, outcome, stop_reason, applied, now, enqueue_next)
         run.lease_token, run.lease_expires_at = "", None
-        run.failures, run.last_error = 0, ""
+        run.failures, run.last_error, run.unbilled = 0, "", {}
         run.save()
         sealing.run_reseal(run.pk)
     return result

@@ -22,7 +22,7 @@ from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
 from guardian_core.services import policy_version_problems_for
 from runs import sealing
-from runs.models import Run, RunStatus
+from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue, enqueue_after_commit
 from runs.review_rounds import review_round_advance
 from runs.turns import RECENT_TURNS_READ, agent_turn_advance
@@ -115,7 +115,9 @@ def run_start(
 
 
 def run_cancel(*, run_id: int) -> bool:
-    """Stop a run before its next turn; its open escalation closes as cancelled."""
+    """Stop a run: no call of it starts after this (runs/ports.py checks the run in the
+    statement that starts a call), a call running now is noted as running when the run was
+    cancelled, and its open escalation closes as cancelled."""
     return retry_on_conflict(lambda: _cancel(run_id))
 
 
@@ -130,6 +132,13 @@ def _cancel(run_id: int) -> bool:
             status=EscalationStatus.CANCELLED, resolved_at=now
         )
         if changed:
+            # A call that started before the cancel may still be running (a tool in a worker,
+            # or an external run's caller): its record says so. One that starts from now on
+            # never does: the run's row is what its start statement checks.
+            when = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S %Z")
+            ToolCall.objects.filter(turn__run_id=run_id, status=ToolCallStatus.STARTED).update(
+                error=f"running when the run was cancelled at {when}"
+            )
             sealing.run_reseal(run_id)
     return bool(changed)
 
@@ -263,6 +272,13 @@ def _record_failure(run_id: int, token: str, exc: Exception) -> None:
             return
         run.failures += 1
         run.last_error = message
+        tokens, cost = getattr(exc, "tokens", 0), getattr(exc, "cost", 0.0)
+        if tokens or cost:  # a failed model call (e.g. a truncated proposal) was paid for
+            unbilled = run.unbilled or {}
+            run.unbilled = {
+                "tokens": int(unbilled.get("tokens", 0)) + int(tokens),
+                "cost": float(unbilled.get("cost", 0.0)) + float(cost),
+            }
         run.lease_token = ""
         run.lease_expires_at = None
         if run.failures >= settings.GUARDIAN_MAX_ADVANCE_FAILURES:

@@ -17,6 +17,7 @@ STOP_REASONS: dict[str, str] = {
     "cost_budget": "Cost budget spent; no answer",
     "wall_time_budget": "Time budget spent; no answer",
     "rejected_by_reviewer": "Rejected by a reviewer",
+    "cancelled_by_reviewer": "Cancelled by a reviewer",
     "stopped_after_review": "Stopped on a reviewer's answers",
     "unresolved_after_review": "Still uncertain after a reviewer's answers",
     "ambiguous_call_not_done": "A call that never finished was confirmed not done",

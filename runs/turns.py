@@ -20,7 +20,13 @@ from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
-from guardian_core.engine.tools import Tool, action_hash, idempotency_key, validate_call
+from guardian_core.engine.tools import (
+    StepStopped,
+    Tool,
+    action_hash,
+    idempotency_key,
+    validate_call,
+)
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping, sealing
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
@@ -89,6 +95,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
 
     state = mapping.run_state(run)
     usage = mapping.usage_from_json(last.usage) if last else Usage(turns=0)
+    usage = _with_unbilled(usage, run)
     history = [mapping.past_turn(turn) for turn in decided]
     resume = _resume(last)
     verdict_steps: tuple[dict, ...] = ()
@@ -129,6 +136,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         calls_by_key=calls_by_key,
         rerun_keys=frozenset((resume.rerun_keys or {}).values()),
         fresh=unfinished is None,
+        token=token,
     )
     judging_setup = build_judge(run)
     try:
@@ -153,10 +161,68 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
             judge_conditions=judging_setup.conditions if judging_setup else (),
             judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
         )
+    except StepStopped:
+        return _turn_stopped(run, token, turn, proposal, tools, recorder)
     finally:
         if judging_setup is not None:
             judging_setup.judge.close()
     return _turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next, last=last)
+
+
+def _with_unbilled(usage: Usage, run: Run) -> Usage:
+    """`usage` with what failed model calls of the run were billed since its last turn: this
+    turn's record counts it (and its write clears it on the run)."""
+    unbilled = _json(getattr(run, "unbilled", None)) or {}
+    tokens, cost = int(unbilled.get("tokens", 0) or 0), float(unbilled.get("cost", 0.0) or 0.0)
+    if not tokens and not cost:
+        return usage
+    return replace(usage, tokens=usage.tokens + tokens, cost=usage.cost + cost)
+
+
+def _turn_stopped(
+    run: Run,
+    token: str,
+    turn: Turn,
+    proposal: Proposal,
+    tools: dict[str, Tool],
+    recorder: CallRecorder,
+) -> str:
+    """A call of the turn found the run no longer running under this lease, and did not start.
+    Cancelled: the turn ends here, undecided (nothing follows a cancel; the guardian is not
+    asked about a step cut short), every call that never started gets its row saying why, and
+    the lease is given back. Returns "finished". A lost lease raises: the worker that took the
+    run over retries the turn, and its record counts."""
+    now = timezone.now()
+    with transaction.atomic():
+        status = (
+            Run.objects.select_for_update()
+            .filter(pk=run.pk, lease_token=token)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if status is None or status == RunStatus.RUNNING:
+            raise RuntimeError(f"run {run.pk}: lease lost while the turn ran")
+        why = f"not started: the run was {status} before this call could start"
+        recorded = set(ToolCall.objects.filter(turn=turn).values_list("position", flat=True))
+        ToolCall.objects.bulk_create(
+            ToolCall(
+                turn=turn,
+                position=position,
+                tool=call.tool,
+                arguments=call.arguments,
+                intent=call.intent,
+                risk_class=tools[call.tool].risk_class.value if call.tool in tools else "read_only",
+                status=ToolCallStatus.PROPOSED,
+                error=why,
+            )
+            for position, call in enumerate(proposal.calls)
+            if position not in recorded and position not in recorder.rows
+        )
+        Turn.objects.filter(pk=turn.pk, finished_at__isnull=True).update(finished_at=now)
+        Run.objects.filter(pk=run.pk, lease_token=token).update(
+            lease_token="", lease_expires_at=None, updated_at=now
+        )
+    return "finished"
 
 
 def _recent_turns(run: Run, policy) -> list[Turn]:
@@ -519,6 +585,7 @@ def _turn_finish(
         "lease_expires_at": None,
         "failures": 0,
         "last_error": "",
+        "unbilled": {},
         "updated_at": now,
         **_run_outcome_fields(record, now),
     }
@@ -671,12 +738,13 @@ def _decision_fields(run: Run, record: TurnRecord) -> dict:
 # statement: PostgreSQL runs the writes of a writable CTE atomically, in one round trip
 # instead of five (BEGIN, three statements, COMMIT). Each write only happens if the one
 # before it did, so a lost lease or a cancel writes nothing, and the ORM path below then
-# finds out which and records it. {calls} writes call results given with the turn.
+# finds out which and records it. {calls} writes call results given with the turn (the
+# SQL goes through str.format: a literal brace is doubled).
 _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
     SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
-        last_error = '', updated_at = %(now)s, seal = %(seal)s::jsonb
+        last_error = '', unbilled = '{{}}', updated_at = %(now)s, seal = %(seal)s::jsonb
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
 ),{calls} turn AS (

@@ -51,6 +51,13 @@ def _scripted_adapters_allowed(settings) -> None:
     settings.GUARDIAN_ALLOW_SCRIPTED_ADAPTERS = True
 
 
+@pytest.fixture(autouse=True)
+def _suite_judge_models_registered(settings) -> None:
+    """The judge models the suite's policy versions name are registered, as a deployment
+    registers its own (GUARDIAN_JUDGE_MODELS); tests of the check set their own list."""
+    settings.GUARDIAN_JUDGE_MODELS = ["judge-8b-2026-11", "judge-7b"]
+
+
 def _persona(django_user_model, username: str, *roles: str):
     user = django_user_model.objects.create_user(username=username, password=PERSONA_PASSWORD)
     user.groups.set(Group.objects.filter(name__in=roles))

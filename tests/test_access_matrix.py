@@ -555,15 +555,15 @@ MATRIX = [
         admin=403,
         outsider=403,
     ),
-    # An external run's protocol: a token drives only the runs it started (another's is not
-    # found, even for an admin, who may drive runs); the other roles may not drive at all.
+    # An external run's protocol: an integrator's token drives only the runs it started
+    # (another's is not found); the other roles, admins included, may not drive at all.
     row(
         "api:run-steps",
         kwargs={"pk": "external_run"},
         anonymous=403,
         reviewer=403,
         auditor=403,
-        admin=404,
+        admin=403,
         outsider=403,
     ),
     row(
@@ -573,7 +573,7 @@ MATRIX = [
         anonymous=403,
         reviewer=403,
         auditor=403,
-        admin=404,
+        admin=403,
         outsider=403,
     ),
     row(
@@ -582,7 +582,7 @@ MATRIX = [
         anonymous=403,
         reviewer=403,
         auditor=403,
-        admin=404,
+        admin=403,
         outsider=403,
     ),
     row(
@@ -592,7 +592,7 @@ MATRIX = [
         anonymous=403,
         reviewer=403,
         auditor=403,
-        admin=404,
+        admin=403,
         outsider=403,
     ),
     row(
@@ -601,7 +601,7 @@ MATRIX = [
         anonymous=403,
         reviewer=403,
         auditor=403,
-        admin=404,
+        admin=403,
         outsider=403,
     ),
     row(

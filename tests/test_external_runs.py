@@ -7,6 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.urls import reverse
 from rest_framework.test import APIClient
@@ -301,9 +302,13 @@ def test_the_auditor_reads_what_the_reviewer_answered_about_an_injected_output(
     )
 
 
-def test_another_tokens_run_is_not_found_and_a_reader_may_not_drive(api, auditor, admin):
+def test_another_tokens_run_is_not_found_and_a_reader_may_not_drive(
+    api, auditor, django_user_model
+):
     run = start(api)
-    _, other = api_token_create(user=admin, name="admin's")
+    other_integrator = django_user_model.objects.create_user(username="other-loop")
+    other_integrator.groups.add(Group.objects.get(name="integrator"))
+    _, other = api_token_create(user=other_integrator, name="another loop's")
     intruder = APIClient()
     intruder.credentials(HTTP_AUTHORIZATION=f"Bearer {other}")
     response = intruder.post(

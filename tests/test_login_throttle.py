@@ -81,3 +81,48 @@ def test_the_lock_lifts_after_the_cool_off_time(client, admin, settings):
     assert _sign_in(client, url, "admin", PERSONA_PASSWORD).status_code == 429
     time.sleep(1.5)
     assert _sign_in(client, url, "admin", PERSONA_PASSWORD).status_code == 302
+
+
+# ---- the address behind a proxy -----------------------------------------------------------------
+
+PROXY = "10.0.0.2"
+
+
+def _through(client, username: str, password: str, *, remote: str, forwarded: str = ""):
+    extra = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded else {}
+    return client.post(
+        LOGIN_URLS[0], {"username": username, "password": password}, REMOTE_ADDR=remote, **extra
+    )
+
+
+def test_without_a_proxy_a_forged_forwarded_for_does_not_change_the_address(client, admin):
+    # No trusted proxy (the default): each attempt claims another address, and all count
+    # against the one they came from.
+    for i in range(django_settings.AXES_FAILURE_LIMIT + 1):
+        _through(client, "admin", "wrong", remote="203.0.113.9", forwarded=f"198.51.100.{i}")
+    response = _through(
+        client, "admin", PERSONA_PASSWORD, remote="203.0.113.9", forwarded="198.51.100.77"
+    )
+    assert response.status_code == 429
+
+
+def test_behind_one_trusted_proxy_the_client_is_the_address_the_proxy_saw(client, admin, settings):
+    settings.GUARDIAN_TRUSTED_PROXY_COUNT = 1
+    # An attacker behind the same proxy, forging the header as a colleague's address: the
+    # proxy appends the address it really saw, and that one is locked out.
+    for _ in range(django_settings.AXES_FAILURE_LIMIT + 1):
+        _through(client, "admin", "wrong", remote=PROXY, forwarded="198.51.100.7, 203.0.113.9")
+    locked = _through(client, "admin", PERSONA_PASSWORD, remote=PROXY, forwarded="203.0.113.9")
+    assert locked.status_code == 429
+    # The real admin, at 198.51.100.7 behind the same proxy, still signs in.
+    response = _through(client, "admin", PERSONA_PASSWORD, remote=PROXY, forwarded="198.51.100.7")
+    assert response.status_code == 302
+    assert _signed_in_as(client) == "admin"
+
+
+def test_a_trusted_proxy_count_without_the_proxy_setting_is_refused():
+    from tests.processes import run_manage
+
+    done = run_manage("check", GUARDIAN_TRUSTED_PROXY_COUNT="1", BEHIND_TLS_PROXY="false")
+    assert done.returncode != 0
+    assert "GUARDIAN_TRUSTED_PROXY_COUNT is set but BEHIND_TLS_PROXY is not" in done.stderr

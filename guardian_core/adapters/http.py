@@ -73,7 +73,13 @@ MAX_REASON_CHARS = 300
 
 class EndpointError(Exception):
     """A model endpoint gave no usable JSON body. The message says why, in words that read
-    after "guardian " or "actor endpoint ", and never carries the API key."""
+    after "guardian " or "actor endpoint ", and never carries the API key. `body` is the
+    decoded JSON of an answer that was not a 200 (None otherwise): its `usage` was paid for
+    all the same, and the adapter counts it."""
+
+    def __init__(self, message: str, *, body: object = None) -> None:
+        super().__init__(message)
+        self.body = body
 
 
 def question_set(questions: Mapping[str, str] | None, version: str) -> dict[str, str]:
@@ -144,7 +150,11 @@ def post_json(
     body = b"".join(chunks)
     if status != 200:
         snippet = body[:200].decode("utf-8", errors="replace")
-        raise EndpointError(f"answered HTTP {status}: {snippet}"[:MAX_REASON_CHARS])
+        try:
+            decoded = json.loads(body, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            decoded = None
+        raise EndpointError(f"answered HTTP {status}: {snippet}"[:MAX_REASON_CHARS], body=decoded)
     try:
         return json.loads(body, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
@@ -309,6 +319,7 @@ class HttpGuardian(ClientOwner, SpendMeter):
         try:
             body = self._post(self.request_body(projection, conditions))
         except EndpointError as exc:
+            self._add_usage(exc.body, self.model_version)  # a failed call is paid for too
             failure = Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
             return {condition.value: failure for condition in conditions}
         # Counted before the answers are checked: a malformed reply was paid for all the same.

@@ -275,6 +275,7 @@ class OpenAIGuardian(ClientOwner, SpendMeter):
         try:
             body = self._post(payload)
         except EndpointError as exc:
+            self._add_usage(exc.body, self.model)  # a failed call is paid for too
             return Malformed(f"guardian {exc}"[:MAX_REASON_CHARS])
         # Counted before the answer is checked: a malformed reply was paid for all the same.
         self._add_usage(body, self.model)
@@ -350,7 +351,14 @@ def _is_logprob(value: object) -> bool:
 
 
 class ActorError(RuntimeError):
-    """The actor endpoint gave no usable proposal (HTTP error, timeout, malformed response)."""
+    """The actor endpoint gave no usable proposal (HTTP error, timeout, malformed response).
+    `tokens` and `cost` are what the failed call was billed (its reply's `usage`, when it had
+    one): paid for all the same, so the run's budgets count them (runs/services.py)."""
+
+    def __init__(self, message: str, *, tokens: int = 0, cost: float = 0.0) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.cost = cost
 
 
 class ActorOutputTruncated(ActorError):
@@ -448,7 +456,8 @@ class OpenAIActor(ClientOwner):
         try:
             body = self._post(payload)
         except EndpointError as exc:
-            raise ActorError(f"actor endpoint {exc}") from exc
+            spent = _usage_of(exc.body, price_of(self.prices, self.model, exc.body))
+            raise ActorError(f"actor endpoint {exc}", tokens=spent.tokens, cost=spent.cost) from exc
         # The proposal carries its own tokens and cost: the engine counts them against the
         # budgets, so the actor keeps no running total of its own.
         return proposal_from_completion(body, price=price_of(self.prices, self.model, body))
@@ -459,24 +468,34 @@ def proposal_from_completion(body: object, *, price: Price | None = None) -> Pro
 
     `tokens` and `cost` come from the reply's `usage` at `price` (no price: the tokens count,
     at no cost; no usage: nothing)."""
+    # Counted before the reply is checked: a truncated or malformed reply was paid for too.
+    spent = _usage_of(body, price)
+    paid = {"tokens": spent.tokens, "cost": spent.cost}
     choices = body.get("choices") if isinstance(body, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
-        raise ActorError("actor response has no choices[0].message object")
+        raise ActorError("actor response has no choices[0].message object", **paid)
     finish = choice.get("finish_reason")
     if finish == "length":
-        raise ActorOutputTruncated("actor output was truncated (finish_reason 'length')")
+        raise ActorOutputTruncated("actor output was truncated (finish_reason 'length')", **paid)
     if finish == "content_filter":
-        raise ActorError("actor output was cut by the server's content filter")
+        raise ActorError("actor output was cut by the server's content filter", **paid)
     content = message.get("content") if isinstance(message.get("content"), str) else ""
     refusal = message.get("refusal") if isinstance(message.get("refusal"), str) else ""
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
-        raise ActorError("actor response's tool_calls is not a list")
-    calls = tuple(_proposed_call(entry, content) for entry in raw_calls)
-    spent = spend_from_usage(body.get("usage"), price)
+        raise ActorError("actor response's tool_calls is not a list", **paid)
+    try:
+        calls = tuple(_proposed_call(entry, content) for entry in raw_calls)
+    except ActorError as exc:
+        raise ActorError(str(exc), **paid) from exc
     return Proposal(calls=calls, message=content or refusal, tokens=spent.tokens, cost=spent.cost)
+
+
+def _usage_of(body: object, price: Price | None):
+    """The spend a decoded reply's `usage` says (nothing for a reply that is no object)."""
+    return spend_from_usage(body.get("usage") if isinstance(body, dict) else None, price)
 
 
 def _proposed_call(entry: object, intent: str) -> ProposedCall:

@@ -3,8 +3,9 @@
 of its own.
 
 Fail closed everywhere: an invalid call stops the whole step (the actor hears every problem);
-a held step runs nothing; a tool that raises stops the rest of the step and escalates; a
-guardian that raises or times out gives malformed answers, which escalate.
+a held step runs nothing; a tool that raises stops the rest of the step and escalates (but a
+StepStopped, raised when the run may no longer act, ends the turn undecided); a guardian
+that raises or times out gives malformed answers, which escalate.
 """
 
 import json
@@ -38,6 +39,7 @@ from guardian_core.engine.state import (
 from guardian_core.engine.thresholds import Policy
 from guardian_core.engine.tools import (
     CheckedCall,
+    StepStopped,
     Tool,
     call_signature,
     idempotency_key,
@@ -618,7 +620,8 @@ def _spend(guardian: Guardian | Judge | None) -> tuple[float, float]:
 
 def _execute(proposal, checked, runnable, tools, keys, statuses):
     """Run the runnable calls in order, each with its idempotency key; a raising tool stops
-    the rest of the step. Returns ({position: (result, error)}, [error summaries])."""
+    the rest of the step (a StepStopped goes through to the caller). Returns
+    ({position: (result, error)}, [error summaries])."""
     results: dict[int, tuple[str | None, str | None]] = {}
     errors: list[str] = []
     for position in runnable:
@@ -628,6 +631,8 @@ def _execute(proposal, checked, runnable, tools, keys, statuses):
         call, check = proposal.calls[position], checked[position]
         try:
             output = tools[call.tool].func(check.arguments, idempotency_key=keys[position])
+        except StepStopped:
+            raise  # the run may no longer act: nothing more of this step runs or is decided
         except Exception as exc:  # a tool's failure is recorded and escalates; never swallowed
             statuses[position] = "failed"
             message = f"{type(exc).__name__}: {exc}"[:1000]

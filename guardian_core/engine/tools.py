@@ -87,6 +87,12 @@ _MAX_MESSAGE = 300
 _UNEXPECTED = re.compile(r"\((.*) (?:was|were) unexpected\)\Z", re.DOTALL)
 
 
+class StepStopped(Exception):  # noqa: N818 - a stop, not an error of the tool's
+    """Raised by a tool's wrapper, before the call starts, when the run may no longer act (it
+    was cancelled, or its lease was lost): the call did not start, no later call of the step
+    starts, and the turn is not decided (the engine lets it through; its caller records it)."""
+
+
 @dataclass(frozen=True)
 class Tool:
     """A function the actor may call, with the JSON Schema its arguments must fit.

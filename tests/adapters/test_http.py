@@ -387,3 +387,17 @@ def test_a_vendor_reply_with_malformed_usage_spends_nothing_and_still_answers():
 
     assert answers == CALM
     assert g.spend == NOTHING
+
+
+def test_a_vendor_reply_that_failed_with_an_http_error_still_counts_its_usage():
+    prices = {PINNED: Price(input_per_million=1.0, output_per_million=2.0)}
+    failed = {"error": "the answer was cut off", "usage": USAGE}
+    with (
+        serve(lambda p, h, b: (502, failed, 0)) as server,
+        guardian(server.url, prices=prices) as g,
+    ):
+        answers = g.answer(PROJECTION, ALL)
+
+    assert all(isinstance(answer, Malformed) for answer in answers.values())
+    assert g.spend.tokens == 1500
+    assert g.spend.cost == pytest.approx(0.002)

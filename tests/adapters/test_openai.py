@@ -610,3 +610,18 @@ def test_the_guardian_asks_the_wording_it_is_given_and_reports_that_version():
     assert not any(DEFAULT_QUESTIONS[c.value] in text for c in Condition for text in asked)
     assert g.takes_question_text is True
     assert g.question_set_version == "q7"
+
+
+def test_a_reply_that_failed_with_an_http_error_still_counts_what_it_cost():
+    # A server that generated, then answered 500 with the usage it billed: paid for.
+    body = {
+        "error": {"message": "overloaded"},
+        "usage": {"prompt_tokens": 70, "completion_tokens": 1},
+    }
+    prices = {MODEL: Price(input_per_million=1.0, output_per_million=2.0)}
+    with serve(lambda p, h, b: (500, body, 0)) as server, guardian(server.url, prices=prices) as g:
+        answers = g.answer(PROJECTION, (Condition.INTEGRITY,))
+
+    assert isinstance(answers["integrity"], Malformed)
+    assert g.spend.tokens == 71
+    assert g.spend.cost == pytest.approx((70 * 1.0 + 1 * 2.0) / 1e6)

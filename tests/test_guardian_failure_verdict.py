@@ -7,6 +7,7 @@ import pytest
 
 from escalations.models import EscalationKind, EscalationStatus, Verdict
 from escalations.services import EscalationError, escalation_resolve
+from runs.audit import run_chain_verify
 from runs.models import RunStatus
 from tests.runs_helpers import drive, start
 
@@ -56,6 +57,8 @@ def test_a_reviewer_ends_a_guardian_failure_cancelled_with_a_reason(failed_guard
         "cancelled_by_reviewer",
         None,
     )
+    report = run_chain_verify(run)
+    assert report.ok, report.describe()
 
 
 def test_ending_a_run_names_how_and_needs_a_reason(failed_guardian, reviewer):

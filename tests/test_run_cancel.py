@@ -13,6 +13,7 @@ from django.urls import reverse
 from escalations.models import EscalationStatus
 from escalations.services import escalation_resolve
 from guardian_core.demo import demo_policy_version
+from runs.audit import run_chain_verify
 from runs.external import ExternalError, _lease, _proposal_from_body, _step_open
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.services import _claim, run_advance, run_cancel, run_start
@@ -98,6 +99,8 @@ def test_no_call_starts_once_the_run_is_cancelled_under_a_worker_that_holds_it(r
     turn = Turn.objects.get(run=run, index=1)
     assert turn.finished_at is not None
     assert not hasattr(turn, "decision") or turn.decision is None
+    report = run_chain_verify(run)
+    assert report.ok, report.describe()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -136,6 +139,9 @@ def test_a_cancel_while_the_lookup_runs_stops_the_refund_on_postgresql_threads(r
     refund = ToolCall.objects.get(turn__run=run, turn__index=1, tool="issue_refund")
     assert (refund.status, refund.started_at) == (ToolCallStatus.PROPOSED, None)
     assert "cancelled" in refund.error
+    # The cancelled run's log still verifies: the cancel is sealed, not mistaken for tampering.
+    report = run_chain_verify(run)
+    assert report.ok, report.describe()
 
 
 @pytest.mark.worker

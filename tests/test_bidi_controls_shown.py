@@ -94,3 +94,12 @@ def test_the_django_admins_run_pages(client, django_user_model):
     change = client.get(f"/admin/runs/run/{run.pk}/change/").content.decode()
     assert_shown(change)
     assert change.count(SHOWN) >= 4  # goal, criteria, answer, last error
+
+
+def test_a_token_name_on_the_tokens_page_and_its_revoke_page(client, admin):
+    from guardian_core.services import api_token_create
+
+    token, _secret = api_token_create(user=admin, name=HOSTILE)
+    client.force_login(admin)
+    assert_shown(client.get(reverse("tokens:list")).content.decode())
+    assert_shown(client.get(reverse("tokens:revoke", args=[token.pk])).content.decode())

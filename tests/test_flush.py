@@ -36,7 +36,7 @@ def _log_counts() -> tuple[int, int, int]:
     return Decision.objects.count(), Verdict.objects.count(), LabelledExample.objects.count()
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # as manage.py flush runs: in no outer transaction
 def test_flush_empties_the_log_and_the_log_is_append_only_again_after_it():
     _log_rows(USERNAME)
     call_command("flush", interactive=False, verbosity=0)

@@ -194,6 +194,10 @@ def run_turns_for_api(*, run_id: int) -> QuerySet[Turn]:
 
 def run_turn_get(*, run_id: int, index: int) -> Turn:
     """One turn with its decision, calls and escalations; raises Turn.DoesNotExist."""
+    # No row has an id past a 64-bit integer, and SQLite cannot even bind one for a foreign
+    # key (Django guards a model's own id and integer fields, not a foreign key's).
+    if not 0 <= run_id < 2**63:
+        raise Turn.DoesNotExist(f"no run {run_id}")
     return (
         Turn.objects.select_related("decision", "decision__policy_version")
         .prefetch_related("tool_calls", "escalations")

@@ -31,12 +31,18 @@ def pytest_report_header(config) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _no_policy_from_another_test():
-    # A rolled-back test's policy version id can come back in the next test (SQLite).
+    # A rolled-back test's policy version id can come back in the next test (SQLite), with
+    # another number: the per-process policies and the chain's policy numbers are dropped.
+    from runs import chain
     from runs.mapping import forget_policies
 
-    forget_policies()
+    def forget() -> None:
+        forget_policies()
+        chain._POLICY_NUMBERS.clear()
+
+    forget()
     yield
-    forget_policies()
+    forget()
 
 
 @pytest.fixture(autouse=True)
@@ -104,13 +110,31 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Without Chromium, a developer's run skips the browser tests and says why; CI never does
-    (CI=true makes a missing browser a failure, not a skip)."""
+    (CI=true makes a missing browser a failure, not a skip). On the embedded SQLite the tests
+    marked `postgresql(reason=...)` are skipped with their reason."""
+    _skip_postgresql_only(items)
     if os.path.exists(CHROMIUM) or os.environ.get("CI"):
         return
     skip = pytest.mark.skip(reason=f"no Chromium at {CHROMIUM}: install it or set CHROMIUM_PATH")
     for item in items:
         if "browser" in item.keywords:
             item.add_marker(skip)
+
+
+def _skip_postgresql_only(items) -> None:
+    """One marker for every test SQLite cannot run, so `-m postgresql` lists them all; a mark
+    without a reason is refused, so each skip says what SQLite lacks."""
+    from django.db import connection
+
+    for item in items:
+        marker = item.get_closest_marker("postgresql")
+        if marker is None:
+            continue
+        reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+        if not reason:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.postgresql needs a reason=")
+        if connection.vendor != "postgresql":
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,11 @@
 
 import hashlib
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
@@ -118,17 +121,61 @@ def make_escalation(*, turn: Turn | None = None, **overrides) -> Escalation:
     return escalation
 
 
-def backdate(queryset, **fields) -> None:
-    """Update rows of the append-only log (a verdict's or an example's time, to test date
-    filters) with its triggers off, inside the test's transaction only: the app itself can
-    never change these rows (runs/log_triggers.py)."""
-    from django.db import connection
-
-    table = queryset.model._meta.db_table
+@contextmanager
+def log_triggers_off(*tables: str) -> Iterator[None]:
+    """The append-only log's triggers (runs/log_triggers.py) off on `tables` for the block, as
+    whoever owns the tables could switch them off behind the app's back: a test's tampering.
+    Only inside the test's transaction, whose rollback brings the triggers back whatever the
+    block did. PostgreSQL disables the tables' user triggers; SQLite cannot disable a trigger,
+    so it drops them and makes them again from the SQL it kept for them."""
+    assert connection.in_atomic_block, "tamper only inside the test's transaction"
     with connection.cursor() as cursor:
-        # Deferred constraint checks still pending would make ALTER TABLE refuse.
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        if connection.vendor == "postgresql":
+            # Deferred constraint checks still pending would make ALTER TABLE refuse.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            for table in tables:
+                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        else:
+            marks = ", ".join(["%s"] * len(tables))
+            cursor.execute(
+                f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                f"AND tbl_name IN ({marks})",
+                list(tables),
+            )
+            triggers = cursor.fetchall()
+            for name, _sql in triggers:
+                cursor.execute(f'DROP TRIGGER "{name}"')
+    yield
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for table in tables:
+                cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        else:
+            for _name, sql in triggers:
+                cursor.execute(sql)
+
+
+def tamper(sql: str, params=(), *, tables: tuple[str, ...] = ("runs_decision",)) -> None:
+    """Run one statement that changes the log behind the app's back (see log_triggers_off)."""
+    with log_triggers_off(*tables), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def tamper_rows(queryset, **fields) -> None:
+    """Update rows of the append-only log through the ORM, its triggers off (see
+    log_triggers_off): the app itself can never change these rows."""
+    with log_triggers_off(queryset.model._meta.db_table):
         queryset.update(**fields)
-        cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+
+
+def backdate(queryset, **fields) -> None:
+    """Move rows of the append-only log back in time (a verdict's or an example's time, to
+    test date filters), its triggers off inside the test's transaction only."""
+    tamper_rows(queryset, **fields)
+
+
+def json_placeholder() -> str:
+    """The placeholder for a JSON text written as it is spelled into a JSON column by raw SQL:
+    PostgreSQL's jsonb needs the cast, SQLite keeps the text."""
+    return "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"

@@ -187,6 +187,13 @@ def test_a_turn_reads_with_its_calls_and_decision(client, auditor):
     assert client.get("/api/runs/999999/turns/", headers=headers).status_code == 404
 
 
+def test_a_turn_of_a_run_id_past_64_bits_is_a_404(client, auditor):
+    # SQLite cannot bind such a number for a foreign key: it was a 500 there.
+    huge = 2**70
+    for url in (f"/api/runs/{huge}/turns/0/", f"/api/runs/{huge}/turns/", f"/api/runs/{huge}/"):
+        assert client.get(url, headers=bearer(auditor)).status_code == 404, url
+
+
 def test_a_runs_detail_shows_a_bounded_number_of_turns(client, auditor):
     from runs.api import DETAIL_TURNS
 

@@ -1,12 +1,11 @@
 """`manage.py verify_log` and the run page's "Verify chain" count in words that agree with
-their numbers: one decision, two decisions; one run, two runs (PostgreSQL)."""
+their numbers: one decision, two decisions; one run, two runs."""
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.urls import reverse
 
-from tests.factories import make_decision, make_run, make_turn
+from tests.factories import make_decision, make_run, make_turn, tamper
 
 pytestmark = pytest.mark.django_db
 
@@ -39,15 +38,11 @@ def test_verify_log_says_decisions_and_runs_in_the_plural(capsys):
 
 def test_verify_log_says_one_broken_run_has_a_broken_chain(capsys):
     run = run_with_decisions(2)
-    with connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("ALTER TABLE runs_decision DISABLE TRIGGER USER")
-        cursor.execute(
-            "UPDATE runs_decision SET outcome = 'stop_success' WHERE turn_id IN "
-            "(SELECT id FROM runs_turn WHERE run_id = %s AND index = 1)",
-            [run.pk],
-        )
-        cursor.execute("ALTER TABLE runs_decision ENABLE TRIGGER USER")
+    tamper(
+        "UPDATE runs_decision SET outcome = 'stop_success' WHERE turn_id IN "
+        '(SELECT id FROM runs_turn WHERE run_id = %s AND "index" = 1)',
+        [run.pk],
+    )
     with pytest.raises(CommandError) as error:
         call_command("verify_log", str(run.pk))
     assert str(error.value) == "1 of 1 run has a broken chain"

@@ -1,6 +1,7 @@
-"""The tamper-evident decision log on real PostgreSQL: each decision hashed and chained to the
-one before it in the run, the triggers that refuse changing or deleting the log outside a
-purge, verify_log naming the first broken link, and export, purge, import, verify."""
+"""The tamper-evident decision log, on PostgreSQL and on the embedded SQLite: each decision
+hashed and chained to the one before it in the run, the triggers that refuse changing or
+deleting the log outside a purge, verify_log naming the first broken link, and export, purge,
+import, verify."""
 
 import csv
 import io
@@ -18,11 +19,10 @@ from runs.audit import ImportProblem, run_chain_verify, run_export, run_import, 
 from runs.chain import HASHED_FIELDS, content_hash, log_keys
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.services import run_advance
+from tests.factories import log_triggers_off, tamper
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
-
-TRIGGER = "guardian_decision_append_only"
 
 
 def _decisions(run: Run) -> list[Decision]:
@@ -39,22 +39,6 @@ def _refund_resolved(reviewer) -> Run:
     escalation = run.escalations.get()
     escalation_resolve(escalation_id=escalation.pk, reviewer=reviewer, decision="approve")
     return drive(run)
-
-
-def _tamper(sql: str, params) -> None:
-    """Change the log behind the triggers' back, as someone with the table owner's rights."""
-    _trigger("DISABLE")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-    _trigger("ENABLE")
-
-
-def _trigger(action: str) -> None:
-    with connection.cursor() as cursor:
-        # The test's transaction holds deferred key checks, which ALTER TABLE will not wait on.
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute(f"ALTER TABLE runs_decision {action} TRIGGER {TRIGGER}")
-        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 
 def _refused(action) -> None:
@@ -100,7 +84,7 @@ def test_verify_log_names_the_run_and_turn_of_an_altered_decision(reviewer, caps
     other = _refund_resolved(reviewer)
     call_command("verify_log", "--all")
     altered = _decisions(run)[1]
-    _tamper("UPDATE runs_decision SET outcome = 'stop_success' WHERE id = %s", [altered.pk])
+    tamper("UPDATE runs_decision SET outcome = 'stop_success' WHERE id = %s", [altered.pk])
 
     with pytest.raises(CommandError) as failed:
         call_command("verify_log", str(run.pk))
@@ -118,7 +102,7 @@ def test_verify_log_names_the_run_and_turn_of_an_altered_decision(reviewer, caps
 def test_a_decision_removed_from_the_middle_breaks_the_link_of_the_next(reviewer):
     run = _refund_resolved(reviewer)
     decisions = _decisions(run)
-    _tamper("DELETE FROM runs_decision WHERE id = %s", [decisions[1].pk])
+    tamper("DELETE FROM runs_decision WHERE id = %s", [decisions[1].pk])
     report = run_chain_verify(run)
     # Its escalation now hangs on a turn without a decision, and the next link is broken.
     assert (decisions[1].turn.index, "an escalation on a turn that has no decision") in (
@@ -136,7 +120,7 @@ def test_a_rewritten_decision_with_a_recomputed_hash_breaks_the_next_link(review
     forged = content_hash(
         run_uid=run.uid, turn_index=0, policy_number=run.policy_version.number, fields=fields
     )
-    _tamper(
+    tamper(
         "UPDATE runs_decision SET outcome = 'replan', content_hash = %s WHERE id = %s",
         [forged, first.pk],
     )
@@ -240,14 +224,12 @@ def test_the_existing_decisions_are_chained_by_the_migration():
     run = first.turn.run
     second = make_decision(turn=make_turn(run=run, index=1), content_hash="")
     assert first.content_hash == second.content_hash == second.prev_hash == ""
-    _trigger("DISABLE")
-    migration.chain_existing(django.apps.apps, None)
-    _trigger("ENABLE")
+    with log_triggers_off("runs_decision"):
+        migration.chain_existing(django.apps.apps, None)
     # The unkeyed chain of 0009 is no longer enough: verify names every decision.
     assert "not sealed under any key" in run_chain_verify(run).problem
-    _trigger("DISABLE")
-    keyed.reseal_existing(django.apps.apps, None)
-    _trigger("ENABLE")
+    with log_triggers_off("runs_decision"):
+        keyed.reseal_existing(django.apps.apps, None)
     report = run_chain_verify(run)
     assert report.ok, report.describe()
     assert report.decisions == 2
@@ -265,7 +247,7 @@ def test_the_run_page_verifies_and_exports(client, auditor, reviewer):
     verified = client.get(reverse("runs:verify", args=[run.pk]), HTTP_HX_REQUEST="true")
     assert "Chain intact" in verified.content.decode()
     assert _decisions(run)[-1].content_hash in verified.content.decode()
-    _tamper("UPDATE runs_decision SET reasons = '[]' WHERE id = %s", [_decisions(run)[1].pk])
+    tamper("UPDATE runs_decision SET reasons = '[]' WHERE id = %s", [_decisions(run)[1].pk])
     verified = client.get(reverse("runs:verify", args=[run.pk]), HTTP_HX_REQUEST="true")
     assert "Chain broken at turn 1" in verified.content.decode()
 

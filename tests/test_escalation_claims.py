@@ -540,10 +540,9 @@ ITEMS = 30
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(
-    connection.vendor != "postgresql",
-    reason="SKIP LOCKED and concurrent writers need PostgreSQL; SQLite serialises every "
-    "writer, so there is no race to test there (CI runs PostgreSQL)",
+@pytest.mark.postgresql(
+    reason="SKIP LOCKED and concurrent writers: SQLite has no SKIP LOCKED and serialises "
+    "every writer, so there is no race to test there"
 )
 def test_twenty_reviewers_claiming_at_once_never_share_an_item_and_lose_none(
     django_user_model,

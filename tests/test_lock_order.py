@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from django.db import OperationalError, connection, connections, transaction
+from django.db import OperationalError, connections, transaction
 
 from escalations.models import EscalationStatus, Verdict
 from escalations.services import escalation_resolve
@@ -16,8 +16,8 @@ from tests.runs_helpers import drive, start
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor != "postgresql", reason="row locks need PostgreSQL (CI runs it)"
+    pytest.mark.postgresql(
+        reason="row locks and advisory locks: SQLite has neither, it locks the whole file"
     ),
 ]
 

@@ -322,9 +322,12 @@ def test_nothing_configured_sends_nothing_and_raises_nothing(
 
 @pytest.fixture
 def broker_down(monkeypatch):
-    """The Celery app pointed at a port where no broker listens: a real refused connection."""
-    monkeypatch.setattr(celery_app.conf, "broker_url", "redis://127.0.0.1:9/0")
-    monkeypatch.setattr(celery_app.conf, "broker_write_url", "redis://127.0.0.1:9/0")
+    """The Celery app pointed at a port where no broker listens: a real refused connection.
+    Set in the configuration's own changes, which the undo puts back exactly: through the
+    attribute, the write URL's old value would be read after broker_url changed (it falls
+    back to it) and the next tests would send to the dead port."""
+    monkeypatch.setitem(celery_app.conf.changes, "broker_url", "redis://127.0.0.1:9/0")
+    monkeypatch.setitem(celery_app.conf.changes, "broker_write_url", "redis://127.0.0.1:9/0")
     monkeypatch.setattr(celery_app, "_pool", None)
     monkeypatch.setattr(celery_app.amqp, "_producer_pool", None)
 

@@ -1,10 +1,7 @@
-"""Decision replay, guardian replay and the counterfactual probe, on real runs (PostgreSQL)."""
-
-import json
+"""Decision replay, guardian replay and the counterfactual probe, on real runs."""
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.urls import reverse
 
 from escalations.models import EscalationStatus
@@ -21,20 +18,10 @@ from runs.replay import (
     turn_probe,
 )
 from runs.scenarios import scenario_names
+from tests.factories import tamper, tamper_rows
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
-
-
-def _tamper(sql: str, params: list) -> None:
-    """Change a logged row behind the app's back. The log's own triggers (runs/log_triggers.py)
-    refuse UPDATE: they are switched off inside this test's transaction only."""
-    with connection.cursor() as cursor:
-        # Deferred constraint checks still pending would make ALTER TABLE refuse.
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("ALTER TABLE runs_decision DISABLE TRIGGER USER")
-        cursor.execute(sql, params)
-        cursor.execute("ALTER TABLE runs_decision ENABLE TRIGGER USER")
 
 
 @pytest.mark.parametrize("name", [n for n in scenario_names() if n != "coder_reviewer_round_cap"])
@@ -94,10 +81,8 @@ def test_a_tampered_answer_is_named_with_its_run_and_turn_and_exits_one(capsys):
     last = run.turns.order_by("-index").first()
     decision = Decision.objects.get(turn=last)
     assert decision.outcome == "stop_success"
-    _tamper(
-        "UPDATE runs_decision SET answers = jsonb_set(answers, '{goal_reached}', %s::jsonb) "
-        "WHERE id = %s",
-        [json.dumps(0.01), decision.pk],
+    tamper_rows(
+        Decision.objects.filter(pk=decision.pk), answers=decision.answers | {"goal_reached": 0.01}
     )
     with pytest.raises(SystemExit) as exit_:
         call_command("replay", str(run.pk))
@@ -116,7 +101,7 @@ def test_replay_all_names_the_tampered_run_among_others(capsys):
     good = drive(start("drifting_agent"))
     bad = drive(start("stagnating_agent"))
     decision = Decision.objects.filter(turn__run=bad).order_by("turn__index").first()
-    _tamper("UPDATE runs_decision SET outcome = 'escalate' WHERE id = %s", [decision.pk])
+    tamper("UPDATE runs_decision SET outcome = 'escalate' WHERE id = %s", [decision.pk])
     with pytest.raises(SystemExit) as exit_:
         call_command("replay", "--all")
     assert exit_.value.code == 1
@@ -250,10 +235,9 @@ def test_the_replay_page_pages_by_turn_index(client, auditor, monkeypatch):
 def test_the_turn_replay_page_shows_a_tampered_turn_different(client, auditor):
     run = drive(start("goal_reached"))
     last = run.turns.order_by("-index").first()
-    _tamper(
-        "UPDATE runs_decision SET answers = jsonb_set(answers, '{goal_reached}', '0.01') "
-        "WHERE turn_id = %s",
-        [last.pk],
+    decision = Decision.objects.get(turn=last)
+    tamper_rows(
+        Decision.objects.filter(pk=decision.pk), answers=decision.answers | {"goal_reached": 0.01}
     )
     client.force_login(auditor)
     body = client.get(reverse("runs:turn_replay", args=[run.pk, last.index])).content.decode()

@@ -1,29 +1,20 @@
 """What decision replay compares: every logged reason field by field, the fired set and the
-thresholds in force, whatever the JSON's spelling; a run read in chunks as in one (PostgreSQL)."""
+thresholds in force, whatever the JSON's spelling; a run read in chunks as in one."""
 
 import dataclasses
 import json
 
 import pytest
-from django.db import connection
 
 from guardian_core.engine.policy import Usage, decide
 from guardian_core.engine.thresholds import default_policy
 from runs import replay
 from runs.models import Decision
 from runs.replay import DIFFERENT, IDENTICAL, TurnReplay, run_replay
+from tests.factories import json_placeholder, tamper, tamper_rows
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
-
-
-def _tamper(sql: str, params: list) -> None:
-    """Change a logged row behind the app's back, the log's triggers off in this transaction."""
-    with connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("ALTER TABLE runs_decision DISABLE TRIGGER USER")
-        cursor.execute(sql, params)
-        cursor.execute("ALTER TABLE runs_decision ENABLE TRIGGER USER")
 
 
 def _first_decision(run) -> Decision:
@@ -34,14 +25,25 @@ def _replayed(run) -> dict[int, TurnReplay]:
     return {result.turn_index: result for result in run_replay(run=run)}
 
 
+def _spelled(value, path: tuple, spelling: str) -> str:
+    """`value` as JSON text with the number at `path` written as `spelling`: the same number in
+    other words, as a row written by other software could hold it."""
+    marker = "a number spelled otherwise"
+    copy = json.loads(json.dumps(value))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    assert float(spelling) == node[path[-1]]
+    node[path[-1]] = marker
+    return json.dumps(copy).replace(json.dumps(marker), spelling)
+
+
 def test_a_changed_reason_detail_is_a_difference_in_the_reasons():
     run = drive(start("drifting_agent"))
     decision = _first_decision(run)
-    _tamper(
-        "UPDATE runs_decision SET reasons = jsonb_set(reasons, '{0,detail}', %s::jsonb) "
-        "WHERE id = %s",
-        [json.dumps("p=0.000 is below t*=0.100"), decision.pk],
-    )
+    reasons = decision.reasons
+    reasons[0]["detail"] = "p=0.000 is below t*=0.100"
+    tamper_rows(Decision.objects.filter(pk=decision.pk), reasons=reasons)
     result = _replayed(run)[decision.turn.index]
     assert (result.status, result.differences) == (DIFFERENT, ("reasons",))
     assert result.logged_reasons[0]["detail"] == "p=0.000 is below t*=0.100"
@@ -51,30 +53,34 @@ def test_a_changed_reason_detail_is_a_difference_in_the_reasons():
 @pytest.mark.parametrize(
     "change",
     [
-        "reasons #- '{0,delta}'",  # a field missing
-        "jsonb_set(reasons, '{0,note}', '\"x\"')",  # a field more
-        "jsonb_set(reasons, '{0,value}', 'null')",  # a value gone
-        "reasons || '[]'::jsonb || jsonb_build_array(reasons -> 0)",  # a reason more
-        "jsonb_set(reasons, '{0,detail}', to_jsonb((reasons -> 0 ->> 'detail') || E'\\n'))",
+        lambda reasons: reasons[0].pop("delta"),  # a field missing
+        lambda reasons: reasons[0].update(note="x"),  # a field more
+        lambda reasons: reasons[0].update(value=None),  # a value gone
+        lambda reasons: reasons.append(dict(reasons[0])),  # a reason more
+        lambda reasons: reasons[0].update(detail=reasons[0]["detail"] + "\n"),
     ],
     ids=["missing-field", "extra-field", "null-value", "extra-reason", "escaped-detail"],
 )
 def test_any_other_change_to_a_logged_reason_is_a_difference(change):
     run = drive(start("goal_reached"))
     decision = _first_decision(run)
-    _tamper(f"UPDATE runs_decision SET reasons = {change} WHERE id = %s", [decision.pk])
+    reasons = decision.reasons
+    change(reasons)
+    tamper_rows(Decision.objects.filter(pk=decision.pk), reasons=reasons)
     result = _replayed(run)[decision.turn.index]
     assert result.differences == ("reasons",)
 
 
 def test_reasons_spelled_otherwise_but_equal_are_identical():
-    """The same JSON in other words (a float's trailing zero, jsonb keeps it) is the same."""
+    """The same JSON in other words (a float's trailing zero: jsonb and SQLite keep it) is the
+    same."""
     run = drive(start("drifting_agent"))
     decision = _first_decision(run)
-    _tamper(
-        "UPDATE runs_decision SET reasons = jsonb_set(reasons, '{0,t_star}', "
-        "((reasons -> 0 ->> 't_star') || '0')::jsonb) WHERE id = %s",
-        [decision.pk],
+    t_star = json.dumps(decision.reasons[0]["t_star"])
+    assert "." in t_star
+    tamper(
+        f"UPDATE runs_decision SET reasons = {json_placeholder()} WHERE id = %s",
+        [_spelled(decision.reasons, (0, "t_star"), t_star + "0"), decision.pk],
     )
     result = _replayed(run)[decision.turn.index]
     assert result.status == IDENTICAL
@@ -83,15 +89,12 @@ def test_reasons_spelled_otherwise_but_equal_are_identical():
 def test_changed_thresholds_in_force_are_named_and_equal_ones_spelled_otherwise_are_not():
     run = drive(start("drifting_agent"))
     first, *rest = Decision.objects.filter(turn__run=run).order_by("turn__index")
-    _tamper(
-        "UPDATE runs_decision SET thresholds = jsonb_set(thresholds, '{drift,t_star}', '0.6') "
-        "WHERE id = %s",
-        [first.pk],
-    )
-    _tamper(
-        "UPDATE runs_decision SET thresholds = jsonb_set(thresholds, '{drift,t_star}', "
-        "'0.50000') WHERE id = %s",
-        [rest[0].pk],
+    changed = first.thresholds
+    changed["drift"]["t_star"] = 0.6
+    tamper_rows(Decision.objects.filter(pk=first.pk), thresholds=changed)
+    tamper(
+        f"UPDATE runs_decision SET thresholds = {json_placeholder()} WHERE id = %s",
+        [_spelled(rest[0].thresholds, ("drift", "t_star"), "0.50000"), rest[0].pk],
     )
     results = _replayed(run)
     assert results[first.turn.index].differences == (
@@ -103,7 +106,7 @@ def test_changed_thresholds_in_force_are_named_and_equal_ones_spelled_otherwise_
 def test_a_changed_fired_set_is_named():
     run = drive(start("drifting_agent"))
     decision = _first_decision(run)
-    _tamper("UPDATE runs_decision SET fired = '[\"drift\"]' WHERE id = %s", [decision.pk])
+    tamper("UPDATE runs_decision SET fired = '[\"drift\"]' WHERE id = %s", [decision.pk])
     result = _replayed(run)[decision.turn.index]
     assert "fired: drift → —" in result.differences
 

@@ -136,8 +136,9 @@ def test_old_snapshot_turns_are_migrated_to_steps_and_the_run_goes_on():
 
 # ---- the common turn's outcome in one statement (PostgreSQL, outside a transaction) ---------
 
-postgres_only = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the one-statement write is PostgreSQL's"
+postgres_only = pytest.mark.postgresql(
+    reason="the turn's one-statement write is PostgreSQL's (writable CTEs with RETURNING "
+    "across tables); SQLite takes the ORM path, tested elsewhere"
 )
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from escalations.models import (
@@ -419,7 +419,9 @@ def test_a_second_verdict_is_refused_as_already_decided(reviewer, other_reviewer
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL")
+@pytest.mark.postgresql(
+    reason="two writers at the same moment: SQLite serialises every writer, so there is no race"
+)
 def test_a_double_submit_at_the_same_moment_gives_one_verdict(reviewer):
     run, escalation = _waiting_refund()
     barrier = threading.Barrier(2)

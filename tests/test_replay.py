@@ -18,7 +18,7 @@ from runs.replay import (
     turn_probe,
 )
 from runs.scenarios import scenario_names
-from tests.factories import tamper, tamper_rows
+from tests.factories import json_placeholder, tamper, tamper_rows
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
@@ -289,7 +289,10 @@ def test_the_probe_page_shows_what_would_move(client, auditor, local_guardian_tr
 
 def _malform_first_decision(run, column: str = "answers", value: str = "[]") -> int:
     decision = Decision.objects.filter(turn__run=run).order_by("turn__index").first()
-    _tamper(f"UPDATE runs_decision SET {column} = %s::jsonb WHERE id = %s", [value, decision.pk])
+    tamper(
+        f"UPDATE runs_decision SET {column} = {json_placeholder()} WHERE id = %s",
+        [value, decision.pk],
+    )
     return decision.turn.index
 
 
@@ -318,7 +321,7 @@ def test_replay_all_goes_on_past_a_malformed_run_and_names_it(capsys):
     later = drive(start("drifting_agent"))
     index = _malform_first_decision(bad)
     later_tampered = Decision.objects.filter(turn__run=later).order_by("turn__index").first()
-    _tamper("UPDATE runs_decision SET outcome = 'escalate' WHERE id = %s", [later_tampered.pk])
+    tamper("UPDATE runs_decision SET outcome = 'escalate' WHERE id = %s", [later_tampered.pk])
     with pytest.raises(SystemExit) as exit_:
         call_command("replay", "--all")
     assert exit_.value.code == 1
@@ -333,14 +336,11 @@ def test_replay_all_goes_on_past_a_malformed_run_and_names_it(capsys):
 def test_the_replay_pages_answer_200_with_a_malformed_turn_named(client, auditor):
     run = drive(start("goal_reached"))
     index = _malform_first_decision(run)
-    with connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("ALTER TABLE runs_turn DISABLE TRIGGER USER")
-        cursor.execute(
-            "UPDATE runs_turn SET projection = '[1]'::jsonb WHERE run_id = %s AND index = %s",
-            [run.pk, index],
-        )
-        cursor.execute("ALTER TABLE runs_turn ENABLE TRIGGER USER")
+    tamper(
+        f'UPDATE runs_turn SET projection = {json_placeholder()} WHERE run_id = %s AND "index" = %s',
+        ["[1]", run.pk, index],
+        tables=("runs_turn",),
+    )
     client.force_login(auditor)
     pages = {
         "run": client.get(reverse("runs:replay", args=[run.pk])),

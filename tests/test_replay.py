@@ -337,7 +337,8 @@ def test_the_replay_pages_answer_200_with_a_malformed_turn_named(client, auditor
     run = drive(start("goal_reached"))
     index = _malform_first_decision(run)
     tamper(
-        f'UPDATE runs_turn SET projection = {json_placeholder()} WHERE run_id = %s AND "index" = %s',
+        f"UPDATE runs_turn SET projection = {json_placeholder()} "
+        'WHERE run_id = %s AND "index" = %s',
         ["[1]", run.pk, index],
         tables=("runs_turn",),
     )

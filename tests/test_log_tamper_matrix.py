@@ -3,11 +3,9 @@ meaningful column, a DELETE of a row, the run's tail cut off, a forgery that rew
 content and recomputes every hash without the key}, done as the tables' owner with the log's
 triggers switched off. verify_log must find every one and name the run and the turn.
 
-PostgreSQL only: the matrix plays someone with the owner's rights, who switches the triggers
-off per table (ALTER TABLE ... DISABLE TRIGGER USER) inside the test's transaction. SQLite
-has no such per-session switch (its triggers would have to be dropped, which no test
-transaction undoes) and no roles at all; the seals themselves are the same Python on both
-databases, and tests/test_decision_chain.py's portable tests check them there.
+The matrix plays someone with the owner's rights, who switches the triggers off inside the
+test's transaction (tests/factories.log_triggers_off), so the rollback brings them back.
+PostgreSQL only (the marker says why).
 """
 
 import hashlib
@@ -22,13 +20,15 @@ from escalations.services import escalation_resolve
 from runs import chain, sealing
 from runs.audit import run_chain_verify
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
+from tests.factories import log_triggers_off
 from tests.runs_helpers import drive, start
 
 pytestmark = [
     pytest.mark.django_db,
-    pytest.mark.skipif(
-        "connection.vendor != 'postgresql'",
-        reason="plays the table owner switching the log's triggers off per table: PostgreSQL's",
+    pytest.mark.postgresql(
+        reason="its forgeries rewrite rows with multi-statement SQL and UPDATE ... FROM, which "
+        "SQLite's driver and dialect do not take (the seals are the same Python on both "
+        "databases: tests/test_decision_chain.py checks them on SQLite)"
     ),
 ]
 
@@ -46,15 +46,8 @@ LOG_TABLES = (
 
 def _sql(sql: str, params=()) -> None:
     """Run `sql` as the tables' owner with every trigger on the log's tables off."""
-    with connection.cursor() as cursor:
-        # Deferred key checks still pending would make ALTER TABLE refuse.
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        for table in LOG_TABLES:
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+    with log_triggers_off(*LOG_TABLES), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for table in LOG_TABLES:
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 
 from escalations.models import Approval, Escalation, LabelledExample, Verdict
 from escalations.services import escalation_resolve
@@ -22,6 +22,7 @@ from runs.audit import run_chain_verify
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from tests.factories import log_triggers_off
 from tests.runs_helpers import drive, start
+from tests.test_db_app_role import APP_ROLE, app_role  # noqa: F401 - a fixture
 
 pytestmark = [
     pytest.mark.django_db,
@@ -44,10 +45,26 @@ LOG_TABLES = (
 )
 
 
+# Who tampers in the cell under way: the tables' owner (triggers switched off), or the app's
+# own role (tests/test_db_app_role.py), which owns nothing and so cannot switch them off.
+_TAMPERER = {"who": "owner", "refused": []}
+
+
 def _sql(sql: str, params=()) -> None:
-    """Run `sql` as the tables' owner with every trigger on the log's tables off."""
-    with log_triggers_off(*LOG_TABLES), connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    """Run `sql` as the cell's tamperer: the owner with every trigger on the log's tables off,
+    or the app's role with the triggers on, in a savepoint whose refusal is recorded (and
+    undone whole) rather than failing the test."""
+    if _TAMPERER["who"] == "owner":
+        with log_triggers_off(*LOG_TABLES), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+        return
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET ROLE {APP_ROLE}")
+            cursor.execute(sql, params)
+            cursor.execute("RESET ROLE")
+    except DatabaseError as refused:
+        _TAMPERER["refused"].append(str(refused))
 
 
 @pytest.fixture
@@ -102,15 +119,19 @@ def _forge(run: Run) -> None:
     same code, the real key's id, another key."""
     real = chain.log_keys()
     forger = chain.LogKeys(real.current_id, {real.current_id: b"f" * 64})
-    with connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        for table in LOG_TABLES:
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-    sealing.run_log_seal_all(run.pk, keys=forger)
-    with connection.cursor() as cursor:
-        for table in LOG_TABLES:
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+    if _TAMPERER["who"] == "owner":
+        with log_triggers_off(*LOG_TABLES):
+            sealing.run_log_seal_all(run.pk, keys=forger)
+        return
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET ROLE {APP_ROLE}")
+            sealing.run_log_seal_all(run.pk, keys=forger)
+            with connection.cursor() as cursor:
+                cursor.execute("RESET ROLE")
+    except DatabaseError as refused:
+        _TAMPERER["refused"].append(str(refused))
 
 
 REFUND_4999 = json.dumps({"order_id": "ord_4472", "amount": 4999.0})
@@ -327,8 +348,21 @@ def _assert_named(run: Run, expected_turn, capsys) -> None:
     assert f"BROKEN run {run.pk} turn " in err
 
 
+@pytest.fixture(params=["owner", "app_role"])
+def tamperer(request):
+    """Each cell twice: as the tables' owner with the triggers off (a superuser can do no
+    more), and as the app's role with them on."""
+    if request.param == "app_role":
+        request.getfixturevalue("app_role")
+    _TAMPERER.update(who=request.param, refused=[])
+    yield request.param
+    _TAMPERER.update(who="owner", refused=[])
+
+
 @pytest.mark.parametrize(("table", "change"), CELLS)
-def test_every_change_to_a_runs_story_is_found_and_named(story, table, change, capsys):
+def test_every_change_to_a_runs_story_is_refused_or_found_and_named(
+    story, table, change, tamperer, capsys
+):
     run, escalation = story
     other = drive(start("goal_reached"))  # another run, which must still verify
     if change == "forged":
@@ -339,6 +373,13 @@ def test_every_change_to_a_runs_story_is_found_and_named(story, table, change, c
         expected = None
     else:
         expected = TABLES[table][change](run, escalation)
+    if _TAMPERER["refused"]:
+        # The app's role was refused (a trigger, or a right it lacks), and the savepoint took
+        # back the whole statement: whatever else it got through must still be found.
+        assert tamperer == "app_role"
+        report = run_chain_verify(run)
+        if report.ok:
+            return
     _assert_named(run, expected, capsys)
     assert run_chain_verify(other).ok
 

@@ -171,6 +171,15 @@ def test_secret_key_is_required_rather_than_defaulted(services):
         assert re.fullmatch(r"\$\{SECRET_KEY\?.*\}|\$\{SECRET_KEY:\?.*\}", secret_key)
 
 
+def test_every_app_service_and_migrate_seal_under_the_same_log_key_from_env(services):
+    """The log key reaches every process that seals or re-seals (the migration re-seals), from
+    .env, never written into the file; an empty one falls back to one derived from SECRET_KEY."""
+    for name in (*APP_SERVICES, "migrate"):
+        env = _environment(services[name])
+        assert env["GUARDIAN_LOG_KEY"] == "${GUARDIAN_LOG_KEY:-}", name
+        assert env["GUARDIAN_LOG_OLD_KEYS"] == "${GUARDIAN_LOG_OLD_KEYS:-}", name
+
+
 def test_migrate_migrates_once_and_web_serves_the_wsgi_app_with_gunicorn(services):
     assert _command_words(services["migrate"])[-3:] == ["manage.py", "migrate", "--no-input"]
     assert services["migrate"]["restart"] == "no"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
@@ -125,11 +125,11 @@ def make_escalation(*, turn: Turn | None = None, **overrides) -> Escalation:
 def log_triggers_off(*tables: str) -> Iterator[None]:
     """The append-only log's triggers (runs/log_triggers.py) off on `tables` for the block, as
     whoever owns the tables could switch them off behind the app's back: a test's tampering.
-    Only inside the test's transaction, whose rollback brings the triggers back whatever the
-    block did. PostgreSQL disables the tables' user triggers; SQLite cannot disable a trigger,
-    so it drops them and makes them again from the SQL it kept for them."""
-    assert connection.in_atomic_block, "tamper only inside the test's transaction"
-    with connection.cursor() as cursor:
+    The block is a transaction of its own (a savepoint inside the test's), so an error in it
+    brings the triggers back with everything else, in a transactional test (a browser test's
+    live server) as in any other. PostgreSQL disables the tables' user triggers; SQLite cannot
+    disable a trigger, so it drops them and makes them again from the SQL it kept for them."""
+    with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # Deferred constraint checks still pending would make ALTER TABLE refuse.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -145,8 +145,7 @@ def log_triggers_off(*tables: str) -> Iterator[None]:
             triggers = cursor.fetchall()
             for name, _sql in triggers:
                 cursor.execute(f'DROP TRIGGER "{name}"')
-    yield
-    with connection.cursor() as cursor:
+        yield
         if connection.vendor == "postgresql":
             for table in tables:
                 cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")

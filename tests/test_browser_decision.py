@@ -355,7 +355,7 @@ def test_after_a_refused_submit_the_focus_is_on_the_first_field_named(live_serve
     page.set_viewport_size({"width": 1280, "height": 1000})
     open_pane(page, live_server.url, escalation)
     page.get_by_role("radio", name="No").nth(1).check()  # infeasible: no; the rest left open
-    page.get_by_role("button", name="Submit answers").click()
+    page.get_by_role("button", name="Answer and continue the run").click()
 
     problems = page.get_by_role("alert")
     expect(problems).to_contain_text("Not recorded: 4 problems.")
@@ -390,7 +390,7 @@ def test_after_a_refused_submit_the_focus_is_on_the_first_field_named(live_serve
     # Choose the rest, then a question left open again: the focus goes to that one.
     page.locator("#answer_goal_reached_no").check()
     page.locator("#answer_drift_4").check()
-    page.get_by_role("button", name="Submit answers").click()
+    page.get_by_role("button", name="Answer and continue the run").click()
     expect(problems.locator("li")).to_have_text([re.compile(r"\(stagnation\): choose")])
     expect(page.locator("#answer_stagnation_yes")).to_be_focused()
 

@@ -63,7 +63,7 @@ def test_make_bench_runs_every_section_on_a_fresh_embedded_default(tmp_path):
         ),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -67,7 +67,7 @@ def measure(report: Report, *, between: Callable[[int], None] | None = None) -> 
     alternate in blocks on the same database instead of one running after the other."""
     from django.conf import settings
 
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
     from runs.services import run_start
 
     call_command("migrate", verbosity=0)

@@ -234,7 +234,7 @@ def _over_http(secret: str) -> tuple[dict[int, float], dict[int, float]]:
 
 def measure(report: Report) -> dict[str, float]:
     """Report and return the median ms of each call per window ({label: ms})."""
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
     from runs.models import Run, RunStatus
 
     call_command("migrate", verbosity=0)

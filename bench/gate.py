@@ -1,4 +1,4 @@
-"""`make bench`: the regression gate on a policy version (guardian_core/policy_gate.py) as the
+"""`make bench`: the regression gate on a policy version (policies/policy_gate.py) as the
 labelled examples grow to BENCH_GATE_ROWS (default 100 000): ms per report at each size and
 SQL statements, and the ratio of the largest size to the first that reads the cap. The gate
 reads at most GUARDIAN_GATE_MAX_EXAMPLES (5 000) examples, near-misses first, so past that
@@ -79,9 +79,9 @@ def _cap() -> int:
 
 def measure(report: Report) -> float:
     """Report ms and SQL statements per gate report at each size; return largest/smallest."""
-    from guardian_core.demo import demo_policy_version
-    from guardian_core.policy_gate import gate_report
-    from guardian_core.services import policy_version_create
+    from demo.setup import demo_policy_version
+    from policies.policy_gate import gate_report
+    from policies.services import policy_version_create
 
     call_command("migrate", verbosity=0)
     from escalations.models import LabelledExample

@@ -174,8 +174,8 @@ def fill(rows: int, *, held_by: list) -> None:
     number series; the escalations, which vary, by bulk_create in batches."""
     from django.utils import timezone
 
+    from demo.setup import demo_policy_version
     from escalations.models import Escalation
-    from guardian_core.demo import demo_policy_version
     from runs.models import Run, RunStatus, Turn
 
     now = timezone.now()

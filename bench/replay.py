@@ -106,7 +106,7 @@ def fill(turns: int, *, distinct: bool = True, projections: bool = False) -> int
     """One run of `turns` decided turns, logged as the loop logs them; returns its id. With
     `distinct`, no two turns give the same answer to a condition; with `projections`, each turn
     keeps what the guardian saw of the loop's state (the replans so far), as a worker's does."""
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
     from guardian_core.engine.policy import Outcome, PastTurn, Usage, decide, history_needed
     from runs import mapping
     from runs.models import Decision, Run, RunStatus, Turn

@@ -149,8 +149,8 @@ def fill(rows: int) -> dict[str, int]:
     one INSERT ... SELECT whose varying columns are SQL over the run's number or id."""
     from django.utils import timezone
 
+    from demo.setup import demo_policy_version
     from escalations.models import Escalation, EscalationKind
-    from guardian_core.demo import demo_policy_version
     from runs.models import Decision, Run, RunStatus, ToolCall, Turn
 
     now = timezone.now()

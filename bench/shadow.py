@@ -1,4 +1,4 @@
-"""`make bench`: a shadow trial's pass (runs/shadow.py) over a long run, BENCH_SHADOW_TURNS
+"""`make bench`: a shadow trial's pass (policies/shadow.py) over a long run, BENCH_SHADOW_TURNS
 turns (default 20 000) logged as a worker logs them, with a candidate that copies the pinned
 version: the time per decision of the first and the last batches, and their ratio. Each
 decision reads a bounded window of earlier turns, so the last batch should cost what the first
@@ -27,10 +27,10 @@ EDGE_BATCHES = 10  # batches compared at each end of the run
 
 def measure(report: Report) -> float:
     """Report ms per decision at the run's start and end; return the end/start ratio."""
-    from guardian_core.demo import demo_policy_version
-    from guardian_core.services import policy_version_create
-    from runs.models import ShadowDecision, ShadowTrial
-    from runs.shadow import BATCH, shadow_trial_catch_up, shadow_trial_start
+    from demo.setup import demo_policy_version
+    from policies.models import ShadowDecision, ShadowTrial
+    from policies.services import policy_version_create
+    from policies.shadow import BATCH, shadow_trial_catch_up, shadow_trial_start
 
     call_command("migrate", verbosity=0)
     delete_runs()

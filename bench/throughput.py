@@ -98,7 +98,7 @@ def measure(report: Report) -> dict[int, float]:
     from django.conf import settings
     from django.db import connection
 
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
 
     call_command("migrate", verbosity=0)
     demo_policy_version()

@@ -46,11 +46,11 @@ from escalations.services import (
     escalation_resolve,
     uncertain_conditions,
 )
-from guardian_core.api import HasRequiredPermission, error_body, storable_json
+from guardian_core.api import HasRequiredPermission, error_body
 from guardian_core.api_schema import ErrorResponse
 from guardian_core.pagination import BoundedLimitOffsetPagination
 from runs.models import RiskClass
-from runs.validation import problems_by_field
+from runs.validation import problems_by_field, storable_json
 
 REVIEW = "escalations.review_escalation"
 # Upper bounds on what a verdict may name: far above any step, far below a database overflow.

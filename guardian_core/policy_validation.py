@@ -12,6 +12,8 @@ all call it, and none of them needs a database to ask whether some JSON is a val
 import math
 from collections.abc import Mapping
 
+from django.conf import settings
+
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import Threshold
@@ -505,3 +507,15 @@ def _storable(text: str) -> bool:
 
 def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def registered_model_names() -> set[str]:
+    """The model names this deployment knows: listed for judges, priced, or configured."""
+    configured = (
+        settings.OPENAI_GUARDIAN_MODEL,
+        settings.OPENAI_ACTOR_MODEL,
+        settings.OPENAI_CODER_MODEL,
+        settings.OPENAI_REVIEWER_MODEL,
+    )
+    names = {*settings.GUARDIAN_JUDGE_MODELS, *settings.GUARDIAN_MODEL_PRICES, *configured}
+    return {name for name in names if isinstance(name, str) and name}

@@ -7,6 +7,7 @@ it after every migrate, and the navigation and landing page are derived from it.
 from dataclasses import dataclass
 
 from django.apps import apps as django_apps
+from django.contrib.auth.decorators import permission_required
 from django.contrib.auth.models import Group, Permission
 from django.http import HttpRequest
 from django.urls import reverse
@@ -96,6 +97,11 @@ ROLES: tuple[Role, ...] = (
 )
 
 
+# The admin role's pages (its own room, policies/, and the people and tokens pages here): a
+# signed-in person without the permission gets 403, not a login page.
+manage_policy = permission_required("guardian_core.manage_policy", raise_exception=True)
+
+
 def roles_of(user) -> list[Role]:
     """The roles whose screens `user` may open, in the order of ROLES."""
     if not user.is_authenticated:
@@ -130,10 +136,12 @@ def roles_sync() -> None:
 def sync_role_groups_after_migrate(sender, **kwargs) -> None:
     """post_migrate receiver: groups follow once every app's permissions exist.
 
-    Django sends post_migrate once per app and creates that app's permissions then, so the
-    groups are synced on the signal for the last installed app, when all of them exist.
+    Django sends post_migrate once per app that has a models module and creates that app's
+    permissions then, so the groups are synced on the signal for the last such app, when all
+    of them exist.
     """
-    if sender is list(django_apps.get_app_configs())[-1]:
+    with_models = [c for c in django_apps.get_app_configs() if c.models_module is not None]
+    if sender is with_models[-1]:
         roles_sync()
 
 

@@ -1,14 +1,9 @@
 """Reads of policy versions, API tokens and people that pages and the API need."""
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, F, QuerySet
+from django.db.models import F, QuerySet
 
-from guardian_core.models import ApiToken, PolicyVersion
-
-
-def policy_version_list() -> QuerySet[PolicyVersion]:
-    """Every policy version, newest first, with how many runs pinned it."""
-    return PolicyVersion.objects.annotate(run_count=Count("runs")).order_by("-number")
+from guardian_core.models import ApiToken
 
 
 def api_token_list() -> QuerySet[ApiToken]:

@@ -54,9 +54,13 @@ INSTALLED_APPS = [
     "django_filters",
     "django_htmx",
     "axes",
+    # The floor, then the rooms: the auditors' (runs) and reviewers' (escalations), the admins'
+    # (policies), and make demo's setup above them all (docs/ARCHITECTURE.md).
     "guardian_core",
     "runs",
     "escalations",
+    "policies",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -219,9 +223,9 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-stalled-runs": {"task": "runs.sweep_stalled_runs", "schedule": 30.0},
     # Deadline warnings for unclaimed escalations, and arrival notices that never left.
     "notify-reviewers": {"task": "escalations.notify_due", "schedule": 60.0},
-    # Shadow trials decide the turns logged since their last pass (runs/shadow.py).
+    # Shadow trials decide the turns logged since their last pass (policies/shadow.py).
     "shadow-trials": {"task": "runs.shadow_trials_catch_up", "schedule": 10.0},
-    # The monitoring page's days, folded from the decision log (guardian_core/monitoring.py).
+    # The monitoring page's days, folded from the decision log (policies/monitoring.py).
     "monitoring-rollup": {"task": "guardian_core.monitoring_catch_up", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
@@ -263,8 +267,8 @@ GUARDIAN_JUDGE_MODELS = env_list("GUARDIAN_JUDGE_MODELS", [])
 # A worker holds a run this long while it advances one turn; after that the sweeper may give
 # the run to another worker. Longer than the slowest turn, shorter than a person's patience.
 GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimum=5)
-# The regression gates on activating a policy version (guardian_core/policy_gate.py) or a
-# guardian model version (guardian_core/guardian_gate.py): refuse when the expected cost (or a
+# The regression gates on activating a policy version (policies/policy_gate.py) or a
+# guardian model version (policies/guardian_gate.py): refuse when the expected cost (or a
 # condition's ECE) worsens by more than this share; replay at most this many labelled examples
 # (near-misses first for a policy version, the newest for a guardian model version).
 GUARDIAN_GATE_COST_TOLERANCE = env_float("GUARDIAN_GATE_COST_TOLERANCE", 0.05, minimum=0.0)
@@ -274,10 +278,10 @@ GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = env_float(
     "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", 10.0, minimum=0.0
 )
 # The monitoring page's suggested t* and δ price one review at this share of the cheaper of a
-# condition's two error costs, min(C_stop, C_cont) (guardian_core/monitoring.review_cost).
+# condition's two error costs, min(C_stop, C_cont) (policies/monitoring.review_cost).
 GUARDIAN_REVIEW_COST_SHARE = env_float("GUARDIAN_REVIEW_COST_SHARE", 0.1, minimum=0.0)
 # A shadow trial decides a turn once its decision is this old: one still committing may hold a
-# lower id than one already visible, and the trial reads in id order (runs/shadow.py).
+# lower id than one already visible, and the trial reads in id order (policies/shadow.py).
 GUARDIAN_SHADOW_SETTLE_SECONDS = env_float("GUARDIAN_SHADOW_SETTLE_SECONDS", 15.0, minimum=0.0)
 # External runs (runs/external.py): a step whose calls were handed to the caller and whose
 # results never came back is escalated as ambiguous after this many seconds; a verdict sent

@@ -51,7 +51,7 @@ def build_guardian(run: Run) -> Guardian:
     guardian = base_guardian(run)
     if run.guardian == "scripted":  # a script's probabilities are the test's, not a model's
         return guardian
-    from guardian_core.learning import guardian_model_version_active, versioned_guardian
+    from runs.guardian_models import guardian_model_version_active, versioned_guardian
 
     version = guardian_model_version_active(adapter=run.guardian)
     if version is None:

@@ -20,7 +20,6 @@ from escalations.models import Escalation, EscalationEvent, EscalationEventKind,
 from guardian_core.db import retry_on_conflict
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
-from guardian_core.services import policy_version_problems_for
 from runs import sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue, enqueue_after_commit
@@ -318,3 +317,19 @@ def _expire_escalations(now) -> None:
                 )
                 # The escalation's status is part of the seal even when the run had moved.
                 sealing.run_reseal(run_id)
+
+
+def policy_version_problems_for(version: PolicyVersion | None) -> list[str]:
+    """Why no run may start on `version`, as run_start reports problems; [] when it may (and
+    for None, which run_start reports itself)."""
+    if version is None:
+        return []
+    problems = version.problems()
+    if not problems:
+        return []
+    # Refuse rather than fall back to another version: runs would silently be judged by a
+    # policy nobody chose. An admin fixes this by activating a valid version.
+    return [
+        f"policy_version: the active version {version} is invalid and no run can start on it "
+        f"(activate a valid version): " + "; ".join(problems)
+    ]

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from runs import demo_traffic, shadow
+from runs import demo_traffic
 from runs.services import run_advance_slice, run_sweep_stalled
 
 
@@ -21,13 +21,6 @@ def advance_run(run_id: int) -> str:
 def sweep_stalled_runs() -> list[int]:
     """Re-enqueue runs marked running that no worker is advancing (beat, every 30 s)."""
     return run_sweep_stalled()
-
-
-@shared_task(name="runs.shadow_trials_catch_up", ignore_result=True)
-def shadow_trials_catch_up() -> int:
-    """Decide under every running shadow trial's candidate the turns logged since its last
-    pass (beat, every 10 s); never enforced."""
-    return shadow.shadow_trials_catch_up()
 
 
 @shared_task(name="runs.demo_traffic_tick", ignore_result=True)

@@ -59,3 +59,14 @@ def run_tools(run) -> dict[str, Tool]:
 
 def _runs_elsewhere(arguments: dict, *, idempotency_key: str) -> object:
     raise RuntimeError("an external run's tools run in the caller's process, not here")
+
+
+def registered_tool_names() -> set[str]:
+    """Every tool a run may name: the registry's, and those external runs brought along."""
+    from runs.models import Run  # runs imports this module
+    from runs.tools import tool_registry
+
+    names = set(tool_registry())
+    for tools in Run.objects.filter(actor="external").values_list("tools", flat=True).distinct():
+        names.update(name for name in tools or () if isinstance(name, str))
+    return names

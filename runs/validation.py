@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from django.conf import settings
 from jsonschema import Draft202012Validator
+from rest_framework import serializers
 
 from guardian_core.adapters.scripted import scenario_problems
 from runs.tools import tools_for_run
@@ -397,3 +398,15 @@ def _path(parts: Iterable) -> str:
 def _clip(text: str, limit: int = 300) -> str:
     text = ascii(text)[1:-1] if not text.isascii() else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def storable_json(field: str):
+    """A validator: `field`'s JSON within the depth and size bounds, with no text PostgreSQL
+    cannot store (NUL, lone surrogates): either would be a 500 at the insert."""
+
+    def check(value: object) -> None:
+        problems = _json_problems(field, value, default={})
+        if problems:
+            raise serializers.ValidationError(problems)
+
+    return check

@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from django.db import connection
 from guardian_client import Tool
 
+from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationStatus
 from escalations.services import escalation_resolve
-from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 
 LOOKUP_ORDER = Tool(

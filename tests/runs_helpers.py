@@ -1,6 +1,6 @@
 """Helpers for tests that drive runs: start a scenario and advance it in this process."""
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from runs.models import Run, RunStatus
 from runs.scenarios import scenario_run_start
 from runs.services import run_advance

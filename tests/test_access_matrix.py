@@ -6,7 +6,7 @@ Add a row here for every new page or endpoint; test_every_url_is_in_the_matrix f
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from tests.factories import make_escalation, make_guardian_model_version, make_run, make_turn
 
 LOGIN = ("redirect", "/accounts/login/")
@@ -750,8 +750,8 @@ def _api_objects(kwargs: dict) -> dict:
 
 
 def _shadow_trial():
-    from guardian_core.services import policy_version_create
-    from runs.shadow import shadow_trial_start
+    from policies.services import policy_version_create
+    from policies.shadow import shadow_trial_start
 
     active = demo_policy_version()
     candidate = policy_version_create(

@@ -3,8 +3,8 @@ version's quorum, and the admin actions' messages."""
 
 import pytest
 
+from demo.setup import demo_policy_version
 from escalations.models import ReviewGuidance
-from guardian_core.demo import demo_policy_version
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db

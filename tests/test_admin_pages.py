@@ -4,10 +4,10 @@ named, nothing saved on a refusal), its activation, and API tokens shown once an
 import pytest
 from django.urls import reverse
 
-from guardian_core.demo import demo_policy_version
-from guardian_core.forms import PolicyVersionForm
+from demo.setup import demo_policy_version
 from guardian_core.models import ApiToken, PolicyVersion
 from guardian_core.policy_validation import CONDITIONS
+from policies.forms import PolicyVersionForm
 
 pytestmark = pytest.mark.django_db
 
@@ -253,7 +253,7 @@ def test_guidance_is_edited_and_removed(client, admin):
 
 
 def test_the_versions_page_warns_when_no_version_is_active(client, admin):
-    from guardian_core.services import policy_version_deactivate
+    from policies.services import policy_version_deactivate
 
     version = demo_policy_version()
     client.force_login(admin)

@@ -66,7 +66,7 @@ def test_unsafe_api_methods_are_not_allowed_on_read_endpoints(client, auditor):
 
 
 def test_an_admin_starts_a_run_that_pins_the_active_policy(client, admin):
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
 
     version = demo_policy_version()
     client.force_login(admin)
@@ -88,7 +88,7 @@ def test_an_admin_starts_a_run_that_pins_the_active_policy(client, admin):
 
 
 def test_starting_a_run_with_bad_input_names_every_bad_field(client, admin):
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
 
     demo_policy_version()
     client.force_login(admin)
@@ -102,7 +102,7 @@ def test_starting_a_run_with_bad_input_names_every_bad_field(client, admin):
 
 
 def test_starting_a_run_with_an_unknown_tool_is_refused_with_the_tool_named(client, admin):
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
 
     demo_policy_version()
     client.force_login(admin)
@@ -130,7 +130,7 @@ SCENARIO = {"name": "api", "goal": "g", "actor": {"turns": []}}
 @pytest.fixture
 def start(client, admin):
     """POST a run to /api/runs/start/ as an admin: a valid scripted run unless overridden."""
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
 
     demo_policy_version()
     client.force_login(admin)
@@ -378,7 +378,7 @@ def test_a_model_adapter_with_no_model_anywhere_is_refused_instead_of_failing_ev
 
 
 def test_an_unknown_actor_or_guardian_is_refused_by_run_start_too():
-    from guardian_core.demo import demo_policy_version
+    from demo.setup import demo_policy_version
 
     demo_policy_version()
     with pytest.raises(RunError) as caught:

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.test import Client
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from guardian_core.services import api_token_create
 from runs.scenarios import scenario_load
 from tests.processes import start_worker, stop_worker

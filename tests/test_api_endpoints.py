@@ -7,9 +7,9 @@ import json
 import pytest
 from django.urls import resolve
 
+from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationStatus, LabelledExample, Verdict
 from guardian_core.api import API_ENDPOINTS
-from guardian_core.demo import demo_policy_version
 from guardian_core.models import ApiToken, PolicyVersion
 from guardian_core.services import api_token_create, api_token_revoke
 from runs.models import RunStatus

@@ -27,7 +27,7 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from guardian_core.services import api_token_create
 from tests.factories import make_escalation, make_run, make_turn
 

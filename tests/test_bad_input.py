@@ -16,8 +16,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from demo.setup import demo_policy_version
 from escalations.models import Approval, ReviewGuidance, Verdict
-from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 from guardian_core.urls import handler400, handler500  # noqa: F401 (this URLconf's, too)
 from guardian_core.urls import urlpatterns as site_urlpatterns

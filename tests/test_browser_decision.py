@@ -8,8 +8,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from demo.setup import demo_policy_version
 from escalations.models import EscalationEvent, EscalationStatus, Verdict
-from guardian_core.demo import demo_policy_version
 from runs.models import DemoSideEffect, RunStatus
 from runs.scenarios import scenario_run_start
 from tests.factories import make_decision, make_escalation, make_run, make_tool_call, make_turn

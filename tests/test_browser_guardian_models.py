@@ -6,7 +6,7 @@ refusal with its flips, and an override recorded in the history (screenshots in
 import pytest
 from playwright.sync_api import expect
 
-from guardian_core.learning import guardian_model_version_active
+from runs.guardian_models import guardian_model_version_active
 from tests.test_browser import sign_in
 from tests.test_browser_policy_admin import fits, tab_to
 from tests.test_guardian_model_pages import good_active_bad_candidate, labelled  # noqa: F401

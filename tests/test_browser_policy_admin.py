@@ -9,7 +9,8 @@ from playwright.sync_api import Page, expect
 
 from escalations.models import ExampleSource, LabelledExample, Verdict
 from guardian_core.engine.conditions import Condition
-from guardian_core.models import PolicyActivation, PolicyVersion
+from guardian_core.models import PolicyVersion
+from policies.models import PolicyActivation
 from tests.conftest import PERSONA_PASSWORD
 from tests.factories import make_escalation, make_turn
 from tests.test_browser import sign_in

@@ -4,8 +4,8 @@ runs list, the monitoring charts, the gates' verdicts, the guardian model pages.
 import pytest
 from playwright.sync_api import expect
 
-from guardian_core.learning import guardian_model_job_start
-from guardian_core.models import GuardianModelJob
+from policies.learning import guardian_model_job_start
+from policies.models import GuardianModelJob
 from tests.factories import make_guardian_model_version, make_run
 from tests.test_browser import sign_in
 from tests.test_guardian_model_pages import good_active_bad_candidate, labelled  # noqa: F401

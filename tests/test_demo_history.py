@@ -7,18 +7,18 @@ import json
 import pytest
 from django.core.management import call_command
 
-from escalations.models import ExampleSource, LabelledExample
-from guardian_core.demo import demo_policy_version
-from guardian_core.demo_examples import (
+from demo.examples import (
     DEMO_EXAMPLES_MODEL,
     PER_CONDITION,
     demo_example_lines,
     demo_examples_ensure,
 )
+from demo.setup import demo_policy_version
+from escalations.models import ExampleSource, LabelledExample
 from guardian_core.engine.conditions import Condition
-from guardian_core.harness import traces_evaluate
-from guardian_core.policy_gate import gate_report
-from guardian_core.services import policy_version_create
+from policies.harness import traces_evaluate
+from policies.policy_gate import gate_report
+from policies.services import policy_version_create
 from runs.demo_traffic import demo_traffic_start, jittered_scenario
 from runs.models import Run, RunStatus
 from runs.scenarios import scenario_load, scenario_names

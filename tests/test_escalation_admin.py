@@ -2,9 +2,9 @@
 
 import pytest
 
+from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationStatus
-from guardian_core.demo import demo_policy_version
-from guardian_core.services import policy_version_create
+from policies.services import policy_version_create
 from runs.models import DemoSideEffect, RunStatus
 from tests.runs_helpers import drive, start
 

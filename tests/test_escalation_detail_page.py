@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from demo.setup import demo_policy_version
 from escalations.models import (
     Approval,
     EscalationEvent,
@@ -19,7 +20,6 @@ from escalations.models import (
     Verdict,
 )
 from escalations.services import escalation_claim, escalation_resolve
-from guardian_core.demo import demo_policy_version
 from guardian_core.models import PolicyVersion
 from runs.models import RunStatus, ToolCallStatus
 from tests.factories import make_decision, make_escalation, make_run, make_tool_call, make_turn

@@ -14,8 +14,9 @@ from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
 from guardian_core.engine.evaluation import RISK_LABELS, evaluate, parse_traces
 from guardian_core.engine.thresholds import DEFAULT_COSTS, Threshold
-from guardian_core.harness import trace_file_lines, traces_evaluate
-from guardian_core.services import policy_version_create
+from guardian_core.trace_files import trace_file_lines
+from policies.harness import traces_evaluate
+from policies.services import policy_version_create
 
 approx = pytest.approx
 
@@ -334,7 +335,7 @@ def test_the_local_guardian_scores_rows_without_a_probability(active_version, tm
 
 def test_batch_scoring_gives_what_the_guardian_answers_row_by_row(active_version, tmp_path):
     # The harness batches for speed; the figures must be those of guardian.answer().
-    from guardian_core.harness import guardian_scorer
+    from policies.harness import guardian_scorer
 
     scorer, _ = guardian_scorer("local")
     guardian = LocalGuardian()

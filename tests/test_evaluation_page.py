@@ -17,10 +17,10 @@ from escalations.services import escalation_resolve
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition
-from guardian_core.evaluation_views import LISTED_PROBLEMS, MAX_UPLOAD_BYTES
-from guardian_core.harness import traces_evaluate
 from guardian_core.models import GuardianModelVersion
-from guardian_core.services import policy_version_create
+from policies.evaluation_views import LISTED_PROBLEMS, MAX_UPLOAD_BYTES
+from policies.harness import traces_evaluate
+from policies.services import policy_version_create
 from tests.runs_helpers import drive, start
 from tests.test_evaluate import COSTS, _integrity_lines, _line, _risk_lines
 

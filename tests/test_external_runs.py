@@ -12,9 +12,9 @@ from django.db import connection
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationKind, LabelledExample
 from escalations.services import escalation_resolve
-from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 from runs.external import _proposal_from_body
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn

@@ -3,7 +3,7 @@ reply fails the turn, and the next recorded turn's usage includes its tokens."""
 
 import pytest
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from runs.models import Run, RunStatus, Turn
 from runs.services import run_advance, run_start
 from tests.adapters.servers import completion, serve

@@ -15,14 +15,12 @@ from escalations.models import ExampleSource, LabelledExample
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.thresholds import DEFAULT_COSTS
-from guardian_core.guardian_gate import guardian_model_gate_report
-from guardian_core.learning import (
-    LearningError,
-    guardian_model_activate,
-    guardian_model_version_active,
-)
-from guardian_core.models import GuardianModelActivation, GuardianModelVersion
-from guardian_core.services import policy_version_create
+from guardian_core.models import GuardianModelVersion
+from policies.guardian_gate import guardian_model_gate_report
+from policies.learning import LearningError, guardian_model_activate
+from policies.models import GuardianModelActivation
+from policies.services import policy_version_create
+from runs.guardian_models import guardian_model_version_active
 
 pytestmark = pytest.mark.django_db
 
@@ -316,10 +314,10 @@ def test_with_no_labelled_examples_there_is_nothing_to_compare_and_it_passes():
 
 
 def test_an_activation_that_raced_another_one_is_not_applied(examples, monkeypatch):
-    import guardian_core.guardian_gate
+    import policies.guardian_gate
 
     first, second = _version(1, IDENTITY), _version(2, IDENTITY)
-    measure = guardian_core.guardian_gate.guardian_model_gate_report
+    measure = policies.guardian_gate.guardian_model_gate_report
 
     def measured_while_another_was_activated(*, candidate):
         report = measure(candidate=candidate)  # against the adapter as it ships
@@ -327,7 +325,7 @@ def test_an_activation_that_raced_another_one_is_not_applied(examples, monkeypat
         return report
 
     monkeypatch.setattr(
-        guardian_core.guardian_gate,
+        policies.guardian_gate,
         "guardian_model_gate_report",
         measured_while_another_was_activated,
     )

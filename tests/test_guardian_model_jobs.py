@@ -4,10 +4,11 @@ runs (recalibrate or retrain), claimed once, whose refusal or failure is said on
 import pytest
 from django.urls import reverse
 
-from guardian_core.demo import demo_policy_version
-from guardian_core.demo_examples import demo_examples_ensure
-from guardian_core.learning import guardian_model_job_run, guardian_model_job_start
-from guardian_core.models import GuardianModelJob, GuardianModelVersion
+from demo.examples import demo_examples_ensure
+from demo.setup import demo_policy_version
+from guardian_core.models import GuardianModelVersion
+from policies.learning import guardian_model_job_run, guardian_model_job_start
+from policies.models import GuardianModelJob
 from tests.processes import start_worker, stop_worker
 from tests.test_worker_runs import clean_queue, wait_for, worker_env
 

@@ -6,9 +6,10 @@ import pytest
 from django.urls import reverse
 
 from escalations.models import ExampleSource, LabelledExample
-from guardian_core.learning import guardian_model_activate, guardian_model_version_active
-from guardian_core.models import GuardianModelActivation
-from guardian_core.services import policy_version_create
+from policies.learning import guardian_model_activate
+from policies.models import GuardianModelActivation
+from policies.services import policy_version_create
+from runs.guardian_models import guardian_model_version_active
 from tests.factories import make_guardian_model_version
 from tests.test_guardian_model_gate import ALARMED, BENIGN, IDENTITY, INJECTED
 
@@ -203,9 +204,9 @@ def test_a_flip_says_what_its_example_was_about_as_inert_text(
 def test_a_page_lists_the_first_flips_and_says_how_many_there_are(
     client, admin, good_active_bad_candidate, monkeypatch
 ):
-    import guardian_core.policy_gate_views
+    import policies.policy_gate_views
 
-    monkeypatch.setattr(guardian_core.policy_gate_views, "FLIPS_SHOWN", 2)
+    monkeypatch.setattr(policies.policy_gate_views, "FLIPS_SHOWN", 2)
     _, bad = good_active_bad_candidate
     client.force_login(admin)
     response = client.get(reverse("policies:model_activate", args=[bad.pk]) + "?measure=1")
@@ -261,7 +262,7 @@ def test_an_adapter_that_is_not_set_up_is_offered_disabled_and_refused(client, a
 
 
 def test_a_candidate_that_ranks_worse_is_refused_even_if_calibrated(labelled):
-    from guardian_core.guardian_gate import guardian_model_gate_report
+    from policies.guardian_gate import guardian_model_gate_report
 
     good = make_guardian_model_version(calibration={"integrity": IDENTITY})
     guardian_model_activate(number=good.number, comment="first")

@@ -11,13 +11,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
+from demo.setup import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
 from escalations.models import Escalation, ExampleSource, LabelledExample
 from escalations.services import escalation_resolve
-from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
 from guardian_core.engine.thresholds import default_policy
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import policy_version_problems
-from guardian_core.services import policy_version_create
+from policies.services import policy_version_create
 from runs.audit import run_chain_verify
 from runs.models import Decision, Run, RunStatus
 from runs.replay import guardian_replay, run_replay

@@ -16,15 +16,11 @@ from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QU
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import DEFAULT_COSTS
-from guardian_core.harness import traces_evaluate
-from guardian_core.learning import (
-    guardian_model_activate,
-    guardian_model_recalibrate,
-    guardian_model_version_active,
-    versioned_guardian,
-)
 from guardian_core.models import GuardianModelVersion
-from guardian_core.services import policy_version_create
+from policies.harness import traces_evaluate
+from policies.learning import guardian_model_activate, guardian_model_recalibrate
+from policies.services import policy_version_create
+from runs.guardian_models import guardian_model_version_active, versioned_guardian
 from runs.replay import guardian_replay
 from tests.adapters.servers import completion, serve, vendor
 from tests.runs_helpers import drive, start

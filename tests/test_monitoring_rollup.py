@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from guardian_core import monitoring, tasks
-from guardian_core.models import MonitoringCursor, MonitoringDay
+from policies import monitoring, tasks
+from policies.models import MonitoringCursor, MonitoringDay
 from runs.models import Decision, DecisionOutcome
 from tests.factories import backdate, make_decision, make_run, make_turn
 

@@ -10,11 +10,11 @@ from django.core.management import CommandError, call_command
 from django.core.management.base import OutputWrapper
 from django.urls import reverse
 
+from demo.setup import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
 from escalations.models import Escalation, ExampleSource, LabelledExample
-from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
-from guardian_core.management.commands.evaluate import _progress_bar
-from guardian_core.management.commands.recalibrate import version_table
 from guardian_core.models import GuardianModelVersion, PolicyVersion
+from policies.management.commands.evaluate import _progress_bar
+from policies.management.commands.recalibrate import version_table
 from runs.models import RunStatus
 from tests.runs_helpers import drive
 from tests.test_judge import CALM, JUDGE, JUDGE_MODEL, THRESHOLDS, judged_run, judged_version

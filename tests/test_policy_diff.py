@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from guardian_core.models import PolicyVersion
-from guardian_core.policy_diff import version_diff
+from policies.policy_diff import version_diff
 from tests.factories import make_policy_version
 
 pytestmark = pytest.mark.django_db

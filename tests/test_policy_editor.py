@@ -10,14 +10,15 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from demo.setup import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS, demo_policy_version
 from escalations.models import Escalation, ExampleSource, LabelledExample
-from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS, demo_policy_version
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import default_policy
-from guardian_core.forms import PolicyVersionForm
-from guardian_core.models import PolicyActivation, PolicyVersion
+from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import limits_problems
-from guardian_core.services import GateRefused, policy_version_activate, policy_version_create
+from policies.forms import PolicyVersionForm
+from policies.models import PolicyActivation
+from policies.services import GateRefused, policy_version_activate, policy_version_create
 from runs.models import RunStatus
 from runs.services import run_start
 from tests.runs_helpers import drive, reading_scenario, start

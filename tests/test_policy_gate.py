@@ -9,12 +9,13 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.urls import reverse
 
+from demo.setup import DEMO_QUESTIONS
 from escalations.models import ExampleSource, LabelledExample
-from guardian_core.demo import DEMO_QUESTIONS
 from guardian_core.engine.conditions import Condition
-from guardian_core.models import PolicyActivation, PolicyVersion
-from guardian_core.policy_gate import gate_examples, gate_report
-from guardian_core.services import policy_version_activate, policy_version_create
+from guardian_core.models import PolicyVersion
+from policies.models import PolicyActivation
+from policies.policy_gate import gate_examples, gate_report
+from policies.services import policy_version_activate, policy_version_create
 
 pytestmark = pytest.mark.django_db
 
@@ -369,7 +370,7 @@ def test_going_back_to_a_version_that_was_active_is_a_rollback_not_a_refusal(cur
 
 
 def test_a_flip_is_better_or_worse_by_what_the_example_now_costs():
-    from guardian_core.policy_gate_views import flip_effect
+    from policies.policy_gate_views import flip_effect
 
     def flip(condition, current, candidate, positive, costs):
         cost = {"current": costs[0], "candidate": costs[1]}

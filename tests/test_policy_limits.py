@@ -10,13 +10,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
-from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS, demo_policy_version
+from demo.setup import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS, demo_policy_version
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import Hysteresis, Policy, default_policy
-from guardian_core.forms import PolicyVersionForm
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import LIMIT_DEFAULTS, limits_problems, limits_with_defaults
-from guardian_core.services import policy_version_activate, policy_version_create
+from policies.forms import PolicyVersionForm
+from policies.services import policy_version_activate, policy_version_create
 from runs.mapping import policy_from_version
 from runs.models import Decision, RunStatus
 from runs.services import run_start

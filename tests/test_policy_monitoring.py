@@ -11,13 +11,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from demo.setup import demo_policy_version
 from escalations.models import EscalationStatus, ExampleSource, LabelledExample, Verdict
 from escalations.services import escalation_resolve
-from guardian_core import monitoring
-from guardian_core.demo import demo_policy_version
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import Threshold
-from guardian_core.services import policy_version_create
+from policies import monitoring
+from policies.services import policy_version_create
 from runs.models import Decision, DecisionOutcome, RunStatus
 from tests.factories import (
     backdate,

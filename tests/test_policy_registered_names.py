@@ -7,8 +7,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
-from guardian_core.services import policy_version_create
+from demo.setup import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
+from policies.services import policy_version_create
 from tests.factories import make_run
 from tests.test_judge import THRESHOLDS
 

@@ -7,14 +7,11 @@ import copy
 import pytest
 from django.core.exceptions import ValidationError
 
-from guardian_core.admin import PolicyVersionAdmin
-from guardian_core.demo import DEMO_QUESTIONS, demo_policy_version
+from demo.setup import DEMO_QUESTIONS, demo_policy_version
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import policy_version_problems
-from guardian_core.services import (
-    policy_version_activate,
-    policy_version_create,
-)
+from policies.admin import PolicyVersionAdmin
+from policies.services import policy_version_activate, policy_version_create
 from runs.models import Run, RunStatus
 from runs.services import RunError, run_advance, run_start
 from tests.factories import make_run

@@ -6,7 +6,7 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from guardian_core.services import api_token_create
 
 pytestmark = pytest.mark.django_db

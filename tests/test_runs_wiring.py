@@ -227,8 +227,8 @@ def test_the_local_guardian_asks_its_own_questions_and_the_log_says_so_not_the_p
 def test_the_demo_policy_names_its_wording_with_the_version_the_guardians_use_for_it():
     # One wording, one label: the demo once held its own shorter wording under "q1" while the
     # guardians asked the built-in wording, so the log named questions nobody asked.
+    from demo.setup import demo_policy_version
     from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
-    from guardian_core.demo import demo_policy_version
 
     version = demo_policy_version()
     assert version.question_set == dict(DEFAULT_QUESTIONS)

@@ -1,16 +1,17 @@
 """Shadow mode: a candidate decides every new turn beside the real decision, recorded and never
-enforced (runs/shadow.py)."""
+enforced (policies/shadow.py)."""
 
 import pytest
 from django.core.exceptions import ValidationError
 
+from demo.setup import demo_policy_version
 from escalations.models import Escalation
 from guardian_core.adapters.local import LocalGuardian
-from guardian_core.demo import demo_policy_version
 from guardian_core.models import GuardianModelVersion
-from guardian_core.services import policy_version_create
-from runs import shadow
-from runs.models import Decision, ShadowDecision, ShadowTrial
+from policies import shadow
+from policies.models import ShadowDecision, ShadowTrial
+from policies.services import policy_version_create
+from runs.models import Decision
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db

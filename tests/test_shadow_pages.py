@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from runs import shadow
-from runs.models import ShadowTrial
+from policies import shadow
+from policies.models import ShadowTrial
 from tests.runs_helpers import drive, start
 from tests.test_shadow import _candidate
 
@@ -82,7 +82,7 @@ def test_the_trial_page_shows_the_turns_decided_otherwise_with_links_to_them(
 
 
 def test_older_differences_are_a_page_away(client, admin, monkeypatch):
-    monkeypatch.setattr("guardian_core.shadow_views.DIFFERENCES_PER_PAGE", 1)
+    monkeypatch.setattr("policies.shadow_views.DIFFERENCES_PER_PAGE", 1)
     candidate = _candidate(goal_reached={"c_stop": 1.0, "c_cont": 1.0, "delta": 0.49})
     trial = shadow.shadow_trial_start(policy_version_id=candidate.pk, comment="wide")
     run = drive(start("goal_reached"))
@@ -121,7 +121,7 @@ def test_a_draft_versions_page_offers_to_try_it_in_shadow(client, admin):
 
 
 def test_activating_the_candidate_stops_its_trial_and_says_why(client, admin):
-    from guardian_core.services import policy_version_activate
+    from policies.services import policy_version_activate
 
     candidate = _candidate()
     trial = shadow.shadow_trial_start(policy_version_id=candidate.pk, comment="try it")
@@ -139,8 +139,8 @@ def test_activating_the_candidate_stops_its_trial_and_says_why(client, admin):
 
 
 def test_activating_a_candidate_model_stops_its_trial(admin):
-    from guardian_core.demo import demo_policy_version
-    from guardian_core.learning import guardian_model_activate
+    from demo.setup import demo_policy_version
+    from policies.learning import guardian_model_activate
     from tests.factories import make_guardian_model_version
 
     demo_policy_version()

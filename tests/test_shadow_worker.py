@@ -4,10 +4,11 @@ run in the worker process, and the run ends as its real decisions say."""
 import pytest
 
 from escalations.models import Escalation
-from runs.models import RunStatus, ShadowDecision
+from policies.models import ShadowDecision
+from policies.shadow import shadow_trial_start
+from policies.tasks import shadow_trials_catch_up
+from runs.models import RunStatus
 from runs.scenarios import scenario_run_start
-from runs.shadow import shadow_trial_start
-from runs.tasks import shadow_trials_catch_up
 from tests.processes import start_worker, stop_worker
 from tests.test_shadow import _candidate
 from tests.test_worker_runs import clean_queue, status_of, wait_for, worker_env

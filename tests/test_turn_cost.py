@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from guardian_core.demo import demo_policy_version
+from demo.setup import demo_policy_version
 from guardian_core.engine.state import HISTORY_WINDOW
 from runs.mapping import TurnStateMismatch, turn_state
 from runs.models import Run, Turn

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 
+from demo.setup import demo_policy_version
 from escalations.models import (
     Approval,
     Escalation,
@@ -28,10 +29,9 @@ from escalations.services import (
     escalation_resolve,
     escalation_resolve_bulk,
 )
-from guardian_core.demo import demo_policy_version
 from guardian_core.engine.tools import action_hash, idempotency_key
 from guardian_core.policy_validation import policy_version_problems
-from guardian_core.services import policy_version_create
+from policies.services import policy_version_create
 from runs.log_triggers import log_purge
 from runs.models import DemoSideEffect, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.scenarios import scenario_load

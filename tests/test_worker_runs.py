@@ -13,10 +13,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from demo.setup import demo_policy_version
 from escalations.models import EscalationStatus
 from escalations.services import escalation_resolve
 from guardian_core.celery import app as celery_app
-from guardian_core.demo import demo_policy_version
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus
 from runs.reporting import expectation_problems
 from runs.scenarios import scenario_load, scenario_names, scenario_run_start

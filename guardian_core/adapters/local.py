@@ -800,7 +800,7 @@ class LocalGuardian:
         extra_examples: ExtraExamples | None = None,
     ) -> None:
         self.deadline_seconds = deadline_seconds
-        # A retrained version (guardian_core/learning.py) names itself and brings its labelled
+        # A retrained version (policies/learning.py) names itself and brings its labelled
         # examples, loaded only if this process has not trained that version yet.
         if (model_version is None) != (extra_examples is None):
             raise ValueError("a retrained version needs both model_version and extra_examples")

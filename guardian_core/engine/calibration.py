@@ -10,11 +10,18 @@ A map is plain JSON, so a model version stores it and any process applies it the
 No fitted scikit-learn object is kept: a pickle breaks with the library's version.
 """
 
+from __future__ import annotations
+
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+# numpy and scikit-learn load with the first function that needs them, not with the module:
+# no web or worker process pays for them at start (`python -X importtime manage.py check`).
+if TYPE_CHECKING:
+    import numpy as np
+
 
 METHODS = ("isotonic", "platt")
 EPS = 1e-6
@@ -58,6 +65,8 @@ def map_problems(mapping: object) -> list[str]:
 
 def apply_map(mapping: Mapping, p: float) -> float:
     """The calibrated probability of `p` under `mapping` (one that map_problems accepts)."""
+    import numpy as np
+
     if mapping["method"] == "isotonic":
         value = float(np.interp(p, mapping["x"], mapping["y"]))
     else:
@@ -66,6 +75,8 @@ def apply_map(mapping: Mapping, p: float) -> float:
 
 
 def _logit(p: float | np.ndarray) -> float | np.ndarray:
+    import numpy as np
+
     p = np.clip(p, EPS, 1 - EPS)
     return np.log(p / (1 - p))
 
@@ -133,6 +144,8 @@ def split_indices(
     y: np.ndarray, *, seed: int = DEFAULT_SEED, held_out_share: float = HELD_OUT_SHARE
 ) -> tuple[np.ndarray, np.ndarray]:
     """A stratified split (fit, held out): the same labels and seed give the same split."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     fit, held = [], []
     for value in (False, True):
@@ -155,6 +168,8 @@ def fit_map(
     """Fit isotonic and Platt maps on a split of (p, y), keep the one with the lower held-out
     log-loss, and report both the raw and the mapped probabilities' ECE, Brier and log-loss
     on the held-out part. FitRefused when fit_problems says so."""
+    import numpy as np
+
     problems = fit_problems(list(y))
     if problems:
         raise FitRefused("; ".join(problems))
@@ -202,6 +217,7 @@ def _fit_platt(p: np.ndarray, y: np.ndarray) -> dict:
 
 def calibration_figures(p: np.ndarray, y: np.ndarray, bins: int) -> dict:
     """n, ECE (`bins` equal-width bins, the harness's), Brier and log-loss of p against y."""
+    import numpy as np
     from sklearn.metrics import brier_score_loss, log_loss
 
     from guardian_core.engine.evaluation import expected_calibration_error, reliability_curve

@@ -30,13 +30,13 @@ Conventions, stated once:
   share of the positives; fire and band rates are shares of all scored rows.
 """
 
+from __future__ import annotations
+
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-
-import numpy as np
-from sklearn.metrics import brier_score_loss, roc_auc_score
+from typing import TYPE_CHECKING
 
 from guardian_core.engine.conditions import (
     DRIFT_MISALIGNED_MAX_SCORE,
@@ -52,6 +52,12 @@ from guardian_core.engine.conditions import (
     parse_answer,
 )
 from guardian_core.engine.thresholds import Band, Threshold
+
+# numpy and scikit-learn are imported by the functions that measure, not with the module: a web
+# process imports this module at start (through the gates) and need not pay for them until a
+# report is asked for.
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_BINS = 15
 # A probability in the uncertain band costs one review: this share of the cheaper of the
@@ -336,6 +342,9 @@ def condition_report(
     review_share: float = DEFAULT_REVIEW_SHARE,
 ) -> ConditionReport:
     """One condition's figures over its scored rows (see the module's conventions)."""
+    import numpy as np
+    from sklearn.metrics import brier_score_loss
+
     scored = [row for row in rows if row.probability is not None]
     unscored = len(rows) - len(scored)
     p = np.array([row.probability for row in scored], dtype=float)
@@ -371,6 +380,8 @@ def is_positive(condition: Condition, label: object) -> bool:
 def reliability_curve(p: np.ndarray, y: np.ndarray, *, bins: int) -> list[dict]:
     """Per equal-width bin: its edges, how many rows, their mean probability and the observed
     rate of the positive class (None for an empty bin)."""
+    import numpy as np
+
     index = np.minimum(np.floor(p * bins).astype(int), bins - 1)
     curve = []
     for k in range(bins):
@@ -400,6 +411,8 @@ def expected_calibration_error(curve: Sequence[Mapping], n: int) -> float:
 
 def _ranking(condition: Condition, rows: Sequence[TraceRow], p: np.ndarray, y: np.ndarray) -> dict:
     """AUROC and accuracy: by class when every row has a distribution, else binary."""
+    import numpy as np
+
     figures: dict = {}
     if condition in (Condition.RISK, Condition.DRIFT):
         # What the policy sees, whatever the method of the headline figure.
@@ -434,6 +447,8 @@ def _ranking(condition: Condition, rows: Sequence[TraceRow], p: np.ndarray, y: n
 
 def _binary_auroc(y: np.ndarray, scores: np.ndarray) -> float | None:
     """sklearn's AUROC; None when the labels hold one class only (it is not defined)."""
+    from sklearn.metrics import roc_auc_score
+
     if y.all() or not y.any():
         return None
     return float(roc_auc_score(y, scores))
@@ -466,6 +481,8 @@ def policy_figures(
     stop, C_cont for each missed case, one review for each probability in the band, after
     which the reviewer's label is followed. Two versions priced at the same costs compare by
     what they decide, never by the costs they state."""
+    import numpy as np
+
     prices = prices or threshold
     review = review_cost(prices.c_stop, prices.c_cont, review_share)
     bands = [threshold.band(float(value)) for value in p]

@@ -4,7 +4,7 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from escalations.examples import ExamplesImportError, examples_import, problem_text
-from guardian_core.harness import EvaluationError, trace_file_lines
+from guardian_core.trace_files import EvaluationError, trace_file_lines
 
 
 class Command(BaseCommand):

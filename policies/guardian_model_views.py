@@ -1,0 +1,300 @@
+"""The admins' pages for guardian model versions: the list, one version's held-out figures and
+activation history, and its activate page (the regression gate's report, a comment and, when
+the gate refuses, an override reason)."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from escalations.models import PEOPLES_SOURCES, LabelledExample
+from guardian_core.engine.conditions import Condition
+from guardian_core.models import GuardianAdapter, GuardianModelVersion, PolicyVersion
+from guardian_core.roles import manage_policy
+from policies.guardian_gate import guardian_model_gate_report
+from policies.learning import (
+    GuardianGateRefused,
+    LearningError,
+    guardian_model_activate,
+    guardian_model_deactivate,
+    guardian_model_job_problems,
+    guardian_model_job_start,
+)
+from policies.models import GuardianModelJob, GuardianModelJobKind, GuardianModelJobStatus
+from policies.policy_gate_views import _when, can_open_examples, flip_counts, flip_rows
+
+# The list shows the newest versions: each is made by an admin's command or action, so a few
+# hundred is years of work; the cap keeps the page one query of bounded size whatever happens.
+LIST_LIMIT = 200
+
+
+def guardian_model_version_list() -> list[GuardianModelVersion]:
+    """The newest LIST_LIMIT versions, with who made them."""
+    return list(
+        GuardianModelVersion.objects.select_related("created_by").order_by("-number")[:LIST_LIMIT]
+    )
+
+
+def _figure_rows(version: GuardianModelVersion) -> list[dict]:
+    """Per condition, what the version scored on the examples it held out when it was made:
+    before (its base: the adapter's answers, or the local guardian as it ships) and after."""
+    rows = []
+    for condition, figures in (version.figures or {}).items():
+        before, after = figures.get("before") or {}, figures.get("after") or {}
+        rows.append(
+            {
+                "condition": condition,
+                "method": figures.get("method") or "retrained",
+                "held_out": after.get("n", figures.get("n_held_out", 0)),
+                "ece": (before.get("ece"), after.get("ece")),
+                "brier": (before.get("brier"), after.get("brier")),
+            }
+        )
+    return rows
+
+
+JOBS_SHOWN = 10
+_UNFINISHED = (GuardianModelJobStatus.QUEUED, GuardianModelJobStatus.RUNNING)
+
+
+def adapter_setup_missing(adapter: str) -> str:
+    """The settings a guardian adapter still needs before it can answer ("" when none): the
+    form offers it but says what to set, rather than a job that fails on it."""
+    missing = {
+        GuardianAdapter.HTTP: [
+            name
+            for name in ("GUARDIAN_HTTP_URL", "GUARDIAN_HTTP_MODEL_VERSION")
+            if not getattr(settings, name)
+        ],
+        GuardianAdapter.OPENAI: [
+            name for name in ("OPENAI_GUARDIAN_MODEL",) if not getattr(settings, name)
+        ],
+    }.get(adapter, [])
+    return ", ".join(missing)
+
+
+def _polling(jobs: list[GuardianModelJob]) -> bool:
+    return any(job.status in _UNFINISHED for job in jobs)
+
+
+def _jobs() -> list[GuardianModelJob]:
+    return list(
+        GuardianModelJob.objects.select_related("version", "created_by").order_by("-pk")[
+            :JOBS_SHOWN
+        ]
+    )
+
+
+@manage_policy
+@require_http_methods(["GET", "POST"])
+def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
+    """The versions, what runs use now, and the form that asks a worker for a new version
+    from the labelled examples (POST), with the latest such jobs."""
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        fields = {
+            "kind": request.POST.get("kind", ""),
+            "adapter": request.POST.get("adapter", ""),
+            "conditions": request.POST.getlist("conditions"),
+        }
+        errors = guardian_model_job_problems(**fields)
+        missing = adapter_setup_missing(fields["adapter"])
+        if missing:
+            errors.setdefault("adapter", []).append(
+                f"This guardian is not set up here: set {missing} first."
+            )
+        if not errors:
+            job = guardian_model_job_start(**fields, created_by=request.user)
+            messages.success(
+                request,
+                f"Job {job.pk} queued: a worker makes the version and it appears here, "
+                "inactive, for you to gate and activate.",
+            )
+            return redirect("policies:models")
+    versions = guardian_model_version_list()
+    active = {v.adapter: v for v in GuardianModelVersion.objects.filter(is_active=True)}
+    jobs = _jobs()
+    return render(
+        request,
+        "policies/guardian_model_list.html",
+        {
+            "versions": versions,
+            "capped": len(versions) == LIST_LIMIT,
+            "adapters": [
+                {
+                    "name": adapter.value,
+                    "label": adapter.label,
+                    "active": active.get(adapter),
+                    "missing": adapter_setup_missing(adapter),
+                }
+                for adapter in GuardianAdapter
+            ],
+            "jobs": jobs,
+            "polling": _polling(jobs),
+            "newest_version_pk": _newest_version_pk(),
+            "kinds": GuardianModelJobKind.choices,
+            "conditions": [c.value for c in Condition],
+            "labelled": LabelledExample.objects.filter(source__in=PEOPLES_SOURCES).count(),
+            "errors": errors,
+            "posted": request.POST if errors else None,
+        },
+        status=400 if errors else 200,
+    )
+
+
+def _newest_version_pk() -> int:
+    return GuardianModelVersion.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+# The event a jobs poll raises when a job has made a version since the page was drawn: the
+# versions table listens for it (hx-trigger "... from:body") and fetches itself again.
+VERSIONS_CHANGED = "guardian-model-versions-changed"
+
+
+@manage_policy
+@require_GET
+def guardian_model_jobs(request: HttpRequest) -> HttpResponse:
+    """htmx: the latest jobs, polled while one is unfinished; the polling stops after. The
+    poll names the newest version the page shows (?versions=pk); when a newer one exists, the
+    answer raises VERSIONS_CHANGED so the versions table refreshes too."""
+    jobs = _jobs()
+    polling = _polling(jobs)
+    newest = _newest_version_pk()
+    response = render(
+        request,
+        "policies/guardian_model_list.html#jobs",
+        {"jobs": jobs, "polling": polling, "newest_version_pk": newest},
+    )
+    if not polling:
+        response = HttpResponseStopPolling(response.content)
+    if request.GET.get("versions", "") != str(newest):
+        response["HX-Trigger"] = VERSIONS_CHANGED
+    return response
+
+
+@manage_policy
+@require_GET
+def guardian_model_versions(request: HttpRequest) -> HttpResponse:
+    """htmx: the versions table alone, fetched again when a job has made a version."""
+    versions = guardian_model_version_list()
+    return render(
+        request,
+        "policies/guardian_model_list.html#versions",
+        {"versions": versions, "capped": len(versions) == LIST_LIMIT},
+    )
+
+
+@manage_policy
+@require_GET
+def guardian_model_detail_page(request: HttpRequest, version_id: int) -> HttpResponse:
+    version = get_object_or_404(
+        GuardianModelVersion.objects.select_related("created_by"), pk=version_id
+    )
+    return render(
+        request,
+        "policies/guardian_model_detail.html",
+        {
+            "version": version,
+            "figure_rows": _figure_rows(version),
+            "activations": version.activations.select_related("activated_by")[:50],
+            "active": GuardianModelVersion.objects.filter(
+                adapter=version.adapter, is_active=True
+            ).first(),
+        },
+    )
+
+
+@manage_policy
+@require_POST
+def guardian_model_retire(request: HttpRequest, version_id: int) -> HttpResponse:
+    """Retire the active version: runs on its adapter go back to the adapter as it ships (no
+    gate: that is the guardian runs had before any version). A comment is required."""
+    version = get_object_or_404(GuardianModelVersion, pk=version_id)
+    comment = request.POST.get("comment", "").strip()
+    if not comment:
+        messages.error(request, "Not retired: say why it is retired.")
+    elif not version.is_active:
+        messages.info(request, f"Guardian model version {version.number} is not active.")
+    else:
+        guardian_model_deactivate(adapter=version.adapter, retired_by=request.user, comment=comment)
+        messages.success(
+            request,
+            f"Guardian model version {version.number} retired: runs on the "
+            f"{version.get_adapter_display()} guardian use it as it ships from their next turn.",
+        )
+    return redirect("policies:model_detail", version_id=version.pk)
+
+
+@manage_policy
+@require_http_methods(["GET", "POST"])
+def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpResponse:
+    """GET: the gate's report and the form. POST: activate through the service, which measures
+    again now (the report shown may be stale); a refusal shows the report it measured."""
+    version = get_object_or_404(GuardianModelVersion, pk=version_id)
+    errors: dict[str, list[str]] = {}
+    comment = request.POST.get("comment", "").strip()
+    override_reason = request.POST.get("override_reason", "").strip()
+    report = None
+    if request.method == "POST" and not version.is_active:
+        if not comment:
+            errors["comment"] = ["Say why this guardian model version is activated."]
+        else:
+            try:
+                guardian_model_activate(
+                    number=version.number,
+                    activated_by=request.user,
+                    comment=comment,
+                    override_reason=override_reason,
+                )
+            except GuardianGateRefused as refusal:
+                report = refusal.report
+                errors["override_reason"] = [
+                    "The regression gate refused this version; give a reason to override it."
+                ]
+            except LearningError as error:
+                errors["general"] = [str(error)]
+            else:
+                messages.success(
+                    request,
+                    f"Guardian model version {version.number} ({version.model_version}) is "
+                    f"active: runs on the {version.adapter} guardian use it from their next turn.",
+                )
+                return redirect("policies:model_detail", version_id=version.pk)
+    measure_url = f"{request.path}?measure=1"
+    # The gate asks both guardians about every example, which takes seconds (the first time in
+    # a process, the local guardian is trained first): a plain GET answers at once with the
+    # page, which fetches the report (htmx) or links to it (no JavaScript).
+    pending = (
+        request.method == "GET"
+        and not version.is_active
+        and not request.htmx
+        and request.GET.get("measure") != "1"
+    )
+    if report is None and not version.is_active and not pending:
+        report = guardian_model_gate_report(candidate=version)
+    return render(
+        request,
+        "policies/guardian_model_activate.html#gate"
+        if request.htmx and report is not None
+        else "policies/guardian_model_activate.html",
+        {
+            "pending": pending,
+            "measure_url": measure_url,
+            "version": version,
+            "report": report,
+            "flips": flip_rows(
+                (report or {}).get("flips", []), can_open_examples=can_open_examples(request)
+            ),
+            "flip_counts": flip_counts((report or {}).get("flips", [])),
+            "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
+            "rollback_at": _when(report),
+            "version_label": f"version {version.number}",
+            "policy": PolicyVersion.objects.filter(is_active=True).first(),
+            "errors": errors,
+            "comment": comment,
+            "override_reason": override_reason,
+        },
+        status=400 if errors else 200,
+    )

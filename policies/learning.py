@@ -1,0 +1,531 @@
+"""The learning loop's Django side: guardian model versions made from labelled examples (a
+calibration map per condition over any adapter, or the local guardian retrained), their
+activation through the regression gate (guardian_gate.py), and the guardian a run or the harness
+gets for a version.
+
+What a version learnt from is recorded with it (example ids and a digest of their content);
+what it scored on examples it did not learn from is in its `figures`, per condition, before
+(the base guardian) and after (the version). A version is used by runs only once activated,
+and at most one is active per adapter (a database constraint).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from escalations.models import LabelledExample
+from guardian_core.celery import send_task_after_commit
+from guardian_core.engine.calibration import (
+    DEFAULT_SEED,
+    FitRefused,
+    MapFit,
+    fit_map,
+    split_indices,
+)
+from guardian_core.engine.canonical import sha256_hex
+from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
+from guardian_core.engine.evaluation import DEFAULT_BINS, TraceRow, is_positive
+from guardian_core.models import GuardianAdapter, GuardianModelKind, GuardianModelVersion
+from policies.model_versions import LearningError, guardian_model_version_get
+from policies.models import (
+    GuardianModelActivation,
+    GuardianModelJob,
+    GuardianModelJobKind,
+    GuardianModelJobStatus,
+)
+
+# numpy and scikit-learn load with the first function that needs them, not with the module:
+# no web or worker process pays for them at start (`python -X importtime manage.py check`).
+if TYPE_CHECKING:
+    import numpy as np
+
+Progress = Callable[[int, int], None]
+logger = logging.getLogger(__name__)
+
+
+class GuardianGateRefused(LearningError):
+    """The regression gate refused an activation and no override reason was given; `report`
+    is the gate's report (its "reasons" say why)."""
+
+    def __init__(self, message: str, report: dict) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# ---- which version -------------------------------------------------------------------------
+
+
+# ---- activation -------------------------------------------------------------------------------
+
+
+def guardian_model_activate(
+    *,
+    number: int,
+    activated_by: AbstractBaseUser | None = None,
+    comment: str = "",
+    override_reason: str = "",
+) -> GuardianModelVersion:
+    """Make version `number` the one runs on its adapter use, retiring the one active before,
+    in one transaction (the one-active-per-adapter constraint holds at every moment), once the
+    regression gate lets it through (see `guardian_model_activate_replacing`)."""
+    return guardian_model_activate_replacing(
+        number=number,
+        activated_by=activated_by,
+        comment=comment,
+        override_reason=override_reason,
+    )[0]
+
+
+def guardian_model_activate_replacing(
+    *,
+    number: int,
+    activated_by: AbstractBaseUser | None = None,
+    comment: str = "",
+    override_reason: str = "",
+) -> tuple[GuardianModelVersion, GuardianModelVersion | None]:
+    """`guardian_model_activate`, also returning the version it retired (None when none of the
+    adapter was active, or version `number` already was), read under the same locks.
+
+    The regression gate (policies/guardian_gate.py) first measures the candidate against
+    what the adapter's runs use now; when it refuses, LearningError names every reason and
+    nothing changes, unless `override_reason` says why to go ahead anyway. Each activation is
+    recorded (who, the comment, the gate's report, the override's reason) in the transaction
+    that activates it."""
+    from policies.guardian_gate import guardian_model_gate_report
+
+    version = guardian_model_version_get(number=number)
+    override_reason = override_reason.strip()
+    # Measured before any lock is taken: the gate asks the guardians (a network one too).
+    report = guardian_model_gate_report(candidate=version)
+    if report["refused"] and not override_reason:
+        raise GuardianGateRefused(
+            f"guardian model version {number} cannot be activated, the regression gate "
+            "refuses it:\n"
+            + "".join(f"  - {reason}\n" for reason in report["reasons"])
+            + "give an override reason to activate it anyway",
+            report,
+        )
+    with transaction.atomic():
+        # Lock the adapter's versions in one order: two activations at once queue up instead
+        # of tripping the constraint.
+        list(
+            GuardianModelVersion.objects.select_for_update()
+            .filter(adapter=version.adapter)
+            .order_by("pk")
+            .values_list("pk")
+        )
+        active = GuardianModelVersion.objects.filter(
+            adapter=version.adapter, is_active=True
+        ).first()
+        if (active.pk if active else None) != report["current_id"]:
+            # The gate compared the candidate with another model than the one it would replace.
+            raise LearningError(
+                f"guardian model version {number} was not activated: the active {version.adapter} "
+                "version changed while the gate measured it; run it again"
+            )
+        replaced = active if active is not None and active.pk != version.pk else None
+        if replaced is not None:
+            GuardianModelVersion.objects.filter(pk=replaced.pk).update(is_active=False)
+        GuardianModelVersion.objects.filter(pk=version.pk).update(is_active=True)
+        GuardianModelActivation.objects.create(
+            version=version,
+            activated_by=activated_by if getattr(activated_by, "is_authenticated", False) else None,
+            comment=comment.strip(),
+            gate_report=report,
+            override_reason=override_reason if report["refused"] else "",
+        )
+        from policies.shadow import shadow_trials_stop_for  # runs imports this module
+
+        shadow_trials_stop_for(
+            guardian_model_version_id=version.pk,
+            user=activated_by,
+            note=f"guardian model version {version.number} was activated: runs on its adapter "
+            "now answer with it for real.",
+        )
+    version.is_active = True
+    if replaced is not None:
+        replaced.is_active = False
+    return version, replaced
+
+
+def guardian_model_deactivate(
+    *, adapter: str, retired_by: AbstractBaseUser | None = None, comment: str = ""
+) -> GuardianModelVersion | None:
+    """Runs on `adapter` go back to the adapter as it ships, recorded in the retired version's
+    history (who, why). The version retired, or None when none was active."""
+    with transaction.atomic():
+        retired = (
+            GuardianModelVersion.objects.select_for_update()
+            .filter(adapter=adapter, is_active=True)
+            .first()
+        )
+        if retired is None:
+            return None
+        GuardianModelVersion.objects.filter(pk=retired.pk).update(is_active=False)
+        GuardianModelActivation.objects.create(
+            version=retired,
+            activated_by=retired_by if getattr(retired_by, "is_authenticated", False) else None,
+            comment=comment.strip(),
+            retired=True,
+        )
+    retired.is_active = False
+    return retired
+
+
+# ---- recalibration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Scored:
+    example_ids: list[int]
+    p: list[float]
+    y: list[bool]
+    reused: int
+    unscored: int
+
+
+def guardian_model_recalibrate(
+    *,
+    adapter: str,
+    conditions: Sequence[str] | None = None,
+    created_by: AbstractBaseUser | None = None,
+    seed: int = DEFAULT_SEED,
+    bins: int = DEFAULT_BINS,
+    progress: Progress | None = None,
+) -> GuardianModelVersion:
+    """A new, inactive, recalibrated version of `adapter`: per condition (those named, else
+    every condition with labelled examples) a map fitted on the base guardian's probabilities
+    of the labelled examples (reviewers' verdicts, the judge's, imports) and chosen on a
+    held-out split (engine/calibration.py). A stored probability is reused when the example was
+    scored by the same base model version; the others are asked of the guardian.
+
+    LearningError, creating nothing, when a condition has too few examples or one class only
+    (every such condition is named), or nothing is labelled at all."""
+    from policies.harness import EvaluationError, guardian_scorer, score_rows
+
+    _check_adapter(adapter)
+    wanted = _conditions(conditions)
+    try:
+        scorer, base_version = guardian_scorer(adapter)
+    except EvaluationError as exc:
+        raise LearningError(str(exc)) from exc
+    try:
+        examples = list(
+            LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
+            .order_by("pk")
+            .values_list("pk", "condition", "projection", "label", "probability", "model_version")
+        )
+        present = [c for c in wanted if any(e[1] == c.value for e in examples)]
+        if conditions is None:
+            wanted = present
+        if not wanted:
+            raise LearningError(f"no labelled examples: nothing to recalibrate on ({HOW_TO_LABEL})")
+        rows = [
+            TraceRow(
+                line=pk,
+                condition=Condition(condition),
+                projection=projection,
+                label=label,
+                # The same base model scored it: its stored probability is what it would say.
+                probability=probability if model_version == base_version else None,
+            )
+            for pk, condition, projection, label, probability, model_version in examples
+        ]
+        reused = {row.line for row in rows if row.probability is not None}
+        rows = score_rows(rows, scorer, progress=progress)
+    finally:
+        scorer.close()
+    fits: dict[Condition, MapFit] = {}
+    scored: dict[Condition, _Scored] = {}
+    problems = []
+    for condition in wanted:
+        mine = [row for row in rows if row.condition == condition]
+        usable = [row for row in mine if row.probability is not None]
+        scored[condition] = _Scored(
+            example_ids=[row.line for row in usable],
+            p=[row.probability for row in usable],
+            y=[is_positive(condition, row.label) for row in usable],
+            reused=sum(row.line in reused for row in usable),
+            unscored=len(mine) - len(usable),
+        )
+        try:
+            fits[condition] = fit_map(
+                scored[condition].p, scored[condition].y, seed=seed, bins=bins
+            )
+        except FitRefused as exc:
+            # "0 with a probability" reads as a scoring failure when nothing was labelled.
+            why = "no labelled examples" if not mine else str(exc)
+            unscored = [row.unscored for row in mine if row.probability is None]
+            if unscored:  # what the guardian said instead, once: the rest are alike
+                why += f"; {len(unscored)} not scored by the guardian ({unscored[0]})"
+            problems.append(f"{condition}: {why}")
+    if problems:
+        raise LearningError(_refusal(problems, ready=list(fits), named=conditions is not None))
+    fed: list[int] = []
+    figures: dict[str, dict] = {}
+    digest_parts = []
+    for condition, fit in fits.items():
+        s = scored[condition]
+        fit_ids = [s.example_ids[i] for i in fit.fit_indices]
+        fed += fit_ids
+        digest_parts += [[s.example_ids[i], s.p[i], s.y[i]] for i in fit.fit_indices]
+        figures[condition.value] = {
+            **fit.as_dict(),
+            "examples": len(s.example_ids) + s.unscored,
+            "reused_probabilities": s.reused,
+            "unscored": s.unscored,
+            "held_out_ids": [s.example_ids[i] for i in fit.held_out_indices],
+            "seed": seed,
+            "bins": bins,
+        }
+    return _version_create(
+        adapter=adapter,
+        base_model_version=base_version,
+        kind=GuardianModelKind.RECALIBRATED,
+        calibration={c.value: fit.mapping for c, fit in fits.items()},
+        example_ids=sorted(fed),
+        examples_digest=_digest(sorted(fed), digest_parts),
+        figures=figures,
+        created_by=created_by,
+    )
+
+
+# Where labelled examples come from, for every refusal that wants more of them.
+HOW_TO_LABEL = "examples come from reviewers' verdicts, or manage.py import_examples FILE"
+
+
+def _refusal(problems: list[str], *, ready: list[Condition], named: bool) -> str:
+    """Why nothing was created, and what to do: more examples, or (when the conditions were
+    not named) a rerun on the conditions that could be recalibrated now."""
+    text = "cannot recalibrate: " + " | ".join(problems) + f" ({HOW_TO_LABEL})"
+    if named:
+        return text  # the admin chose these conditions: no --condition advice
+    if not ready:
+        return text + "; no condition has enough examples yet"
+    rerun = " ".join(f"--condition {c.value}" for c in ready)
+    return (
+        text + f"; these could be recalibrated now: {', '.join(c.value for c in ready)} "
+        f"(rerun with {rerun})"
+    )
+
+
+def _digest(ids: list[int], content: list) -> str:
+    rows = LabelledExample.objects.filter(pk__in=ids).order_by("pk")
+    stored = list(rows.values_list("pk", "condition", "projection", "label"))
+    return sha256_hex({"examples": stored, "used": content})
+
+
+def _version_create(**fields) -> GuardianModelVersion:
+    limit = GuardianModelVersion._meta.get_field("base_model_version").max_length
+    if len(fields["base_model_version"]) > limit:
+        # The decision log's column holds the base and "/cal-N" in 120 characters.
+        raise LearningError(
+            f"the guardian's model version is longer than {limit} characters: "
+            f"{fields['base_model_version'][:40]}…"
+        )
+    try:
+        with transaction.atomic():
+            number = (GuardianModelVersion.objects.aggregate(n=Max("number"))["n"] or 0) + 1
+            return GuardianModelVersion.objects.create(number=number, **fields)
+    except IntegrityError as exc:  # another version took the number in between
+        raise LearningError(
+            "another guardian model version was created at the same time: run it again"
+        ) from exc
+
+
+def _check_adapter(adapter: str) -> None:
+    if adapter not in GuardianAdapter.values:
+        raise LearningError(
+            f"--model: unknown guardian {adapter!r} (known: {', '.join(GuardianAdapter.values)})"
+        )
+
+
+def _conditions(names: Sequence[str] | None) -> list[Condition]:
+    if names is None:
+        return list(Condition)
+    bad = [name for name in names if name not in Condition.__members__.values()]
+    if bad:
+        known = ", ".join(c.value for c in Condition)
+        raise LearningError(f"--condition: unknown {', '.join(map(repr, bad))} (known: {known})")
+    return list(dict.fromkeys(Condition(name) for name in names))
+
+
+# ---- the local guardian, retrained ------------------------------------------------------------
+
+# Fewer examples of a condition than this and none are held out: all of them are taught, and
+# the version's figures for it say there was nothing to measure on.
+MIN_TO_HOLD_OUT = 10
+
+
+def guardian_model_retrain_local(
+    *,
+    conditions: Sequence[str] | None = None,
+    created_by: AbstractBaseUser | None = None,
+    seed: int = DEFAULT_SEED,
+    bins: int = DEFAULT_BINS,
+) -> GuardianModelVersion:
+    """A new, inactive, retrained version of the local guardian: its bundled corpus plus the
+    labelled examples of each condition (those named, else all with examples), minus a
+    held-out share on which the bundled and the retrained model are compared. No model is
+    stored: the version's guardian retrains from the bundled corpus plus `example_ids` at first
+    use in each process (deterministically; adapters/local.py)."""
+    import numpy as np
+
+    from guardian_core.adapters.local import LocalGuardian, load_examples, model_for, train
+    from guardian_core.engine.calibration import calibration_figures
+
+    wanted = _conditions(conditions)
+    examples = list(
+        LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
+        .order_by("pk")
+        .values_list("pk", "condition", "projection", "label")
+    )
+    if not examples:
+        raise LearningError("no labelled examples: nothing to teach the local guardian")
+    base_version = LocalGuardian().model_version
+    taught: list[int] = []
+    figures: dict[str, dict] = {}
+    for condition in wanted:
+        mine = [e for e in examples if e[1] == condition.value]
+        if not mine:
+            continue
+        y = np.array([is_positive(condition, e[3]) for e in mine], dtype=bool)
+        if len(mine) >= MIN_TO_HOLD_OUT and min(y.sum(), (~y).sum()) >= 2:
+            fit, held = split_indices(y, seed=seed)
+        else:
+            fit, held = np.arange(len(mine)), np.array([], dtype=int)
+        teach = [mine[i] for i in fit]
+        taught += [e[0] for e in teach]
+        entry: dict = {"taught": len(teach), "n_held_out": len(held), "seed": seed}
+        if len(held):
+            model = train(
+                condition,
+                [*load_examples(condition), *(_trace(e) for e in teach)],
+            )
+            projections = [mine[i][2] for i in held]
+            labels = y[held]
+            entry["held_out_ids"] = [mine[i][0] for i in held]
+            entry["before"] = calibration_figures(
+                _compared(condition, model_for(condition).answers(projections)),
+                labels,
+                bins,
+            )
+            entry["after"] = calibration_figures(
+                _compared(condition, model.answers(projections)), labels, bins
+            )
+        figures[condition.value] = entry
+    return _version_create(
+        adapter=GuardianAdapter.LOCAL,
+        base_model_version=base_version,
+        kind=GuardianModelKind.RETRAINED,
+        calibration={},
+        example_ids=sorted(taught),
+        examples_digest=_digest(sorted(taught), []),
+        figures=figures,
+        created_by=created_by,
+    )
+
+
+def _trace(example: tuple) -> dict:
+    pk, condition, projection, label = example
+    return {"condition": condition, "projection": projection, "label": label}
+
+
+def _compared(condition: Condition, answers: list) -> np.ndarray:
+    """The compared probability of each held-out answer (the policy's reading of it)."""
+    import numpy as np
+
+    out = []
+    for answer in answers:
+        p = compared_probability(condition, parse_answer(condition, answer))
+        out.append(0.5 if p is None else p)  # a local model always answers; never expected
+    return np.array(out, dtype=float)
+
+
+# ---- jobs: a version asked for from the admins' page -------------------------------------------
+
+
+def guardian_model_job_problems(
+    *, kind: str, adapter: str, conditions: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    """Every bad field of a job request: an unknown kind, adapter or condition, or a
+    retraining of anything but the local guardian; {} when it may be queued."""
+    problems: dict[str, list[str]] = {}
+    if kind not in GuardianModelJobKind.values:
+        problems["kind"] = [f"Choose one of: {', '.join(GuardianModelJobKind.values)}."]
+    if adapter not in GuardianAdapter.values:
+        problems["adapter"] = [f"Choose one of: {', '.join(GuardianAdapter.values)}."]
+    elif kind == GuardianModelJobKind.RETRAIN and adapter != GuardianAdapter.LOCAL:
+        problems["adapter"] = ["Only the local guardian can be retrained here."]
+    unknown = [c for c in conditions if c not in Condition.__members__.values()]
+    if unknown:
+        problems["conditions"] = [f"Unknown: {', '.join(unknown)}."]
+    return problems
+
+
+def guardian_model_job_start(
+    *,
+    kind: str,
+    adapter: str,
+    conditions: Sequence[str] = (),
+    created_by: AbstractBaseUser | None = None,
+) -> GuardianModelJob:
+    """Ask a worker for a new guardian model version (runs/queue's broker, after commit).
+
+    Raises ValidationError naming every bad field (guardian_model_job_problems)."""
+    problems = guardian_model_job_problems(kind=kind, adapter=adapter, conditions=conditions)
+    if problems:
+        raise ValidationError(problems)
+    with transaction.atomic():
+        job = GuardianModelJob.objects.create(
+            kind=kind,
+            adapter=adapter,
+            conditions=list(dict.fromkeys(conditions)),
+            created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+        )
+        send_task_after_commit("guardian_core.run_guardian_model_job", job.pk)
+    return job
+
+
+def guardian_model_job_run(*, job_id: int) -> str:
+    """Run a queued job: claim it (a duplicate message finds nothing to claim), make the
+    version, record what came of it. Returns the job's status afterwards; a refusal of the
+    learning loop (too few examples, a guardian that cannot answer) is the job's error, said in
+    the loop's words."""
+    claimed = GuardianModelJob.objects.filter(
+        pk=job_id, status=GuardianModelJobStatus.QUEUED
+    ).update(status=GuardianModelJobStatus.RUNNING, started_at=timezone.now())
+    if not claimed:
+        return "skipped"
+    job = GuardianModelJob.objects.select_related("created_by").get(pk=job_id)
+    conditions = job.conditions or None
+    try:
+        if job.kind == GuardianModelJobKind.RETRAIN:
+            version = guardian_model_retrain_local(conditions=conditions, created_by=job.created_by)
+        else:
+            version = guardian_model_recalibrate(
+                adapter=job.adapter, conditions=conditions, created_by=job.created_by
+            )
+    except LearningError as exc:
+        return _job_end(job, error=str(exc))
+    except Exception as exc:  # recorded for the admin; the worker goes on with other work
+        logger.exception("guardian model job %s failed", job_id)
+        return _job_end(job, error=f"{type(exc).__name__}: {exc}"[:2000])
+    return _job_end(job, version=version)
+
+
+def _job_end(job: GuardianModelJob, *, version=None, error: str = "") -> str:
+    status = GuardianModelJobStatus.FAILED if error else GuardianModelJobStatus.DONE
+    GuardianModelJob.objects.filter(pk=job.pk).update(
+        status=status, version=version, error=error, finished_at=timezone.now()
+    )
+    return status

@@ -1,0 +1,83 @@
+"""`manage.py activate_guardian_model N`: guardian model version N becomes the one runs on its
+adapter use, in one transaction, once the regression gate lets it through (`--deactivate
+ADAPTER` goes back to the adapter as it ships)."""
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from guardian_core.models import GuardianAdapter
+from policies.learning import (
+    LearningError,
+    guardian_model_activate_replacing,
+    guardian_model_deactivate,
+)
+
+
+class Command(BaseCommand):
+    help = (
+        "Activate guardian model version N: the regression gate first compares it with what "
+        "runs on its adapter use now, on the labelled examples neither learnt from, and refuses "
+        "(exit 1, every reason listed) when calibration or expected cost gets worse beyond "
+        "GUARDIAN_GATE_COST_TOLERANCE, unless --override-reason is given. Once active, runs on "
+        "its adapter use it from their next turn, and the version active before is retired in "
+        "the same transaction."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("number", nargs="?", type=int, metavar="N")
+        parser.add_argument(
+            "--deactivate",
+            choices=GuardianAdapter.values,
+            metavar="ADAPTER",
+            help="retire the active version of ADAPTER instead (runs use the adapter as it is)",
+        )
+        parser.add_argument(
+            "--comment", default="", metavar="TEXT", help="why, kept with the activation"
+        )
+        parser.add_argument(
+            "--override-reason",
+            default="",
+            metavar="TEXT",
+            help="activate even when the gate refuses, recording this reason",
+        )
+
+    def handle(self, *args, **options) -> None:
+        if options["deactivate"]:
+            if options["number"] is not None:
+                raise CommandError("give N or --deactivate ADAPTER, not both")
+            adapter = options["deactivate"]
+            retired = guardian_model_deactivate(adapter=adapter)
+            self.stdout.write(
+                f"{adapter}: retired guardian model version {retired.number} "
+                f"({retired.model_version}); runs go back to the {adapter} adapter as it ships"
+                if retired
+                else f"{adapter}: no version was active; runs already use the {adapter} adapter "
+                "as it ships"
+            )
+            return
+        if options["number"] is None:
+            raise CommandError("N: which guardian model version? (or --deactivate ADAPTER)")
+        try:
+            version, replaced = guardian_model_activate_replacing(
+                number=options["number"],
+                comment=options["comment"],
+                override_reason=options["override_reason"],
+            )
+        except LearningError as exc:
+            raise CommandError(str(exc), returncode=1) from exc
+        before = (
+            f"it replaced version {replaced.number} ({replaced.model_version})"
+            if replaced
+            else "no version was active before"
+        )
+        activation = version.activations.order_by("-pk").first()
+        report = activation.gate_report
+        if activation.override_reason:
+            gate = "the gate refused it, overridden: " + activation.override_reason
+        elif report.get("note"):
+            gate = "gate: " + report["note"]
+        else:
+            gate = f"the gate passed it on {report['examples']['used']} examples"
+        self.stdout.write(
+            f"Guardian model version {version.number} ({version.model_version}) is active "
+            f"for {version.adapter} runs; {before}; {gate}"
+        )

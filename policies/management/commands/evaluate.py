@@ -1,0 +1,208 @@
+"""`manage.py evaluate --traces FILE.jsonl`: measure a guardian's probabilities on labelled
+traces, per condition, at a policy version's thresholds (a table, or the report as JSON)."""
+
+import json
+import sys
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from guardian_core.engine.evaluation import DEFAULT_BINS
+from guardian_core.trace_files import trace_file_lines
+from policies.harness import ALL_MODELS, NETWORK_CONCURRENCY, EvaluationError, traces_evaluate
+
+
+class Command(BaseCommand):
+    help = (
+        "Evaluate labelled traces (DESIGN.md's JSON Lines format) per condition: n, ECE, Brier, "
+        "AUROC, accuracy, the reliability curve, and at the policy's t* and δ the fire, band, "
+        "false-stop and false-continue rates, the expected cost and (risk) ungated calls. "
+        "Rows without a probability are scored by --model. Exit 1 when no line is valid."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--traces", required=True, help="a JSON Lines trace file")
+        parser.add_argument(
+            "--model",
+            choices=ALL_MODELS,
+            help="the guardian that scores rows without a probability (else they are listed "
+            "as unscored): local in process; http and openai as runs build them from settings "
+            f"(GUARDIAN_HTTP_*, OPENAI_*), asked row by row, {NETWORK_CONCURRENCY} at a time, "
+            "with the policy version's questions",
+        )
+        parser.add_argument(
+            "--guardian-version",
+            type=int,
+            metavar="N",
+            help="score as guardian model version N (recalibrated or retrained, active or not: "
+            "measure a candidate before `activate_guardian_model N`); its adapter is the "
+            "model, so --model may be left out. Add --rescore to score rows that carry a "
+            "probability too",
+        )
+        parser.add_argument(
+            "--policy",
+            type=int,
+            metavar="VERSION",
+            help="the policy version number whose t*, δ and costs apply (default: the active one)",
+        )
+        parser.add_argument("--json", action="store_true", help="print the full report as JSON")
+        parser.add_argument(
+            "--bins",
+            type=int,
+            default=DEFAULT_BINS,
+            help=f"equal-width bins of ECE and the reliability curve (default {DEFAULT_BINS})",
+        )
+        parser.add_argument(
+            "--rescore",
+            action="store_true",
+            help="score every row with --model, even those that carry a probability",
+        )
+
+    def handle(self, *args, **options) -> None:
+        try:
+            report = traces_evaluate(
+                lines=trace_file_lines(options["traces"]),
+                model=options["model"],
+                policy_number=options["policy"],
+                bins=options["bins"],
+                rescore=options["rescore"],
+                progress=_progress_bar(self.stderr),
+                guardian_version=options["guardian_version"],
+            )
+        except EvaluationError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        if options["json"]:
+            self.stdout.write(json.dumps(report, ensure_ascii=False, indent=2))
+        else:
+            self.stdout.write(report_table(report))
+        if report["valid_lines"] == 0:
+            raise CommandError(
+                f"{options['traces']}: no valid trace line ({len(report['malformed'])} "
+                "malformed, listed above)",
+                returncode=1,
+            )
+
+
+def _progress_bar(stream):
+    """A progress callback (done, total) drawing on stderr: tqdm when it is installed, else a
+    counter that rewrites one line."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    state: dict = {}
+
+    def progress(done: int, total: int) -> None:
+        if total == 0:
+            return
+        if tqdm is not None:
+            bar = state.get("bar")
+            if bar is None:
+                bar = state["bar"] = tqdm(total=total, desc="scoring", unit="row", file=sys.stderr)
+            bar.update(done - bar.n)
+            if done >= total:
+                bar.close()
+            return
+        if not stream.isatty():
+            # Piped or logged: "\r" rewrites nothing there, so whole lines, about one a tenth.
+            step = total // 10 + 1
+            if done == 0 or done >= total or done // step != state.get("last", -1):
+                state["last"] = done // step
+                stream.write(f"scoring {done}/{total} rows")
+            return
+        stream.write(f"\rscoring {done}/{total} rows", ending="\n" if done >= total else "")
+        stream.flush()
+
+    return progress
+
+
+def _f(value: object, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+COLUMNS = (
+    ("condition", 12),
+    ("n", 6),
+    ("unscored", 8),
+    ("ECE", 6),
+    ("Brier", 6),
+    ("AUROC", 6),
+    ("acc", 6),
+    ("t*", 5),
+    ("δ", 5),
+    ("fire", 6),
+    ("band", 6),
+    ("f.stop", 6),
+    ("f.cont", 6),
+    ("cost", 6),
+    ("ungated", 11),
+)
+
+
+def report_table(report: dict) -> str:
+    """The report for a person: a line per condition, each reliability curve, then every
+    malformed line and unscored row by line number."""
+    model = report["model"]
+    out = [
+        f"Policy version {report['policy_version']}; "
+        + (f"scored by {model} ({report['model_version']})" if model else "no model scored rows")
+        + f"; {report['bins']} bins; {report['lines']} lines: {report['valid_lines']} valid, "
+        f"{len(report['malformed'])} malformed, {report['blank_lines']} blank",
+        "",
+        " ".join(
+            name.rjust(width) if i else name.ljust(width) for i, (name, width) in enumerate(COLUMNS)
+        ),
+    ]
+    for name, c in report["conditions"].items():
+        policy = c["policy"] or {}
+        cells = [
+            name,
+            c["n"],
+            c["unscored"],
+            c["ece"],
+            c["brier"],
+            c["auroc"],
+            c["accuracy"],
+            policy.get("t_star"),
+            policy.get("delta"),
+            policy.get("fire_rate"),
+            policy.get("band_rate"),
+            policy.get("false_stop_rate"),
+            policy.get("false_continue_rate"),
+            policy.get("expected_cost"),
+            # "2 of 58" in the issue's words: irreversible/regulated calls let through.
+            f"{policy['ungated']}/{c['positives']}" if name == "risk" and policy else "",
+        ]
+        out.append(
+            " ".join(
+                _f(cell).rjust(width) if i else str(cell).ljust(width)
+                for i, (cell, (_, width)) in enumerate(zip(cells, COLUMNS, strict=True))
+            )
+        )
+    out += [
+        "",
+        "ECE and Brier are over the compared probability; AUROC and acc are one-vs-rest macro "
+        "and the most likely class where risk or drift rows carry distributions. f.stop is a "
+        "share of the negatives, f.cont of the positives; cost is per example.",
+    ]
+    for name, c in report["conditions"].items():
+        if not c["reliability"]:
+            continue
+        out += ["", f"{name}: reliability (bin, rows, mean predicted → observed)"]
+        for b in c["reliability"]:
+            if b["count"]:
+                out.append(
+                    f"  [{b['lower']:.3f}, {b['upper']:.3f})  {b['count']:>6}  "
+                    f"{b['mean_predicted']:.3f} → {b['observed_rate']:.3f}"
+                )
+    for title, problems in (
+        ("Malformed lines", report["malformed"]),
+        ("Unscored rows", report["unscored"]),
+    ):
+        if problems:
+            out += ["", f"{title} ({len(problems)}):"]
+            out += [f"  line {p['line']}: {p['why']}" for p in problems]
+    return "\n".join(out)

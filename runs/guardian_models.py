@@ -1,0 +1,55 @@
+"""The guardian model version a run asks: the active version of its adapter, and the guardian
+that answers as that version (a calibration map over the base adapter, or the local guardian
+retrained on its corpus plus labelled examples). The admins make and activate versions
+(policies/learning.py); runs, shadow trials and the harness only read them through here."""
+
+from collections.abc import Sequence
+
+from escalations.models import LabelledExample
+from guardian_core.engine.conditions import Condition
+from guardian_core.models import GuardianModelKind, GuardianModelVersion
+
+
+def guardian_model_version_active(*, adapter: str) -> GuardianModelVersion | None:
+    """The version runs on `adapter` use now, or None (they use the adapter as it is)."""
+    return GuardianModelVersion.objects.filter(adapter=adapter, is_active=True).first()
+
+
+def versioned_guardian(version: GuardianModelVersion, base: object, *, deadline_seconds: float):
+    """`base` (the adapter's guardian as settings build it) as model version `version`.
+
+    A version learnt on top of another base model than the one `base` now reports would apply
+    what it learnt to a model it never saw: its answers are then all malformed (uncertain,
+    escalated), and the reason names both versions, rather than silently uncalibrated."""
+    from guardian_core.adapters.calibrated import CalibratedGuardian
+
+    if version.kind == GuardianModelKind.RETRAINED:
+        from guardian_core.adapters.local import LocalGuardian
+
+        if base.model_version != version.base_model_version:  # the bundled corpus changed
+            return CalibratedGuardian(
+                base, {}, version.model_version, base_model_version=version.base_model_version
+            )
+        return LocalGuardian(
+            deadline_seconds=deadline_seconds,
+            model_version=version.model_version,
+            extra_examples=lambda: teaching_examples(version.example_ids),
+        )
+    return CalibratedGuardian(
+        base,
+        version.calibration,
+        version.model_version,
+        base_model_version=version.base_model_version,
+    )
+
+
+def teaching_examples(example_ids: Sequence[int]) -> dict[Condition, list[dict]]:
+    """The labelled examples `example_ids` as training traces, by condition (what a retrained
+    local guardian learns from besides its bundled corpus)."""
+    out: dict[Condition, list[dict]] = {}
+    rows = LabelledExample.objects.filter(pk__in=list(example_ids)).order_by("pk")
+    for condition, projection, label in rows.values_list("condition", "projection", "label"):
+        out.setdefault(Condition(condition), []).append(
+            {"condition": condition, "projection": projection, "label": label}
+        )
+    return out

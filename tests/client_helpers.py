@@ -11,7 +11,7 @@ from django.db import connection
 from guardian_client import Tool
 
 from escalations.models import Escalation, EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from escalations.claims import escalation_claim
 from escalations.models import (
     Approval,
     EscalationEvent,
@@ -18,7 +19,7 @@ from escalations.models import (
     ReviewGuidance,
     Verdict,
 )
-from escalations.services import escalation_claim, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.demo import demo_policy_version
 from guardian_core.models import PolicyVersion
 from runs.models import RunStatus, ToolCallStatus

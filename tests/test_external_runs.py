@@ -13,7 +13,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from escalations.models import Escalation, EscalationKind, LabelledExample
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 from runs.external import _proposal_from_body

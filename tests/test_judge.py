@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from escalations.models import Escalation, ExampleSource, LabelledExample
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.demo import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
 from guardian_core.engine.thresholds import default_policy
 from guardian_core.models import PolicyVersion

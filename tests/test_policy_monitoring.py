@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from escalations.models import EscalationStatus, ExampleSource, LabelledExample, Verdict
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core import monitoring
 from guardian_core.demo import demo_policy_version
 from guardian_core.engine.conditions import Condition

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from escalations.models import EscalationKind, EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.adapters.pricing import Price
 from guardian_core.celery import app as celery_app
 from guardian_core.demo import demo_policy_version

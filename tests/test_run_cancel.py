@@ -11,7 +11,7 @@ from django.db import connection
 from django.urls import reverse
 
 from escalations.models import EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.demo import demo_policy_version
 from runs.audit import run_chain_verify
 from runs.external import ExternalError, _lease, _proposal_from_body, _step_open

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from escalations.models import EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.celery import app as celery_app
 from guardian_core.demo import demo_policy_version
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus

@@ -16,7 +16,7 @@ django.setup()
 from django.contrib.auth import get_user_model  # noqa: E402
 
 from escalations.models import Escalation, EscalationKind, EscalationStatus  # noqa: E402
-from escalations.services import escalation_resolve  # noqa: E402
+from escalations.verdicts import escalation_resolve  # noqa: E402
 
 expected = int(os.environ.get("EXPECTED", "2"))
 reviewer = get_user_model().objects.get(username="reviewer")

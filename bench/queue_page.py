@@ -48,13 +48,13 @@ def measure(report: Report) -> dict[str, float]:
     from django.test import Client
     from django.urls import reverse
 
-    from escalations.selectors import (
+    from escalations.claims import escalation_claim_next, escalation_release_all
+    from escalations.queue import (
         QueueFilters,
         escalation_counts_by_kind,
         escalation_queue,
         escalation_queue_stamp,
     )
-    from escalations.services import escalation_claim_next, escalation_release_all
 
     call_command("migrate", verbosity=0)
     reviewer = _reviewer("bench-reviewer")

@@ -1,7 +1,7 @@
 """Django admin for escalations, verdicts and labelled examples (read-only for everyone) and
 the reviewers' guidance, which admins edit.
 
-An escalation changes state only through escalations/services.py::escalation_resolve (the
+An escalation changes state only through escalations/verdicts.py::escalation_resolve (the
 approve/reject actions below call it, as the reviewers' queue does); verdicts and labelled
 examples are append-only rows that the resolution writes, so nobody adds or edits them here.
 """
@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
+from escalations.errors import EscalationError
 from escalations.guidance_form import ReviewGuidanceForm
 from escalations.models import (
     VERDICT_REASON_MAX_CHARS,
@@ -18,7 +19,7 @@ from escalations.models import (
     ReviewGuidance,
     Verdict,
 )
-from escalations.services import EscalationError, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.untrusted import bidi_visible
 from runs.admin import ReadOnlyAdmin
 

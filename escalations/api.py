@@ -1,6 +1,6 @@
 """API endpoints for escalations (list, read, claim, release, resolve, extend) and the labelled
-examples they become. Every write goes through escalations/services.py, with the reviewers'
-page's rules: the page and the API cannot disagree on what a verdict may do."""
+examples they become. Every write goes through escalations/claims.py and verdicts.py, with the
+reviewers' page's rules: the page and the API cannot disagree on what a verdict may do."""
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -17,6 +17,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from escalations.claims import escalation_claim, escalation_extend_deadline, escalation_release
+from escalations.decision_pane import uncertain_conditions
+from escalations.errors import EscalationError
+from escalations.examples import (
+    EXAMPLE_FILTER_FIELDS,
+    example_filters_from,
+    labelled_example_ids,
+    labelled_examples_export,
+    labelled_examples_jsonl,
+)
+from escalations.held_calls import approval_edits, escalation_held_calls
 from escalations.models import (
     VERDICT_REASON_MAX_CHARS,
     Escalation,
@@ -24,28 +35,13 @@ from escalations.models import (
     Verdict,
     VerdictDecision,
 )
-from escalations.selectors import (
-    EXAMPLE_FILTER_FIELDS,
-    approval_edits,
+from escalations.queue import (
     escalation_claim_holder,
     escalation_get,
-    escalation_held_calls,
     escalation_list_open,
-    example_filters_from,
-    labelled_example_ids,
-    labelled_examples_export,
-    labelled_examples_jsonl,
     queue_filters_from,
 )
-from escalations.services import (
-    AlreadyDecided,
-    EscalationError,
-    escalation_claim,
-    escalation_extend_deadline,
-    escalation_release,
-    escalation_resolve,
-    uncertain_conditions,
-)
+from escalations.verdicts import AlreadyDecided, escalation_resolve
 from guardian_core.api import HasRequiredPermission, error_body
 from guardian_core.api_schema import ErrorResponse
 from guardian_core.pagination import BoundedLimitOffsetPagination

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from escalations.models import ENDED_BY_REJECTION, EscalationKind, VerdictDecision
-from escalations.services import verdict_reason_problem
+from escalations.verdicts import verdict_reason_problem
 from guardian_core import json_input
 from guardian_core.engine.conditions import DRIFT_SCORES
 from runs.models import RiskClass

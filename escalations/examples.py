@@ -1,30 +1,116 @@
-"""Importing labelled traces (JSON Lines, the trace format of DESIGN.md) as labelled examples
-with source `import`: checked line by line as `manage.py evaluate` checks them, stored all or
-nothing, never twice.
-
-A line becomes an example with the compared probability the trace gives (absent: unscored),
-its label, and its `question_set` and `model` as the versions it was labelled under (empty when
-the trace names none). The app's own export (`manage.py export_examples`) reads back as is:
-the fields only the export has (reviewer, ids, verdict...) are kept out, as the format says.
-
-"Never twice": an example's content hash is the SHA-256 of its condition, projection, label,
-probability, question set and model. A line whose hash any stored labelled example already has,
-whatever its source, or an earlier line of the same file had, is counted as a duplicate and not
-stored: an export of this database read back into it adds nothing, so no verdict is counted
-twice when a model is trained or recalibrated. No column holds the hash (the examples table is
-not this module's to change): it is computed over the stored examples of the file's conditions
-at each import, under a lock that makes two imports at once queue up.
-"""
+"""Labelled examples: those a verdict becomes, imported traces, the export, reviewer stats."""
 
 import json
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from itertools import batched
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
 
-from escalations.models import ExampleSource, LabelledExample
+from escalations.held_calls import approval_edits
+from escalations.models import (
+    Approval,
+    Escalation,
+    EscalationKind,
+    ExampleSource,
+    LabelledExample,
+    Verdict,
+    VerdictDecision,
+)
 from guardian_core.engine.canonical import sha256_hex
+from guardian_core.engine.conditions import (
+    DRIFT_MISALIGNED_MAX_SCORE,
+    Condition,
+    compared_probability,
+    most_likely_risk,
+    parse_answer,
+)
 from guardian_core.engine.evaluation import LineProblem, parse_traces
+from runs.models import Turn
+
+# ---- the examples a verdict becomes ----------------------------------------------------------
+
+
+def labelled_examples_create(*, escalation: Escalation, verdict: Verdict) -> None:
+    """Store the labelled examples a verdict becomes (in the verdict's transaction): for a
+    held step, one risk example per held call; for a coder/reviewer loop, whether the goal is
+    reached; and one per condition the reviewer answered."""
+    turn = escalation.turn
+    decision = turn.decision
+    common = {
+        "source": ExampleSource.HUMAN,
+        "question_set_version": decision.question_set_version,
+        "model_version": decision.guardian_model_version,
+        "policy_version": escalation.run.policy_version,
+        "verdict": verdict,
+        "labelled_by": verdict.reviewer,
+    }
+    if escalation.kind == EscalationKind.GATED_STEP:
+        # The label is the reviewer's own class for the call when they gave one (their
+        # judgement), else the class the call was held at, which they saw and let stand. The
+        # example holds the projection the guardian judged that call on.
+        shown = turn.risk_projections or []
+        given = verdict.risk_labels or {}
+        for call in turn.tool_calls.filter(position__in=escalation.reason.get("held_calls", [])):
+            raw = (decision.risk_answers or [None] * (call.position + 1))[call.position]
+            LabelledExample.objects.create(
+                condition=Condition.RISK,
+                projection=shown[call.position] if call.position < len(shown) else {},
+                probability=compared_probability(Condition.RISK, parse_answer(Condition.RISK, raw)),
+                label=given.get(str(call.position), call.risk_class),
+                **common,
+            )
+    if escalation.kind == EscalationKind.REVIEW_LOOP:
+        # Accepting the coder's last code says the goal is reached; rejecting it says not. The
+        # example holds what the person judged: the goal, the code and the reviewer's reasons.
+        LabelledExample.objects.create(
+            condition=Condition.GOAL_REACHED,
+            projection=turn.projection
+            or {
+                "goal": escalation.run.goal,
+                "last_code": escalation.reason.get("last_code", ""),
+                "last_reasons": escalation.reason.get("last_reasons", []),
+            },
+            probability=None,
+            label=verdict.decision == VerdictDecision.APPROVE,
+            **common,
+        )
+    for condition, label in (verdict.answer or {}).items():
+        raw = decision.answers.get(condition)
+        LabelledExample.objects.create(
+            condition=condition,
+            projection=turn.projection,
+            probability=compared_probability(
+                Condition(condition), parse_answer(Condition(condition), raw)
+            ),
+            label=label,
+            **common,
+        )
+
+
+# ---- importing labelled traces ------------------------------------------------------------
+# Importing labelled traces (JSON Lines, the trace format of DESIGN.md) as labelled examples
+# with source `import`: checked line by line as `manage.py evaluate` checks them, stored all or
+# nothing, never twice.
+#
+# A line becomes an example with the compared probability the trace gives (absent: unscored),
+# its label, and its `question_set` and `model` as the versions it was labelled under (empty when
+# the trace names none). The app's own export (`manage.py export_examples`) reads back as is:
+# the fields only the export has (reviewer, ids, verdict...) are kept out, as the format says.
+#
+# "Never twice": an example's content hash is the SHA-256 of its condition, projection, label,
+# probability, question set and model. A line whose hash any stored labelled example already has,
+# whatever its source, or an earlier line of the same file had, is counted as a duplicate and not
+# stored: an export of this database read back into it adds nothing, so no verdict is counted
+# twice when a model is trained or recalibrated. No column holds the hash (the examples table is
+# not this module's to change): it is computed over the stored examples of the file's conditions
+# at each import, under a lock that makes two imports at once queue up.
+
 
 # The examples table's column widths: a longer version name is a malformed line, not a crash.
 MAX_QUESTION_SET_CHARS = LabelledExample._meta.get_field("question_set_version").max_length
@@ -201,3 +287,342 @@ def _versions(data: dict) -> tuple[dict, list[str]]:
 def _text(line: str | bytes) -> str:
     # parse_traces has already decoded every valid line once: this cannot fail here.
     return line.decode("utf-8") if isinstance(line, bytes) else line
+
+
+# ---- the JSON Lines export and a reviewer's own stats ----------------------------------------
+
+# A reviewer's median time and agreement are taken over their latest decisions, so the
+# stats cost the same for a reviewer of ten years as for one of a day.
+STATS_WINDOW = 200
+_EXPORT_CHUNK = 2000
+
+
+@dataclass(frozen=True)
+class ExampleFilters:
+    condition: str = ""  # a Condition value or ""
+    since: date | None = None  # from this local date on
+    until: date | None = None  # up to this local date, inclusive
+    source: str = ""  # an ExampleSource value or ""
+
+    def as_params(self) -> dict[str, str]:
+        """The filters set, as query parameters (the export link of the page)."""
+        params = {
+            "condition": self.condition,
+            "since": self.since.isoformat() if self.since else "",
+            "until": self.until.isoformat() if self.until else "",
+            "source": self.source,
+        }
+        return {key: value for key, value in params.items() if value}
+
+
+EXAMPLE_FILTER_FIELDS = ("condition", "since", "until", "source")
+
+
+def example_filters_from(params: Mapping) -> tuple[ExampleFilters, dict[str, str]]:
+    """The export's filters from a query string or a command line, and a problem per bad field
+    (field name -> message); the filters hold only the good fields."""
+    problems: dict[str, str] = {}
+    condition = (params.get("condition") or "").strip()
+    if condition and condition not in {c.value for c in Condition}:
+        problems["condition"] = f"{condition!r} is not one of {', '.join(Condition)}"[:300]
+        condition = ""
+    source = (params.get("source") or "").strip()
+    if source and source not in ExampleSource.values:
+        problems["source"] = f"{source!r} is not one of {', '.join(ExampleSource.values)}"[:300]
+        source = ""
+    dates: dict[str, date | None] = {}
+    for name in ("since", "until"):
+        raw = (params.get(name) or "").strip()
+        dates[name] = _date_or_none(raw)
+        if raw and dates[name] is None:
+            problems[name] = f"{raw!r} is not a date like 2026-03-31"[:300]
+        elif dates[name] and not 1900 <= dates[name].year <= 9000:
+            # Beyond these, local midnight and the day after may not exist as datetimes.
+            problems[name] = f"{raw} is out of range (years 1900 to 9000)"
+            dates[name] = None
+    if dates["since"] and dates["until"] and dates["since"] > dates["until"]:
+        problems["until"] = f"{dates['until']} is before since ({dates['since']})"
+    filters = ExampleFilters(
+        condition=condition, since=dates["since"], until=dates["until"], source=source
+    )
+    return filters, problems
+
+
+def _date_or_none(raw: str) -> date | None:
+    # Only YYYY-MM-DD: fromisoformat also takes 20260331 and week dates, which read as typos.
+    if len(raw) != 10:
+        return None
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        return None
+
+
+def _local_midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def _examples(
+    condition: str = "",
+    since: date | datetime | None = None,
+    until: date | datetime | None = None,
+    source: str = "",
+) -> QuerySet[LabelledExample]:
+    examples = LabelledExample.objects.all()
+    if condition:
+        examples = examples.filter(condition=condition)
+    if source:
+        examples = examples.filter(source=source)
+    if isinstance(since, datetime):
+        examples = examples.filter(created_at__gte=since)
+    elif since is not None:
+        examples = examples.filter(created_at__gte=_local_midnight(since))
+    if isinstance(until, datetime):
+        examples = examples.filter(created_at__lt=until)
+    elif until is not None:
+        examples = examples.filter(created_at__lt=_local_midnight(until + timedelta(days=1)))
+    return examples
+
+
+def labelled_example_ids(filters: ExampleFilters) -> QuerySet:
+    """The ids of the examples matching the filters, newest first (the API pages through them)."""
+    return (
+        _examples(filters.condition, filters.since, filters.until, filters.source)
+        .order_by("-id")
+        .values_list("id", flat=True)
+    )
+
+
+def labelled_examples_count(filters: ExampleFilters) -> int:
+    return _examples(filters.condition, filters.since, filters.until, filters.source).count()
+
+
+def labelled_examples_export(
+    *,
+    condition: str = "",
+    since: date | datetime | None = None,
+    until: date | datetime | None = None,
+    source: str = "",
+    example_ids: list[int] | None = None,
+) -> Iterator[dict]:
+    """Labelled examples (only `example_ids` when given: a page of the API's list), oldest
+    first, one dict each in the trace format of DESIGN.md
+    (condition, projection, probability when scored, label, source, question_set, model) and
+    what a trace needs to be traced back: the reviewer's username, seconds_to_decide of their
+    verdict, the policy version number, created_at (ISO 8601, UTC), the example's,
+    escalation's, run's and turn's ids, and the verdict (its id, decision, reason and the
+    escalation's kind); null for an imported or judged example.
+
+    `since` and `until` are local dates (both inclusive) or aware datetimes (until exclusive).
+    Rows are streamed from a server-side cursor: memory stays flat however many there are.
+    """
+    examples = _examples(condition, since, until, source)
+    if example_ids is not None:
+        examples = examples.filter(pk__in=example_ids)
+    rows = examples.order_by("id").values_list(
+        "id",
+        "condition",
+        "projection",
+        "probability",
+        "label",
+        "source",
+        "question_set_version",
+        "model_version",
+        "labelled_by__username",
+        "verdict__seconds_to_decide",
+        "policy_version__number",
+        "created_at",
+        "verdict__escalation_id",
+        "verdict__escalation__run_id",
+        "verdict__escalation__turn_id",
+        "verdict_id",
+        "verdict__decision",
+        "verdict__reason",
+        "verdict__escalation__kind",
+        "verdict__approved_calls",
+    )
+    for chunk in batched(rows.iterator(chunk_size=_EXPORT_CHUNK), _EXPORT_CHUNK):
+        # The calls reviewers edited before approving, for this chunk's verdicts: one query
+        # a chunk, only approvals that were edited.
+        edited: dict[int, list[Approval]] = {}
+        escalation_ids = {row[12] for row in chunk if row[15] is not None}
+        for approval in Approval.objects.filter(
+            escalation_id__in=escalation_ids, original_arguments__isnull=False
+        ).select_related("reviewer"):
+            edited.setdefault(approval.escalation_id, []).append(approval)
+        yield from _export_rows(chunk, edited)
+
+
+def _export_rows(chunk: tuple, edited: dict[int, list[Approval]]) -> Iterator[dict]:
+    for (
+        pk,
+        condition_,
+        projection,
+        probability,
+        label,
+        source_,
+        question_set,
+        model,
+        reviewer,
+        seconds,
+        policy,
+        created_at,
+        escalation_id,
+        run_id,
+        turn_id,
+        verdict_id,
+        decision,
+        reason,
+        kind,
+        approved_calls,
+    ) in chunk:
+        example = {"condition": condition_, "projection": projection}
+        # The trace format leaves probability out when the guardian gave none to compare.
+        if probability is not None:
+            example["probability"] = probability
+        example.update(
+            {
+                "label": label,
+                "source": source_,
+                "question_set": question_set,
+                "model": model,
+                "reviewer": reviewer,
+                "seconds_to_decide": seconds,
+                "policy_version": policy,
+                "created_at": created_at.astimezone(UTC).isoformat(),
+                "example_id": pk,
+                "escalation_id": escalation_id,
+                "run_id": run_id,
+                "turn_id": turn_id,
+                # The verdict the label came from: approve / reject / answer, and why.
+                # edited_arguments: each approved call the reviewer edited before approving
+                # it, with the change list ("approved with edited arguments: amount 49.9 →
+                # 39.9"); [] when none was.
+                "verdict": None
+                if verdict_id is None
+                else {
+                    "id": verdict_id,
+                    "decision": decision,
+                    "reason": reason,
+                    "kind": kind,
+                    "edited_arguments": [
+                        edit
+                        for edit in approval_edits(edited.get(escalation_id, []))
+                        if edit["position"] in (approved_calls or [])
+                    ],
+                },
+            }
+        )
+        yield example
+
+
+def labelled_examples_jsonl(filters: ExampleFilters) -> Iterator[str]:
+    """The export as JSON Lines, one line per example: what the page's download and
+    `manage.py export_examples` both write, byte for byte."""
+    for example in labelled_examples_export(
+        condition=filters.condition,
+        since=filters.since,
+        until=filters.until,
+        source=filters.source,
+    ):
+        yield json.dumps(example, separators=(",", ":")) + "\n"
+
+
+@dataclass(frozen=True)
+class ReviewerStats:
+    decided_today: int
+    median_seconds_to_decide: float | None
+    agreement: float | None
+    labelled: int
+    compared: int = 0  # how many examples the agreement was measured on
+
+    @property
+    def agreement_percent(self) -> int | None:
+        return None if self.agreement is None else round(self.agreement * 100)
+
+
+def reviewer_stats(reviewer: AbstractBaseUser) -> ReviewerStats:
+    """A reviewer's own figures.
+
+    decided_today: their verdicts since local midnight (TIME_ZONE).
+    median_seconds_to_decide: the median of Verdict.seconds_to_decide over their latest
+      STATS_WINDOW verdicts that have it; None when none has.
+    agreement: over their latest STATS_WINDOW human labelled examples that carry the
+      guardian's probability, the share where the guardian and the reviewer said the same:
+      for a yes/no condition, the probability lies on the label's side of 0.5 (above for yes,
+      below for no; exactly 0.5 took no side and counts as a disagreement); for risk, the
+      guardian's most likely class is the reviewer's class; for drift, the guardian's
+      P(score ≤ 1) is above 0.5 exactly when the reviewer's score is 1 or less. None when no
+      example can be compared.
+    labelled: every human labelled example they gave.
+    """
+    today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    verdicts = Verdict.objects.filter(reviewer=reviewer)
+    decided_today = verdicts.filter(created_at__gte=today).count()
+    seconds = list(
+        verdicts.filter(seconds_to_decide__isnull=False)
+        .order_by("-created_at", "-id")
+        .values_list("seconds_to_decide", flat=True)[:STATS_WINDOW]
+    )
+    mine = LabelledExample.objects.filter(labelled_by=reviewer, source=ExampleSource.HUMAN)
+    window = list(
+        mine.filter(probability__isnull=False)
+        .order_by("-id")
+        .values_list("id", "condition", "probability", "label")[:STATS_WINDOW]
+    )
+    risk_classes = _guardian_risk_classes([pk for pk, c, _, _ in window if c == Condition.RISK])
+    agreed = compared = 0
+    for pk, condition, probability, label in window:
+        verdict = _agrees(condition, probability, label, risk_classes.get(pk))
+        if verdict is not None:
+            compared += 1
+            agreed += verdict
+    return ReviewerStats(
+        decided_today=decided_today,
+        median_seconds_to_decide=statistics.median(seconds) if seconds else None,
+        agreement=agreed / compared if compared else None,
+        labelled=mine.count(),
+        compared=compared,
+    )
+
+
+def _agrees(condition: str, probability: float, label: object, risk_class: str | None):
+    """True or False when the guardian's answer and the label can be compared, else None."""
+    if condition == Condition.RISK:
+        return None if risk_class is None else risk_class == label
+    if condition == Condition.DRIFT:
+        if isinstance(label, bool) or not isinstance(label, int):
+            return None
+        return (probability > 0.5) == (label <= DRIFT_MISALIGNED_MAX_SCORE)
+    if not isinstance(label, bool):
+        return None
+    return probability > 0.5 if label else probability < 0.5
+
+
+def _guardian_risk_classes(example_ids: list[int]) -> dict[int, str]:
+    """The guardian's most likely class for each risk example: its turn's risk answer for the
+    call whose projection the example holds (an example does not store the call's position)."""
+    if not example_ids:
+        return {}
+    rows = list(
+        LabelledExample.objects.filter(pk__in=example_ids).values_list(
+            "id", "projection", "verdict__escalation__turn_id"
+        )
+    )
+    # One read per turn, not per example: a held step's examples share their turn.
+    turns = {
+        pk: (shown or [], answers or [])
+        for pk, shown, answers in Turn.objects.filter(
+            pk__in={turn_id for _, _, turn_id in rows if turn_id is not None}
+        ).values_list("pk", "risk_projections", "decision__risk_answers")
+    }
+    classes = {}
+    for pk, projection, turn_id in rows:
+        shown, answers = turns.get(turn_id, ([], []))
+        for position, seen in enumerate(shown):
+            if seen == projection and position < len(answers):
+                likely = most_likely_risk(parse_answer(Condition.RISK, answers[position]))
+                if likely is not None:
+                    classes[pk] = likely.value
+                break
+    return classes

@@ -116,7 +116,7 @@ class Escalation(models.Model):
                 condition=Q(status="open"),
                 name="escalation_open_order",
             ),
-            # The queue's other sorts (selectors.QUEUE_SORTS), read by keyset the same way.
+            # The queue's other sorts (queue.QUEUE_SORTS), read by keyset the same way.
             models.Index(
                 fields=["deadline", "id"],
                 condition=Q(status="open"),
@@ -135,7 +135,7 @@ class Escalation(models.Model):
                 name="escalation_open_kind",
             ),
             # The live claims: the latest lapsed one is part of the queue's stamp
-            # (selectors.escalation_queue_stamp).
+            # (queue.escalation_queue_stamp).
             models.Index(
                 fields=["claim_expires_at"],
                 condition=Q(status="open", claim_expires_at__isnull=False),
@@ -180,7 +180,7 @@ class EscalationEvent(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
-            # "Next" passes over what the reviewer skipped lately (services._claimable).
+            # "Next" passes over what the reviewer skipped lately (claims._claimable).
             models.Index(
                 fields=["actor", "created_at"],
                 condition=Q(kind="skipped"),

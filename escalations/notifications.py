@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 import httpx
+from celery import current_app
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
@@ -41,6 +42,9 @@ _WEBHOOK_TIMEOUT_SECONDS = 10.0
 # after this long, and only this far back.
 _ARRIVAL_GRACE = timedelta(minutes=2)
 _ARRIVAL_LOOKBACK = timedelta(hours=1)
+# The task that sends one notice (escalations/tasks.py), named rather than imported: the task
+# calls this module, so importing it back would close a circle.
+NOTIFY_TASK = "escalations.notify"
 _PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 # The beat task handles at most this many escalations a minute; the rest wait for the next.
 _BATCH = 200
@@ -122,13 +126,16 @@ def escalation_notify_after_commit(
 
 
 def _enqueue(escalation_id: int, event: str) -> bool:
-    from escalations.tasks import notify_escalation
-
     try:
         # One quick publish retry for a blip, no more: a turn must not wait on a broker that is
         # down; the beat picks up an arrival whose notice never left (escalation_notify_due).
-        notify_escalation.apply_async(
-            (escalation_id, str(event)), retry=True, retry_policy=_PUBLISH_RETRY
+        # ignore_result as the task declares it: nobody waits for what it returns.
+        current_app.send_task(
+            NOTIFY_TASK,
+            args=(escalation_id, str(event)),
+            ignore_result=True,
+            retry=True,
+            retry_policy=_PUBLISH_RETRY,
         )
     except Exception:
         # Whatever the broker or its client raises, the escalation stands and the run waits

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from escalations.models import Escalation, Verdict
-from escalations.selectors import escalation_claim_holder
+from escalations.queue import escalation_claim_holder
 from runs.vocabulary import SOURCES, band_words, source_words, summary_words
 
 # The bar's drawing width in SVG user units.

@@ -3,7 +3,7 @@
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
 
-from escalations.services import escalation_release_all
+from escalations.claims import escalation_release_all
 
 
 def release_claims_on_logout(

@@ -5,6 +5,7 @@ from celery import shared_task
 
 from escalations.notifications import (
     MAX_ATTEMPTS,
+    NOTIFY_TASK,
     NotificationNotSent,
     escalation_notify,
     escalation_notify_due,
@@ -14,7 +15,7 @@ from escalations.notifications import (
 # Exponential backoff with jitter: about 30 s, 1, 2, 4, 8, 16 min between the attempts; the
 # delivery rows bound the attempts too, so a duplicated task cannot add more.
 @shared_task(
-    name="escalations.notify",
+    name=NOTIFY_TASK,  # "escalations.notify": notifications.py sends it by this name
     acks_late=True,
     ignore_result=True,
     autoretry_for=(NotificationNotSent,),

@@ -14,8 +14,25 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_client_event
 
+from escalations.claims import (
+    escalation_claim,
+    escalation_claim_next,
+    escalation_extend_deadline,
+    escalation_release,
+)
 from escalations.decision_form import decision_initial, decision_input, problems_in_form_order
+from escalations.decision_pane import DecisionPane, escalation_pane
+from escalations.errors import EscalationError
+from escalations.examples import (
+    EXAMPLE_FILTER_FIELDS,
+    example_filters_from,
+    labelled_examples_count,
+    labelled_examples_jsonl,
+    reviewer_stats,
+)
+from escalations.guidance import review_guidance_delete, review_guidance_list, review_guidance_save
 from escalations.guidance_form import ReviewGuidanceForm
+from escalations.held_calls import approval_edits
 from escalations.models import (
     VERDICT_REASON_MAX_CHARS,
     Approval,
@@ -27,38 +44,18 @@ from escalations.models import (
     Verdict,
 )
 from escalations.presentation import bulk_lines, bulk_summary, queue_rows
-from escalations.selectors import (
-    EXAMPLE_FILTER_FIELDS,
+from escalations.queue import (
     QUEUE_CONDITIONS,
-    DecisionPane,
     QueueFilters,
     QueuePage,
-    approval_edits,
     escalation_counts_by_kind,
     escalation_held_by,
-    escalation_pane,
     escalation_queue,
     escalation_queue_stamp,
-    example_filters_from,
-    labelled_examples_count,
-    labelled_examples_jsonl,
     next_item_passed_over,
     queue_filters_from,
-    review_guidance_list,
-    reviewer_stats,
 )
-from escalations.services import (
-    AlreadyDecided,
-    EscalationError,
-    escalation_claim,
-    escalation_claim_next,
-    escalation_extend_deadline,
-    escalation_release,
-    escalation_resolve,
-    escalation_resolve_bulk,
-    review_guidance_delete,
-    review_guidance_save,
-)
+from escalations.verdicts import AlreadyDecided, escalation_resolve, escalation_resolve_bulk
 from guardian_core.engine.conditions import DRIFT_SCORES, Condition
 from runs.models import RiskClass
 

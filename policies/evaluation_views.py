@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods
 
-from escalations.selectors import ExampleFilters, labelled_examples_count, labelled_examples_jsonl
+from escalations.examples import ExampleFilters, labelled_examples_count, labelled_examples_jsonl
 from guardian_core.engine.evaluation import DEFAULT_BINS
 from guardian_core.models import GuardianModelVersion, PolicyVersion
 from guardian_core.roles import manage_policy

@@ -49,8 +49,8 @@ def gate_examples(versions: list[PolicyVersion], limit: int) -> tuple[list[dict]
     report reads `limit` rows however many examples there are; how many could be replayed
     (those with a probability: no model is asked); and how many of those kept are near-misses.
     """
+    from escalations.examples import labelled_examples_export
     from escalations.models import PEOPLES_SOURCES, LabelledExample
-    from escalations.selectors import labelled_examples_export
 
     scored = LabelledExample.objects.filter(probability__isnull=False, source__in=PEOPLES_SOURCES)
     near_filter = _near_miss_filter(versions)

@@ -11,8 +11,8 @@ from django.db import models, transaction
 from django.db.models import Prefetch
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 
+from escalations.held_calls import approval_edits
 from escalations.models import Approval, Escalation, LabelledExample, Verdict
-from escalations.selectors import approval_edits
 from guardian_core.models import PolicyVersion
 from runs.chain import HASHED_FIELDS, ChainReport
 from runs.log_triggers import log_purge

@@ -5,8 +5,9 @@ text stays plain str: the template escapes it)."""
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from escalations.decision_pane import pretty_json
+from escalations.held_calls import approval_edits
 from escalations.models import Escalation
-from escalations.selectors import approval_edits, pretty_json
 from guardian_core.engine.conditions import Condition, most_likely_risk, parse_answer
 from guardian_core.engine.thresholds import Budgets
 from runs.judging import judge_lines

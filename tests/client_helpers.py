@@ -12,7 +12,7 @@ from guardian_client import Tool
 
 from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.services import api_token_create
 
 LOOKUP_ORDER = Tool(

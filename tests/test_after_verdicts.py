@@ -4,8 +4,9 @@ Every scenario that escalates is followed past its rejection."""
 
 import pytest
 
+from escalations.errors import EscalationError
 from escalations.models import EscalationStatus, LabelledExample
-from escalations.services import EscalationError, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.mapping import turn_state
 from runs.models import DemoSideEffect, RunStatus, ToolCall, ToolCallStatus
 from runs.services import run_advance

@@ -7,8 +7,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from escalations.claims import escalation_claim
 from escalations.models import Escalation, EscalationKind, EscalationStatus
-from escalations.services import escalation_claim, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from tests.runs_helpers import drive, start
 from tests.test_browser import sign_in
 from tests.test_escalation_queue_page import queued

@@ -106,7 +106,7 @@ def test_held_turns_the_chain_head_and_the_replay_notes_render_under_the_policy(
     live_server, page, auditor, reviewer
 ):
     from escalations.models import EscalationStatus
-    from escalations.services import escalation_resolve
+    from escalations.verdicts import escalation_resolve
 
     run = drive(start("refund_waits_for_approval"))
     escalation = run.escalations.get(status=EscalationStatus.OPEN)

@@ -6,9 +6,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from escalations.held_calls import escalation_held_calls
 from escalations.models import EscalationKind, EscalationStatus, ReviewGuidance, Verdict
-from escalations.selectors import escalation_held_calls
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from tests.factories import make_escalation
 from tests.runs_helpers import drive, start
 from tests.test_browser import sign_in

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from escalations.models import Escalation, EscalationKind, EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.models import Run, RunStatus, ToolCall
 from runs.replay import run_replay
 from tests.client_helpers import guardian_for

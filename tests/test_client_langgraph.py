@@ -105,7 +105,7 @@ def test_a_langgraph_agent_reads_waits_for_the_refund_to_be_approved_and_finishe
 
 def test_a_held_step_interrupts_the_graph_and_resumes_on_the_verdict(live_server, token, reviewer):
     from escalations.models import Escalation
-    from escalations.services import escalation_resolve
+    from escalations.verdicts import escalation_resolve
 
     world = World()
     replies = [

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
 from escalations.models import LabelledExample, Verdict
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.audit import run_purge
 from runs.db_roles import app_role_grant, grant_app_role_after_migrate
 from runs.log_triggers import log_purge

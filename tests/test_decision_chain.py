@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.urls import reverse
 
 from escalations.models import Escalation, LabelledExample, Verdict
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.audit import ImportProblem, run_chain_verify, run_export, run_import, run_purge
 from runs.chain import HASHED_FIELDS, content_hash, log_keys
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from escalations.examples import labelled_examples_export
 from escalations.models import Approval, EscalationStatus
-from escalations.selectors import labelled_examples_export
 from runs.audit import run_export, run_import, run_purge
 from runs.models import Run
 from tests.runs_helpers import drive, start

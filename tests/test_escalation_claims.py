@@ -13,6 +13,14 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from escalations.claims import (
+    escalation_claim,
+    escalation_claim_next,
+    escalation_extend_deadline,
+    escalation_release,
+    escalation_release_all,
+)
+from escalations.errors import EscalationError
 from escalations.models import (
     Escalation,
     EscalationEvent,
@@ -20,20 +28,12 @@ from escalations.models import (
     EscalationKind,
     EscalationStatus,
 )
-from escalations.selectors import (
+from escalations.queue import (
     QueueFilters,
     escalation_counts_by_kind,
     escalation_queue,
     escalation_queue_stamp,
     queue_filters_from,
-)
-from escalations.services import (
-    EscalationError,
-    escalation_claim,
-    escalation_claim_next,
-    escalation_extend_deadline,
-    escalation_release,
-    escalation_release_all,
 )
 from tests.factories import make_escalation
 

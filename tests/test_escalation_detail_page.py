@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from demo.setup import demo_policy_version
+from escalations.claims import escalation_claim
 from escalations.models import (
     Approval,
     EscalationEvent,
@@ -19,7 +20,7 @@ from escalations.models import (
     ReviewGuidance,
     Verdict,
 )
-from escalations.services import escalation_claim, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.models import PolicyVersion
 from runs.models import RunStatus, ToolCallStatus
 from tests.factories import make_decision, make_escalation, make_run, make_tool_call, make_turn

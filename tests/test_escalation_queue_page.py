@@ -11,8 +11,9 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.utils import timezone
 
+from escalations.claims import escalation_claim
 from escalations.models import Escalation, EscalationKind, EscalationStatus, queue_fields
-from escalations.services import escalation_claim, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from tests.factories import make_escalation, make_run, make_tool_call, make_turn
 from tests.runs_helpers import drive, start
 

@@ -11,9 +11,9 @@ from django.template.defaultfilters import floatformat
 from django.test import Client
 from django.urls import reverse
 
+from escalations.examples import ExampleFilters, labelled_examples_jsonl
 from escalations.models import EscalationStatus, ExampleSource, LabelledExample
-from escalations.selectors import ExampleFilters, labelled_examples_jsonl
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition

@@ -13,9 +13,9 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from escalations.examples import labelled_examples_export, reviewer_stats
 from escalations.models import EscalationStatus, ExampleSource, LabelledExample, Verdict
-from escalations.selectors import labelled_examples_export, reviewer_stats
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.adapters.local import load_examples
 from guardian_core.engine.conditions import Condition
 from tests.factories import backdate

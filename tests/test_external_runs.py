@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationKind, LabelledExample
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.services import api_token_create
 from runs.external import _proposal_from_body
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn

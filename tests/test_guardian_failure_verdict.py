@@ -5,8 +5,9 @@ run succeeded with an empty answer."""
 
 import pytest
 
+from escalations.errors import EscalationError
 from escalations.models import EscalationKind, EscalationStatus, Verdict
-from escalations.services import EscalationError, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.audit import run_chain_verify
 from runs.models import RunStatus
 from tests.runs_helpers import drive, start

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from demo.setup import DEMO_QUESTION_SET_VERSION, DEMO_QUESTIONS
 from escalations.models import Escalation, ExampleSource, LabelledExample
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.engine.thresholds import default_policy
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import policy_version_problems

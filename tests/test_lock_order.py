@@ -9,7 +9,7 @@ import pytest
 from django.db import OperationalError, connections, transaction
 
 from escalations.models import EscalationStatus, Verdict
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.models import DemoSideEffect, Run, RunStatus
 from runs.services import run_cancel
 from tests.runs_helpers import drive, start

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
 from escalations.models import Approval, Escalation, LabelledExample, Verdict
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs import chain, sealing
 from runs.audit import run_chain_verify
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn

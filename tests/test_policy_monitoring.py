@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from demo.setup import demo_policy_version
 from escalations.models import EscalationStatus, ExampleSource, LabelledExample, Verdict
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import Threshold
 from policies import monitoring

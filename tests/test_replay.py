@@ -5,7 +5,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from escalations.models import EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.models import Decision, Turn
 from runs.replay import (
     DIFFERENT,
@@ -35,7 +35,7 @@ def test_every_turn_of_each_demo_scenario_replays_identical(name, settings):
 
 def test_runs_resumed_after_an_approval_and_after_an_answer_replay_identical(reviewer, settings):
     """The logged decision of an escalated turn is the guardian's; the verdict's own
-    recomputation (escalations.services) is not in the log and is not what replay checks."""
+    recomputation (escalations.verdicts) is not in the log and is not what replay checks."""
     settings.GUARDIAN_DEADLINE_SECONDS = 0.3  # the timeout scenario waits out one deadline
     approved = drive(start("refund_waits_for_approval"))
     _resolve(approved, reviewer, decision="approve")

@@ -13,7 +13,7 @@ import pytest
 
 from demo.setup import demo_policy_version
 from escalations.models import EscalationKind, EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.adapters.pricing import Price
 from guardian_core.celery import app as celery_app
 from guardian_core.engine.reviewer_loop import (

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from escalations.models import Escalation, EscalationKind, ReviewGuidance
 from escalations.presentation import probability_bar
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from tests.factories import make_decision, make_escalation, make_run, make_tool_call, make_turn
 from tests.runs_helpers import drive, start
 from tests.test_escalation_queue_page import queued

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from demo.setup import demo_policy_version
 from escalations.models import EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from runs.audit import run_chain_verify
 from runs.external import ExternalError, _lease, _proposal_from_body, _step_open
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus, Turn

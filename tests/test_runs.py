@@ -6,8 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from escalations.errors import EscalationError
 from escalations.models import EscalationKind, EscalationStatus, LabelledExample
-from escalations.services import EscalationError, escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.engine.tools import idempotency_key
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.reporting import expectation_problems

@@ -67,7 +67,8 @@ def test_the_api_refuses_a_reason_past_the_cap_under_its_field(client, reviewer,
 
 
 def test_the_service_refuses_it_whoever_calls(reviewer, held_refund):
-    from escalations.services import EscalationError, escalation_resolve
+    from escalations.errors import EscalationError
+    from escalations.verdicts import escalation_resolve
 
     with pytest.raises(EscalationError) as refused:
         escalation_resolve(

@@ -12,6 +12,9 @@ from django.db import connections
 from django.utils import timezone
 
 from demo.setup import demo_policy_version
+from escalations.claims import escalation_claim_next
+from escalations.errors import EscalationError
+from escalations.held_calls import escalation_held_calls
 from escalations.models import (
     Approval,
     Escalation,
@@ -21,14 +24,7 @@ from escalations.models import (
     LabelledExample,
     Verdict,
 )
-from escalations.selectors import escalation_held_calls
-from escalations.services import (
-    AlreadyDecided,
-    EscalationError,
-    escalation_claim_next,
-    escalation_resolve,
-    escalation_resolve_bulk,
-)
+from escalations.verdicts import AlreadyDecided, escalation_resolve, escalation_resolve_bulk
 from guardian_core.engine.tools import action_hash, idempotency_key
 from guardian_core.policy_validation import policy_version_problems
 from policies.services import policy_version_create

@@ -15,7 +15,7 @@ from django.db import connection
 
 from demo.setup import demo_policy_version
 from escalations.models import EscalationStatus
-from escalations.services import escalation_resolve
+from escalations.verdicts import escalation_resolve
 from guardian_core.celery import app as celery_app
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus
 from runs.reporting import expectation_problems

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from escalations.examples import example_filters_from, labelled_examples_jsonl
 from escalations.models import ExampleSource
-from escalations.selectors import example_filters_from, labelled_examples_jsonl
 from guardian_core.engine.conditions import Condition
 
 

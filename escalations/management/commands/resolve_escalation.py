@@ -5,7 +5,8 @@ import json
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from escalations.services import EscalationError, escalation_resolve
+from escalations.errors import EscalationError
+from escalations.verdicts import escalation_resolve
 
 
 def _label(text: str) -> object:

@@ -18,7 +18,7 @@ from guardian_core.demo import demo_policy_version
 from guardian_core.services import api_token_create
 from runs.external import _proposal_from_body
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.turns import _turn_begin
+from runs.recording import turn_begin as _turn_begin
 
 pytestmark = pytest.mark.django_db
 

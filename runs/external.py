@@ -60,6 +60,7 @@ from runs.recording import (
     turn_finish,
     turn_gated,
 )
+from runs.services import _claim, run_start
 from runs.tools import run_tools
 from runs.turns import (
     SystemClock,
@@ -948,8 +949,6 @@ def external_webhook_deliver(*, escalation_id: int) -> str:
 def external_run_start(*, webhook_url: str = "", **fields) -> tuple[Run, str]:
     """Start an external run (runs.services.run_start) and, with `webhook_url`, the webhook its
     verdicts go to; returns the run and the webhook's secret ("" without one), shown once."""
-    from runs.services import run_start
-
     with transaction.atomic():
         run = run_start(actor=EXTERNAL, **fields)
         secret = ""
@@ -1064,8 +1063,6 @@ def _lease(run_id: int, owner_id: int | None = None) -> tuple[str, Run]:
     request, as a worker takes it for a turn: (the token, the run as claimed, with its last
     turns). ExternalError 404 when there is no such run, 409 when it is not the caller's to
     move (waiting on a person, ended); _Busy when another request holds it."""
-    from runs.services import _claim
-
     token = uuid.uuid4().hex
     claimed = _claim(run_id, token, actor=EXTERNAL, created_by_id=owner_id)
     if claimed is not None:

@@ -353,7 +353,7 @@ def test_a_vanished_clients_started_calls_become_ambiguous_and_go_to_a_person(
 
     from django.utils import timezone
 
-    from runs.services import run_sweep_stalled
+    from runs.sweeps import run_sweep_stalled
 
     run = start(api)
     step(api, run["id"], 0, read())
@@ -378,7 +378,7 @@ def test_a_vanished_clients_started_calls_become_ambiguous_and_go_to_a_person(
 
 
 def test_the_sweeper_leaves_a_step_alone_within_its_grace_period(api):
-    from runs.services import run_sweep_stalled
+    from runs.sweeps import run_sweep_stalled
 
     run = start(api)
     step(api, run["id"], 0, read())

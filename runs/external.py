@@ -1,7 +1,8 @@
 """Runs whose agent loop runs elsewhere (actor "external"): the caller proposes each step and
 reports its results through the API; Guardian records, validates, gates and decides them as it
-does its own loop's (the engine's prepare_step and finish_step, runs/turns.py's records), so
-the decision log, the reviewers' queue, replay and the labelled examples are the same.
+does its own loop's (the engine's prepare_step and finish_step, and runs/recording.py, the
+one recording path both share), so the decision log, the reviewers' queue, replay and the
+labelled examples are the same.
 
 A step is a turn. Before it runs: the proposal is recorded, every call validated, the risk
 question asked, the whole step gated; a step that runs nothing (invalid, held, or no call at
@@ -18,7 +19,6 @@ GUARDIAN_EXTERNAL_RESULTS_SECONDS the sweeper records them so and escalates the 
 internal loop does with a call that started and never finished.
 """
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -50,16 +50,24 @@ from runs.models import (
     WebhookDelivery,
 )
 from runs.ports import CallRecorder, _Row, build_guardian, build_judge
+from runs.recording import (
+    CallResult,
+    StepNotRecorded,
+    from_json,
+    step_record,
+    turn_begin,
+    turn_decided,
+    turn_finish,
+    turn_gated,
+)
+from runs.services import _claim, run_start
 from runs.tools import run_tools
 from runs.turns import (
-    CallResult,
     SystemClock,
     _approvals_check,
     _recent_turns,
     _Resume,
     _resume,
-    _turn_begin,
-    _turn_finish,
     _with_edited_arguments,
 )
 from runs.vocabulary import reason_summary
@@ -144,7 +152,7 @@ def _same_proposal(turn: Turn, proposal: Proposal) -> None:
 def _opened(turn: Turn) -> bool:
     """Gated (its answer is what it will stay), not just begun by a request that is still
     checking a person's approvals of it, or died doing so."""
-    return bool(turn.gate) or _decided(turn)
+    return bool(turn.gate) or turn_decided(turn)
 
 
 def _step_open(
@@ -153,8 +161,8 @@ def _step_open(
     """Open step `step` under the lease `token`: checks it comes in turn, applies a verdict on
     the step before, prepares and gates it; decides it at once when nothing is to run.
     Returns its answer."""
-    decided = [turn for turn in recent if _decided(turn)]
-    unfinished = next((turn for turn in recent if not _decided(turn)), None)
+    decided = [turn for turn in recent if turn_decided(turn)]
+    unfinished = next((turn for turn in recent if not turn_decided(turn)), None)
     last = decided[-1] if decided else None
     expected = last.index + 1 if last else 0
     if unfinished is not None and not _opened(unfinished) and unfinished.index == step:
@@ -210,7 +218,7 @@ def _open_with(
     if resume.approvals is not None:
         # Approvals are spent on the turn that runs them, marked before any call runs: that
         # turn must exist first (and if this request dies now, the retry opens it).
-        turn = turn or _turn_begin(run, step, proposal)
+        turn = turn or turn_begin(run, step, proposal)
         if turn is None:  # another request recorded it meanwhile
             raise ExternalError(409, f"step {step} was recorded by another request; read it")
         approved, approved_keys, refusals = _approvals_check(
@@ -257,9 +265,11 @@ def _open_with(
             for position in prepared.runnable
         ]
         try:
-            turn = _step_record(run, token, step, proposal, gate, turn, rows, now)
+            turn = step_record(run, token, step, proposal, gate, turn, rows, now)
         except IntegrityError:  # another request recorded it meanwhile
             raise ExternalError(409, f"step {step} was recorded by another request") from None
+        except StepNotRecorded:  # cancelled meanwhile, or the lease ran out
+            raise _not_recorded(run.pk, step) from None
         return _answer(run, turn, rows=rows)
     # Nothing runs: the guardian (and the judge) are asked with no transaction open, then the
     # step is recorded and decided in one transaction.
@@ -275,9 +285,9 @@ def _open_with(
         errors=(),
     )
     with transaction.atomic():
-        turn = _turn_gated(run, step, proposal, gate, turn)
+        turn = turn_gated(run, step, proposal, gate, turn)
         recorder = CallRecorder(turn=turn, calls_by_key=None, fresh=True)
-        _turn_finish(
+        turn_finish(
             run,
             token,
             turn,
@@ -290,122 +300,6 @@ def _open_with(
     return external_step_answer(turn)
 
 
-def _step_record(
-    run: Run,
-    token: str,
-    step: int,
-    proposal: Proposal,
-    gate: dict,
-    turn: Turn | None,
-    rows: list[ToolCall],
-    now,
-) -> Turn:
-    """Write a gated step with its started calls (`rows`, given their turn here) and give the
-    lease back: all of it or nothing, and only while the lease is still this request's."""
-    if connection.vendor == "postgresql" and turn is None:
-        # In a caller's transaction (a test's), a savepoint keeps a refused insert from
-        # breaking it; in autocommit the statement is its own transaction.
-        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-            turn = _step_record_in_one_statement(run, token, step, proposal, gate, rows, now)
-    else:
-        with transaction.atomic():
-            turn = _turn_gated(run, step, proposal, gate, turn)
-            for row in rows:
-                row.turn = turn
-            ToolCall.objects.bulk_create(rows)
-            # The lease and the run's status, checked in the statement that gives it back: a
-            # cancel meanwhile undoes the whole step.
-            given_back = Run.objects.filter(
-                pk=run.pk, lease_token=token, status=RunStatus.RUNNING
-            ).update(lease_token="", lease_expires_at=None, updated_at=timezone.now())
-            if not given_back:
-                raise _not_recorded(run.pk, step)
-    for row in rows:
-        row.turn = turn
-    return turn
-
-
-# The common step written in one statement: PostgreSQL runs the writes of a writable CTE
-# atomically, in one round trip instead of five (BEGIN, three statements, COMMIT). The step is
-# written only if the lease is still this request's (and given back in the same statement) and
-# the run still running: a cancel in flight holds the run's row, so the update waits for it,
-# reads the row again and writes nothing; no call is handed out as "run" after a cancel.
-_OPEN_SQL = """
-WITH released AS (
-    UPDATE runs_run SET lease_token = '', lease_expires_at = NULL, updated_at = %(now)s
-    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
-    RETURNING id
-), turn AS (
-    INSERT INTO runs_turn (
-        run_id, index, state_hash, proposal, projection, risk_projections, steps, state,
-        usage, feedback, gate, timings, started_at
-    )
-    SELECT released.id, %(index)s, '', %(proposal)s::jsonb, '{}', '[]', '[]', '{}', '{}',
-        '[]', %(gate)s::jsonb, '{}', %(now)s
-    FROM released
-    RETURNING id
-), calls AS (
-    INSERT INTO runs_toolcall (
-        turn_id, position, tool, arguments, intent, risk_class, status, idempotency_key,
-        error, started_at
-    )
-    SELECT turn.id, c.position, c.tool, c.arguments, c.intent, c.risk_class, c.status,
-        c.idempotency_key, '', %(now)s
-    FROM turn, jsonb_to_recordset(%(calls)s::jsonb) AS c(
-        position int, tool text, arguments jsonb, intent text, risk_class text, status text,
-        idempotency_key text
-    )
-    RETURNING id, position
-)
-SELECT (SELECT id FROM turn), (SELECT json_agg(json_build_array(position, id)) FROM calls)
-"""
-
-
-def _step_record_in_one_statement(
-    run: Run, token: str, step: int, proposal: Proposal, gate: dict, rows: list[ToolCall], now
-) -> Turn:
-    calls = [
-        {
-            "position": row.position,
-            "tool": row.tool,
-            "arguments": row.arguments,
-            "intent": row.intent,
-            "risk_class": row.risk_class,
-            "status": row.status,
-            "idempotency_key": row.idempotency_key,
-        }
-        for row in rows
-    ]
-    params = {
-        "run_id": run.pk,
-        "token": token,
-        "now": now,
-        "index": step,
-        "proposal": json.dumps(mapping.proposal_to_json(proposal)),
-        "gate": json.dumps(gate),
-        "calls": json.dumps(calls),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_OPEN_SQL, params)
-        turn_id, ids = cursor.fetchone()
-    if turn_id is None:
-        raise _not_recorded(run.pk, step)
-    ids = dict(json.loads(ids) if isinstance(ids, str) else ids)
-    for row in rows:
-        row.pk = ids[row.position]
-    turn = Turn(
-        id=turn_id,
-        run_id=run.pk,
-        index=step,
-        state_hash="",
-        proposal=mapping.proposal_to_json(proposal),
-        gate=gate,
-        started_at=now,
-    )
-    turn._state.adding, turn._state.db = False, connection.alias
-    return turn
-
-
 def _not_recorded(run_id: int, step: int) -> ExternalError:
     """Why a step's write found the run no longer this request's: ended (a cancel) or its
     lease taken over."""
@@ -413,22 +307,6 @@ def _not_recorded(run_id: int, step: int) -> ExternalError:
     if status is not None and status != RunStatus.RUNNING:
         return ExternalError(409, f"run {run_id} was {status}: no call of step {step} runs")
     return ExternalError(409, f"run {run_id}: the request's lease ran out; retry")
-
-
-def _turn_gated(run: Run, step: int, proposal: Proposal, gate: dict, turn: Turn | None) -> Turn:
-    """The step's turn with its gate: written now, or a begun one given its gate."""
-    if turn is not None:
-        Turn.objects.filter(pk=turn.pk).update(gate=gate)
-        turn.gate = gate
-        return turn
-    return Turn.objects.create(
-        run=run,
-        index=step,
-        state_hash="",
-        proposal=mapping.proposal_to_json(proposal),
-        gate=gate,
-        started_at=timezone.now(),
-    )
 
 
 # ---- after a step -----------------------------------------------------------------------------
@@ -449,7 +327,7 @@ def external_step_results(
         turn = Turn.objects.filter(run_id=run_id, index=step).select_related("decision").first()
         if turn is None:
             raise ExternalError(404, f"run {run_id} has no step {step}")
-        if not _decided(turn):
+        if not turn_decided(turn):
             return None
         rows = list(ToolCall.objects.filter(turn=turn).exclude(idempotency_key=None))
         reported = _results_checked(results, {row.position: row for row in rows})
@@ -463,7 +341,7 @@ def external_step_results(
     try:
         recent = _recent_turns(claimed, mapping.policy_for_run(claimed))
         turn = next((t for t in recent if t.index == step), None)
-        if turn is None or _decided(turn):
+        if turn is None or turn_decided(turn):
             answer = landed()  # decided already (a retry), or no such step
             if answer is not None:
                 _release(run_id, token)
@@ -535,12 +413,8 @@ def _calls_of(turn: Turn) -> list[ToolCall]:
             error=call["error"] or "",
             **{name: call[name] for name in fields},
         )
-        for call in _json(claimed)
+        for call in from_json(claimed)
     ]
-
-
-def _json(value):
-    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 def _results_record(
@@ -586,11 +460,11 @@ def _finish_reported(
 ):
     """Decide a step whose started calls have their outcome (reported, or ambiguous).
     `recent` are the run's last turns (read with the claim) and `rows` the step's calls, when
-    the caller has them. Returns (the turn's record, what _turn_finish said, the recorder)."""
+    the caller has them. Returns (the turn's record, what turn_finish said, the recorder)."""
     policy = mapping.policy_for_run(run)
     if recent is None:
         recent = _recent_turns(run, policy)
-    decided = [t for t in recent if t.index < turn.index and _decided(t)]
+    decided = [t for t in recent if t.index < turn.index and turn_decided(t)]
     last = decided[-1] if decided else None
     resume = _resume(last)
     state, verdict_steps = _state_after_verdict(run, resume)
@@ -640,7 +514,7 @@ def _finish_reported(
             "id": row.pk,
             **{name: getattr(row, name) for name in _SEALED_CALL_COLUMNS},
         }
-    moved = _turn_finish(
+    moved = turn_finish(
         run,
         token,
         turn,
@@ -732,7 +606,7 @@ def external_run_summary(run: Run) -> dict:
     """Where an external run stands: its status, the next step to propose, a step waiting for
     results, an escalation waiting for a person (a client resuming after a restart reads it)."""
     last = Turn.objects.filter(run_id=run.pk).select_related("decision").order_by("-index").first()
-    pending = last if last is not None and not _decided(last) else None
+    pending = last if last is not None and not turn_decided(last) else None
     open_escalation = (
         Escalation.objects.filter(run=run, status=EscalationStatus.OPEN).order_by("-pk").first()
     )
@@ -755,7 +629,7 @@ def external_step_answer(turn: Turn) -> dict:
     turn = Turn.objects.select_related("run", "decision").filter(pk=turn.pk).get()
     rows = list(ToolCall.objects.filter(turn=turn))
     escalation = turn.escalations.order_by("-pk").first()
-    decision = turn.decision if _decided(turn) else None
+    decision = turn.decision if turn_decided(turn) else None
     return _answer(turn.run, turn, rows=rows, escalation=escalation, decision=decision)
 
 
@@ -1075,8 +949,6 @@ def external_webhook_deliver(*, escalation_id: int) -> str:
 def external_run_start(*, webhook_url: str = "", **fields) -> tuple[Run, str]:
     """Start an external run (runs.services.run_start) and, with `webhook_url`, the webhook its
     verdicts go to; returns the run and the webhook's secret ("" without one), shown once."""
-    from runs.services import run_start
-
     with transaction.atomic():
         run = run_start(actor=EXTERNAL, **fields)
         secret = ""
@@ -1087,14 +959,6 @@ def external_run_start(*, webhook_url: str = "", **fields) -> tuple[Run, str]:
 
 
 # ---- small parts ------------------------------------------------------------------------------
-
-
-def _decided(turn: Turn) -> bool:
-    try:
-        turn.decision  # noqa: B018 - the reverse one-to-one raises when there is none
-    except Decision.DoesNotExist:
-        return False
-    return True
 
 
 def _proposal_from_body(body: Mapping) -> Proposal:
@@ -1199,8 +1063,6 @@ def _lease(run_id: int, owner_id: int | None = None) -> tuple[str, Run]:
     request, as a worker takes it for a turn: (the token, the run as claimed, with its last
     turns). ExternalError 404 when there is no such run, 409 when it is not the caller's to
     move (waiting on a person, ended); _Busy when another request holds it."""
-    from runs.services import _claim
-
     token = uuid.uuid4().hex
     claimed = _claim(run_id, token, actor=EXTERNAL, created_by_id=owner_id)
     if claimed is not None:

@@ -240,7 +240,7 @@ class CallRecorder:
 
     A call starts only while the run is running under the worker's lease `token`, checked in
     the statement that records it as started: after a cancel (or a lost lease) it does not
-    start, and StepStopped ends the step there (runs/turns.py records the turn so).
+    start, and StepStopped ends the step there (runs/recording.py turn_stopped records it so).
     """
 
     def __init__(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from guardian_core.adapters.scripted import check_scenario
 from runs.models import Run
+from runs.services import run_start
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -40,8 +41,6 @@ def scenario_run_start(
     """Start a run that follows scenario `name` (its first turn is enqueued); `scripted`, when
     given, is the scripted part to play instead of the file's (checked the same way), and
     `config` is added to the run's config."""
-    from runs.services import run_start
-
     data = scenario_load(name)
     if scripted is None:
         scripted = {k: v for k, v in data.items() if k not in ("expect", "review_loop")}

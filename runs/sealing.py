@@ -286,7 +286,7 @@ def _policy_number_by_id(policy_version_id: int, models: LogModels | None = None
 def run_reseal(run_id: int, models: LogModels | None = None, *, keys=None) -> None:
     """Seal the run as it stands in the database (call it inside the transaction that moved
     it): its status, answer, last decision and what people decided on its last turn. A few
-    queries; the common turn seals in memory instead (runs/turns.py)."""
+    queries; the common turn seals in memory instead (runs/recording.py)."""
     models = _models(models)
     run = run_row(run_id, models)
     if run is None:

@@ -1,4 +1,5 @@
-"""Writes on runs: start, cancel, claim a run and advance it one turn, sweep stalled runs.
+"""Writes on runs: start, cancel, claim a run and advance it one turn (the sweeper, which
+finds the runs nobody advances, is runs/sweeps.py).
 
 A run is claimed with a conditional update (a lease) and handed to the turn of its kind:
 runs/turns.py for the guarded agent loop, runs/review_rounds.py for the coder ⇄ reviewer
@@ -16,13 +17,13 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from escalations.models import Escalation, EscalationEvent, EscalationEventKind, EscalationStatus
+from escalations.models import Escalation, EscalationStatus
 from guardian_core.db import retry_on_conflict
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
 from runs import sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
-from runs.queue import enqueue, enqueue_after_commit
+from runs.queue import enqueue_after_commit
 from runs.review_rounds import review_round_advance
 from runs.turns import RECENT_TURNS_READ, agent_turn_advance
 from runs.validation import INLINE_TOOL_KEYS, run_input_problems
@@ -140,28 +141,6 @@ def _cancel(run_id: int) -> bool:
             )
             sealing.run_reseal(run_id)
     return bool(changed)
-
-
-def run_sweep_stalled(*, now=None) -> list[int]:
-    """Enqueue again the runs marked running that no worker holds: a lease that expired (the
-    worker died) or no lease and no change for a while (the task message was lost)."""
-    now = now or timezone.now()
-    stale = now - timedelta(seconds=settings.GUARDIAN_STALLED_AFTER_SECONDS)
-    run_ids = list(
-        Run.objects.filter(status=RunStatus.RUNNING)
-        .exclude(actor="external")  # its loop is its caller's: nothing to enqueue
-        .filter(
-            Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True, updated_at__lt=stale)
-        )
-        .values_list("pk", flat=True)
-    )
-    for run_id in run_ids:
-        enqueue(run_id)
-    _expire_escalations(now)
-    from runs.external import external_steps_abandoned  # it imports this module
-
-    external_steps_abandoned(now=now)
-    return run_ids
 
 
 # ---- advance one turn -----------------------------------------------------------------------
@@ -288,35 +267,6 @@ def _record_failure(run_id: int, token: str, exc: Exception) -> None:
         run.save()
         if run.status == RunStatus.FAILED:
             sealing.run_reseal(run_id)
-
-
-def _expire_escalations(now) -> None:
-    """An escalation past its deadline resolves to the safe side: nothing runs, the run stops."""
-    expired = list(
-        Escalation.objects.filter(status=EscalationStatus.OPEN, deadline__lt=now).values_list(
-            "pk", "run_id"
-        )
-    )
-    for escalation_id, run_id in expired:
-        with transaction.atomic():
-            Run.objects.select_for_update().filter(pk=run_id).first()  # run first: one order
-            if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
-                status=EscalationStatus.EXPIRED, resolved_at=now
-            ):
-                # The item's history says what became of it (and the queue's stamp moves).
-                EscalationEvent.objects.create(
-                    escalation_id=escalation_id,
-                    kind=EscalationEventKind.EXPIRED,
-                    note="deadline passed unanswered; nothing ran",
-                )
-                Run.objects.filter(pk=run_id, status=RunStatus.WAITING).update(
-                    status=RunStatus.FAILED,
-                    stop_reason="escalation_expired",
-                    finished_at=now,
-                    updated_at=now,
-                )
-                # The escalation's status is part of the seal even when the run had moved.
-                sealing.run_reseal(run_id)
 
 
 def policy_version_problems_for(version: PolicyVersion | None) -> list[str]:

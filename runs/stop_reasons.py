@@ -2,7 +2,8 @@
 
 # Every code a run's stop_reason can hold, and who writes it: the policy's stop (a condition
 # or a cap, runs/turns.py), the coder ⇄ reviewer loop (runs/review_rounds.py), a reviewer's
-# verdict (escalations/verdicts.py::_move_run), the sweeper and cancel (runs/services.py).
+# verdict (escalations/verdicts.py::_move_run), the sweeper (runs/sweeps.py) and cancel and a
+# run that keeps failing (runs/services.py).
 # The runs list offers exactly these as its stop-reason filter.
 STOP_REASONS: dict[str, str] = {
     "goal_reached": "Goal reached",

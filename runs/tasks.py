@@ -3,7 +3,9 @@
 from celery import shared_task
 
 from runs import demo_traffic
-from runs.services import run_advance_slice, run_sweep_stalled
+from runs.external import external_webhook_deliver
+from runs.services import run_advance_slice
+from runs.sweeps import run_sweep_stalled
 
 
 # Nothing reads these tasks' results (the run's rows are the record), so none is stored: a
@@ -42,8 +44,6 @@ def deliver_verdict(self, escalation_id: int) -> str:
     """POST an external run's verdict to its webhook, signed; retried with backoff (1 s, 2 s,
     4 s … ) while the receiver does not answer 2xx. Delivered once: a duplicate message finds
     it delivered and sends nothing."""
-    from runs.external import external_webhook_deliver
-
     outcome = external_webhook_deliver(escalation_id=escalation_id)
     if outcome == "retry":
         raise self.retry(countdown=min(2**self.request.retries, 300))

@@ -7,6 +7,7 @@ from django.utils.module_loading import import_string
 
 from guardian_core.adapters.webhook import webhook_tool
 from guardian_core.engine.tools import Tool
+from runs.models import Run
 
 
 def tool_registry() -> dict[str, Tool]:
@@ -63,9 +64,6 @@ def _runs_elsewhere(arguments: dict, *, idempotency_key: str) -> object:
 
 def registered_tool_names() -> set[str]:
     """Every tool a run may name: the registry's, and those external runs brought along."""
-    from runs.models import Run  # runs imports this module
-    from runs.tools import tool_registry
-
     names = set(tool_registry())
     for tools in Run.objects.filter(actor="external").values_list("tools", flat=True).distinct():
         names.update(name for name in tools or () if isinstance(name, str))

@@ -1,23 +1,19 @@
 """The guarded agent loop's turn, persisted: rebuild the state from the last decided turn and
 any verdict on it, record the proposal before anything runs, run the engine's turn against
-recording tools, and write its outcome in one short transaction.
+recording tools, and write its outcome in one short transaction (runs/recording.py, the path
+an external run's steps share).
 
 No lock or transaction is held while the actor, the guardian or a tool works; the unique
 (run, index) and one-decision-per-turn constraints refuse a turn recorded twice.
 """
 
-import json
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 
-from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from escalations.models import Approval, Escalation, EscalationKind, VerdictDecision, queue_fields
-from escalations.notifications import escalation_notify_after_commit
-from guardian_core.engine.loop import Feedback, Proposal, TurnRecord, proposal_as_text, run_turn
+from escalations.models import Approval, EscalationKind, VerdictDecision
+from guardian_core.engine.loop import Feedback, Proposal, proposal_as_text, run_turn
 from guardian_core.engine.policy import Outcome, Usage, history_needed
 from guardian_core.engine.state import HistoryItem, project, state_apply, state_step
 from guardian_core.engine.tools import (
@@ -27,13 +23,11 @@ from guardian_core.engine.tools import (
     idempotency_key,
     validate_call,
 )
-from guardian_core.policy_validation import escalation_hours
-from runs import chain, judging, mapping, sealing
-from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
+from runs import mapping
+from runs.models import Decision, Run, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
-from runs.queue import enqueue_after_commit
+from runs.recording import from_json, turn_begin, turn_decided, turn_finish, turn_stopped
 from runs.tools import tools_for_run
-from runs.vocabulary import reason_summary
 
 
 class SystemClock:
@@ -44,16 +38,6 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """The outcome of a call another loop ran (an external run's), written with the decision."""
-
-    id: int
-    status: str
-    result: str | None
-    error: str
 
 
 @dataclass(frozen=True)
@@ -88,8 +72,8 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     """
     policy = mapping.policy_for_run(run)
     recent = _recent_turns(run, policy)
-    decided = [turn for turn in recent if _has_decision(turn)]
-    unfinished = next((turn for turn in recent if not _has_decision(turn)), None)
+    decided = [turn for turn in recent if turn_decided(turn)]
+    unfinished = next((turn for turn in recent if not turn_decided(turn)), None)
     last = decided[-1] if decided else None
     index = last.index + 1 if last else 0
 
@@ -120,7 +104,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     if resume.approvals is not None:
         proposal = _with_edited_arguments(proposal, resume)
     # Durability: the proposal is committed before anything runs, so a retry replays it.
-    turn = unfinished or _turn_begin(run, index, proposal)
+    turn = unfinished or turn_begin(run, index, proposal)
     if turn is None:
         return "skipped"  # another worker recorded this turn first
 
@@ -162,67 +146,21 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
             judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
         )
     except StepStopped:
-        return _turn_stopped(run, token, turn, proposal, tools, recorder)
+        return turn_stopped(run, token, turn, proposal, tools, recorder)
     finally:
         if judging_setup is not None:
             judging_setup.judge.close()
-    return _turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next, last=last)
+    return turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next, last=last)
 
 
 def _with_unbilled(usage: Usage, run: Run) -> Usage:
     """`usage` with what failed model calls of the run were billed since its last turn: this
     turn's record counts it (and its write clears it on the run)."""
-    unbilled = _json(getattr(run, "unbilled", None)) or {}
+    unbilled = from_json(getattr(run, "unbilled", None)) or {}
     tokens, cost = int(unbilled.get("tokens", 0) or 0), float(unbilled.get("cost", 0.0) or 0.0)
     if not tokens and not cost:
         return usage
     return replace(usage, tokens=usage.tokens + tokens, cost=usage.cost + cost)
-
-
-def _turn_stopped(
-    run: Run,
-    token: str,
-    turn: Turn,
-    proposal: Proposal,
-    tools: dict[str, Tool],
-    recorder: CallRecorder,
-) -> str:
-    """A call of the turn found the run no longer running under this lease, and did not start.
-    Cancelled: the turn ends here, undecided (nothing follows a cancel; the guardian is not
-    asked about a step cut short), every call that never started gets its row saying why, and
-    the lease is given back. Returns "finished". A lost lease raises: the worker that took the
-    run over retries the turn, and its record counts."""
-    now = timezone.now()
-    with transaction.atomic():
-        status = (
-            Run.objects.select_for_update()
-            .filter(pk=run.pk, lease_token=token)
-            .values_list("status", flat=True)
-            .first()
-        )
-        if status is None or status == RunStatus.RUNNING:
-            raise RuntimeError(f"run {run.pk}: lease lost while the turn ran")
-        why = f"not started: the run was {status} before this call could start"
-        recorded = set(ToolCall.objects.filter(turn=turn).values_list("position", flat=True))
-        ToolCall.objects.bulk_create(
-            ToolCall(
-                turn=turn,
-                position=position,
-                tool=call.tool,
-                arguments=call.arguments,
-                intent=call.intent,
-                risk_class=tools[call.tool].risk_class.value if call.tool in tools else "read_only",
-                status=ToolCallStatus.PROPOSED,
-                error=why,
-            )
-            for position, call in enumerate(proposal.calls)
-            if position not in recorded and position not in recorder.rows
-        )
-        Turn.objects.filter(pk=turn.pk, finished_at__isnull=True).update(finished_at=now)
-        Run.objects.filter(pk=run.pk, lease_token=token).update(
-            lease_token="", lease_expires_at=None, updated_at=now
-        )
-    return "finished"
 
 
 def _recent_turns(run: Run, policy) -> list[Turn]:
@@ -232,7 +170,7 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
     claimed = getattr(run, "recent_turns", None)  # read with the claim (runs.services._claim)
     if claimed is not None and wanted + 1 <= RECENT_TURNS_READ:
         # Only the rows the policy reads become Turns: a model instance costs more than its row.
-        return [_turn_from_claim(run, row) for row in _json(claimed)[-(wanted + 1) :]]
+        return [_turn_from_claim(run, row) for row in from_json(claimed)[-(wanted + 1) :]]
     rows = list(
         Turn.objects.filter(run_id=run.pk)
         .select_related("decision")
@@ -260,10 +198,6 @@ def _recent_turns(run: Run, policy) -> list[Turn]:
 RECENT_TURNS_READ = 8
 
 
-def _json(value):
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
 def _turn_from_claim(run: Run, row: dict) -> Turn:
     """A Turn (and its decision's policy fields) from the claim's JSON, as the ORM query
     above would have loaded it."""
@@ -271,10 +205,10 @@ def _turn_from_claim(run: Run, row: dict) -> Turn:
         id=row["id"],
         run_id=run.pk,
         index=row["index"],
-        proposal=_json(row["proposal"]),
-        usage=_json(row["usage"]),
-        feedback=_json(row["feedback"]),
-        gate=_json(row.get("gate")) or {},
+        proposal=from_json(row["proposal"]),
+        usage=from_json(row["usage"]),
+        feedback=from_json(row["feedback"]),
+        gate=from_json(row.get("gate")) or {},
     )
     if row["decision_id"] is None:
         Turn.decision.related.set_cached_value(turn, None)
@@ -284,8 +218,8 @@ def _turn_from_claim(run: Run, row: dict) -> Turn:
         turn.decision = Decision(
             id=row["decision_id"],
             outcome=row["outcome"],
-            fired=_json(row["fired"]),
-            call_signatures=_json(row["call_signatures"]),
+            fired=from_json(row["fired"]),
+            call_signatures=from_json(row["call_signatures"]),
             content_hash=row.get("content_hash") or "",
         )
     return turn
@@ -296,14 +230,6 @@ class _NoActor:
 
     def propose(self, projection, feedback):
         raise AssertionError("the proposal is recorded before the turn runs")
-
-
-def _has_decision(turn: Turn) -> bool:
-    try:
-        turn.decision  # noqa: B018 - the reverse one-to-one raises when there is none
-    except Decision.DoesNotExist:
-        return False
-    return True
 
 
 def _resume(last: Turn | None) -> _Resume:
@@ -469,26 +395,6 @@ def _released_results(last: Turn, verdict) -> tuple[str, ...] | None:
     return tuple(call.result or "" for call in calls)
 
 
-def _turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
-    """Record the turn and its proposal before anything runs; None if it exists already.
-    Durability: this insert commits on its own (autocommit), before any call runs; a worker
-    is never inside a transaction here, and a caller that is gets a savepoint."""
-    fields = {
-        "run": run,
-        "index": index,
-        "state_hash": "",
-        "proposal": mapping.proposal_to_json(proposal),
-        "started_at": timezone.now(),
-    }
-    try:
-        if connection.in_atomic_block:
-            with transaction.atomic():
-                return Turn.objects.create(**fields)
-        return Turn.objects.create(**fields)
-    except IntegrityError:
-        return None
-
-
 class _CallsByKey:
     """Which call of the proposal an idempotency key belongs to: (position, intent). Worked
     out when a call runs, from the arguments the engine validated (validating them again here
@@ -523,356 +429,3 @@ class _CallsByKey:
             else:
                 raise KeyError(f"no call of the proposal has the idempotency key {key}")
         return self.found[key]
-
-
-def _turn_finish(
-    run: Run,
-    token: str,
-    turn: Turn,
-    record: TurnRecord,
-    verdict_steps: tuple[dict, ...],
-    recorder: CallRecorder,
-    enqueue_next: bool = True,
-    *,
-    last: Turn | None = None,
-    call_results: Sequence[CallResult] = (),
-) -> str:
-    """Write the turn's outcome in one transaction and move the run on: the run row (its
-    compact state, status, lease released, seal), the turn (its steps, what the guardian
-    saw), the calls that never ran, `call_results` (the outcomes of calls another loop ran,
-    which land with the decision), the decision, sealed under the log's key (runs/chain.py),
-    and any escalation. `last` is the last decided turn before this one: the chain's previous
-    link, and what people decided on it, which this decision seals. Durability: this is the
-    commit that makes the turn count; until it lands a retry replays the recorded proposal."""
-    now = timezone.now()
-    decision = record.decision
-    prev_hash = last.decision.content_hash if last else ""
-    # What people decided on the turn before (a verdict, approvals, examples) is read only
-    # when there was something to decide: the common turn follows a turn that went on.
-    before = chain.NO_STORY
-    if last is not None and last.decision.outcome == Outcome.ESCALATE:
-        before = sealing.turn_story(last.pk)
-        if not sealing.run_seal_holds(run, head_turn=last.index, head=prev_hash, tail=before):
-            # Changed since the verdict sealed it (an approval edited, an example removed):
-            # sealed as such, so verify_log names this turn instead of blessing the change.
-            before = f"altered:{before}"
-    fields = _turn_fields(turn, record, verdict_steps)
-
-    def sealed_with(calls: list[dict], opened=()) -> dict:
-        return chain.seal_fields(
-            _decision_fields(run, record),
-            run=run,
-            turn_index=turn.index,
-            prev_hash=prev_hash,
-            turn=fields,
-            calls=chain.calls_content(calls, opened),
-            before=before,
-        )
-
-    if _one_statement_applies(record, recorder):
-        calls = recorder.sealed_calls(record)
-        if calls is None:
-            calls = sealing.turn_calls(turn.pk)
-        sealed = sealed_with(_with_results(calls, call_results))
-        if _finish_in_one_statement(run, token, turn, record, fields, now, sealed, call_results):
-            if enqueue_next:
-                enqueue_after_commit(run.pk)
-            return "continued"
-    outcome: Outcome | None = decision.outcome
-    changes = {
-        "state": mapping.state_to_json(record.state_after),
-        "lease_token": "",
-        "lease_expires_at": None,
-        "failures": 0,
-        "last_error": "",
-        "unbilled": {},
-        "updated_at": now,
-        **_run_outcome_fields(record, now),
-    }
-    # Calls still ambiguous on a turn that escalates are sealed without their outcome: the
-    # escalation lists them, and the reviewer's verdict says what became of them.
-    opened = _ambiguous_positions(record) if outcome == Outcome.ESCALATE else ()
-    escalation = _escalation_fields(run, turn, record, now) if outcome == Outcome.ESCALATE else None
-
-    def run_seal(sealed: dict) -> dict:
-        """The run's seal once this turn lands (its status, answer, last decision and the
-        escalation it opens), made in memory."""
-        after = Run(
-            **{name: getattr(run, name) for name in ("uid", *chain.RUN_HEADER_FIELDS)},
-            policy_version_id=run.policy_version_id,
-            status=changes.get("status", run.status),
-            stop_reason=changes.get("stop_reason", run.stop_reason),
-            final_answer=changes.get("final_answer", run.final_answer),
-        )
-        tail = chain.story_digest([{**escalation, "status": "open"}]) if escalation else None
-        return sealing.run_seal_value(
-            after, head_turn=turn.index, head=sealed["content_hash"], tail=tail or chain.NO_STORY
-        )
-
-    # The common case holds its calls in memory: sealed before the transaction opens, and the
-    # run's seal written by the statement that moves the run.
-    calls = recorder.sealed_calls(record)
-    sealed = None
-    if calls is not None:
-        sealed = sealed_with(_with_results(calls, call_results), opened)
-        changes["seal"] = run_seal(sealed)
-    with transaction.atomic():
-        # The lease and the status are checked in the same statement that writes the run.
-        moved = Run.objects.filter(pk=run.pk, lease_token=token, status=RunStatus.RUNNING).update(
-            **changes
-        )
-        if not moved:
-            if not Run.objects.filter(pk=run.pk, lease_token=token).exists():
-                # The lease expired and another worker took the run over: its turn counts.
-                raise RuntimeError(f"run {run.pk}: lease lost before the turn was recorded")
-            # Cancelled while the turn ran: the turn is recorded, nothing follows.
-            Run.objects.filter(pk=run.pk).update(
-                state=changes["state"], lease_token="", lease_expires_at=None, updated_at=now
-            )
-            outcome = None
-        for call in call_results:
-            ToolCall.objects.filter(pk=call.id).update(
-                status=call.status, result=call.result, error=call.error, finished_at=now
-            )
-        Turn.objects.filter(pk=turn.pk).update(
-            state_hash=fields["state_hash"],
-            steps=fields["steps"],
-            projection=fields["projection"],
-            risk_projections=fields["risk_projections"],
-            usage=fields["usage"],
-            feedback=fields["feedback"],
-            timings=dict(record.timings),
-            finished_at=now,
-        )
-        recorder.finish(record)
-        if outcome is None and opened:
-            opened, calls = (), None  # no escalation will list them: sealed in full
-        if calls is None:
-            # Read back: this path writes calls in several ways (a retried turn, calls that
-            # never ran, a class the gate raised, an external step's).
-            sealed = sealed_with(sealing.turn_calls(turn.pk), opened)
-        Decision.objects.create(turn=turn, policy_version_id=run.policy_version_id, **sealed)
-        if record.judged:
-            judging.judge_examples_record(
-                run=run, record=record, policy=mapping.policy_for_run(run)
-            )
-        result = "finished"
-        if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
-            if enqueue_next:
-                enqueue_after_commit(run.pk)
-            result = "continued"
-        elif outcome == Outcome.ESCALATE:
-            _escalation_open(run, turn, escalation)
-            result = "waiting"
-        if outcome is None:
-            sealing.run_reseal(run.pk)  # cancelled meanwhile: sealed as the cancel left it
-        elif "seal" not in changes:
-            Run.objects.filter(pk=run.pk).update(seal=run_seal(sealed))
-    return result
-
-
-def _one_statement_applies(record: TurnRecord, recorder: CallRecorder) -> bool:
-    """Whether the turn may be written by _finish_in_one_statement: a continuing turn on
-    PostgreSQL, outside a transaction, whose calls all have their rows, with no judge's
-    examples to write (those go in the ORM path's transaction)."""
-    return (
-        connection.vendor == "postgresql"
-        and not connection.in_atomic_block
-        and record.decision.outcome in (Outcome.CONTINUE, Outcome.REPLAN)
-        and recorder.nothing_to_finish(record)
-        and not record.judged
-    )
-
-
-def _with_results(calls: list[dict], call_results: Sequence[CallResult]) -> list[dict]:
-    """The calls with the outcomes another loop reported, which land with the decision."""
-    if not call_results:
-        return calls
-    by_id = {result.id: result for result in call_results}
-    return [
-        {**call, "status": r.status, "result": r.result, "error": r.error}
-        if (r := by_id.get(call.get("id"))) is not None
-        else call
-        for call in calls
-    ]
-
-
-def _ambiguous_positions(record: TurnRecord) -> list[int]:
-    """The calls an escalation lists as ambiguous (the same rule as _escalation_open)."""
-    return [c.position for c in record.calls if "AmbiguousCall" in (c.error or "")]
-
-
-def _turn_fields(turn: Turn, record: TurnRecord, verdict_steps: tuple[dict, ...]) -> dict:
-    """The turn's sealed columns (runs.chain.TURN_FIELDS) as this finish writes them."""
-    return {
-        "proposal": turn.proposal,
-        "state": turn.state,
-        "state_hash": record.state_hash_after,
-        "steps": [*verdict_steps, *record.state_steps],
-        "projection": record.guardian_projection or {},
-        "risk_projections": list(record.risk_projections),
-        "usage": mapping.usage_to_json(record.usage),
-        "feedback": mapping.feedback_to_json(record.feedback),
-    }
-
-
-def _decision_fields(run: Run, record: TurnRecord) -> dict:
-    """The decision's hashed columns (runs.chain.HASHED_FIELDS) but its previous link."""
-    decision = record.decision
-    return {
-        "outcome": decision.outcome.value,
-        "answers": judging.answers_logged(record, run),
-        "risk_answers": [mapping.answer_to_json(a) for a in record.risk_answers],
-        "thresholds": dict(record.thresholds),
-        "reasons": [reason.as_dict() for reason in decision.reasons],
-        "fired": sorted(condition.value for condition in decision.fired),
-        "call_signatures": list(record.past_turn.calls),
-        "stop_reason": decision.stop_reason or "",
-        "question_set_version": record.question_set_version,
-        "guardian_model_version": record.guardian_model_version,
-        "state_hash": record.state_hash_after,
-    }
-
-
-# The common turn (continue or replan, every call recorded as it ran) written in one
-# statement: PostgreSQL runs the writes of a writable CTE atomically, in one round trip
-# instead of five (BEGIN, three statements, COMMIT). Each write only happens if the one
-# before it did, so a lost lease or a cancel writes nothing, and the ORM path below then
-# finds out which and records it. {calls} writes call results given with the turn (the
-# SQL goes through str.format: a literal brace is doubled).
-_FINISH_SQL = """
-WITH moved AS (
-    UPDATE runs_run
-    SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
-        last_error = '', unbilled = '{{}}', updated_at = %(now)s, seal = %(seal)s::jsonb
-    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
-    RETURNING id
-),{calls} turn AS (
-    UPDATE runs_turn
-    SET state_hash = %(state_hash)s, steps = %(steps)s::jsonb, projection = %(projection)s::jsonb,
-        risk_projections = %(risk_projections)s::jsonb, usage = %(usage)s::jsonb,
-        feedback = %(feedback)s::jsonb, timings = %(timings)s::jsonb, finished_at = %(now)s
-    WHERE id = %(turn_id)s AND EXISTS (SELECT 1 FROM moved)
-    RETURNING id
-)
-INSERT INTO runs_decision (
-    turn_id, outcome, answers, risk_answers, fired, call_signatures, stop_reason, thresholds,
-    reasons, policy_version_id, question_set_version, guardian_model_version, state_hash,
-    prev_hash, content_hash, seal_key, created_at
-)
-SELECT turn.id, %(outcome)s, %(answers)s::jsonb, %(risk_answers)s::jsonb, %(fired)s::jsonb,
-    %(call_signatures)s::jsonb, %(stop_reason)s, %(thresholds)s::jsonb, %(reasons)s::jsonb,
-    %(policy_version_id)s, %(question_set_version)s, %(guardian_model_version)s,
-    %(state_hash)s, %(prev_hash)s, %(content_hash)s, %(seal_key)s, %(now)s
-FROM turn
-RETURNING id
-"""
-_FINISH_CALLS_SQL = """ calls AS (
-    UPDATE runs_toolcall
-    SET status = c.status, result = c.result, error = c.error, finished_at = %(now)s
-    FROM jsonb_to_recordset(%(calls)s::jsonb) AS c(id bigint, status text, result text, error text)
-    WHERE runs_toolcall.id = c.id AND EXISTS (SELECT 1 FROM moved)
-    RETURNING runs_toolcall.id
-),"""
-
-
-def _finish_in_one_statement(
-    run, token, turn, record, fields: dict, now, sealed: dict, call_results=()
-) -> bool:
-    """Write a continuing turn (_one_statement_applies) with _FINISH_SQL: its columns
-    `fields`, its decision `sealed` (runs.chain) and the run's seal, made here in memory for
-    a running run whose last decision this is. False when it wrote nothing (the caller then
-    takes the ORM path, which handles every case)."""
-    params = {
-        "run_id": run.pk,
-        "token": token,
-        "turn_id": turn.pk,
-        "now": now,
-        "state": json.dumps(mapping.state_to_json(record.state_after)),
-        "seal": json.dumps(
-            sealing.run_seal_value(run, head_turn=turn.index, head=sealed["content_hash"])
-        ),
-        "state_hash": fields["state_hash"],
-        "steps": json.dumps(fields["steps"]),
-        "projection": json.dumps(fields["projection"]),
-        "risk_projections": json.dumps(fields["risk_projections"]),
-        "usage": json.dumps(fields["usage"]),
-        "feedback": json.dumps(fields["feedback"]),
-        "timings": json.dumps(dict(record.timings)),
-        "outcome": sealed["outcome"],
-        "answers": json.dumps(sealed["answers"]),
-        "risk_answers": json.dumps(sealed["risk_answers"]),
-        "fired": json.dumps(sealed["fired"]),
-        "call_signatures": json.dumps(sealed["call_signatures"]),
-        "stop_reason": sealed["stop_reason"],
-        "thresholds": json.dumps(sealed["thresholds"]),
-        "reasons": json.dumps(sealed["reasons"]),
-        "policy_version_id": run.policy_version_id,
-        "question_set_version": sealed["question_set_version"],
-        "guardian_model_version": sealed["guardian_model_version"],
-        "prev_hash": sealed["prev_hash"],
-        "content_hash": sealed["content_hash"],
-        "seal_key": sealed["seal_key"],
-    }
-    calls = ""
-    if call_results:
-        calls = _FINISH_CALLS_SQL
-        params["calls"] = json.dumps([call.__dict__ for call in call_results])
-    with connection.cursor() as cursor:
-        cursor.execute(_FINISH_SQL.format(calls=calls), params)
-        return cursor.fetchone() is not None
-
-
-def _run_outcome_fields(record: TurnRecord, now) -> dict:
-    """The run's columns the turn's outcome sets (nothing for continue or replan)."""
-    outcome = record.decision.outcome
-    if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
-        return {}
-    if outcome == Outcome.ESCALATE:
-        return {"status": RunStatus.WAITING}
-    succeeded = outcome == Outcome.STOP_SUCCESS
-    return {
-        "status": RunStatus.SUCCEEDED if succeeded else RunStatus.FAILED,
-        "stop_reason": record.decision.stop_reason or "",
-        "final_answer": record.final_answer,
-        "finished_at": now,
-    }
-
-
-def _escalation_fields(run: Run, turn: Turn, record: TurnRecord, now) -> dict:
-    """The escalation a turn that escalates opens, as the columns it is created with (the run
-    seal covers them before it is written)."""
-    triggered = record.decision.triggered
-    sources = {reason.source for reason in triggered}
-    bands = {reason.band for reason in triggered}
-    errors = " ".join(call.error or "" for call in record.calls)
-    if "gate" in sources:
-        kind = EscalationKind.GATED_STEP
-    elif "tool_error" in sources and "AmbiguousCall" in errors:
-        kind = EscalationKind.AMBIGUOUS_CALL
-    elif "integrity" in sources and "fired" in bands:
-        kind = EscalationKind.INTEGRITY
-    elif "malformed" in bands:
-        kind = EscalationKind.GUARDIAN_FAILURE
-    else:
-        kind = EscalationKind.UNCERTAIN
-    first = triggered[0]
-    reason = {
-        "triggered": [reason.as_dict() for reason in triggered],
-        "held_calls": [c.position for c in record.calls if c.status == "held"],
-        "ambiguous_calls": _ambiguous_positions(record),
-    }
-    return {
-        "kind": kind.value,
-        "summary": reason_summary(first.source, first.detail)[:300],
-        "reason": reason,
-        **queue_fields(reason, {c.position: c.tool for c in record.calls}),
-        # The pinned version's deadline; a version without one keeps the setting's.
-        "deadline": now + timedelta(hours=escalation_hours(run.policy_version.limits or {})),
-    }
-
-
-def _escalation_open(run: Run, turn: Turn, fields: dict) -> Escalation:
-    escalation = Escalation.objects.create(run=run, turn=turn, **fields)
-    escalation_notify_after_commit(escalation.pk)
-    return escalation

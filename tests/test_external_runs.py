@@ -18,7 +18,7 @@ from escalations.verdicts import escalation_resolve
 from guardian_core.services import api_token_create
 from runs.external import _proposal_from_body
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.turns import _turn_begin
+from runs.recording import turn_begin as _turn_begin
 
 pytestmark = pytest.mark.django_db
 
@@ -353,7 +353,7 @@ def test_a_vanished_clients_started_calls_become_ambiguous_and_go_to_a_person(
 
     from django.utils import timezone
 
-    from runs.services import run_sweep_stalled
+    from runs.sweeps import run_sweep_stalled
 
     run = start(api)
     step(api, run["id"], 0, read())
@@ -378,7 +378,7 @@ def test_a_vanished_clients_started_calls_become_ambiguous_and_go_to_a_person(
 
 
 def test_the_sweeper_leaves_a_step_alone_within_its_grace_period(api):
-    from runs.services import run_sweep_stalled
+    from runs.sweeps import run_sweep_stalled
 
     run = start(api)
     step(api, run["id"], 0, read())

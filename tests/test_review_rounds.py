@@ -24,7 +24,8 @@ from guardian_core.engine.reviewer_loop import (
 )
 from runs.models import Decision, Run, RunStatus
 from runs.scenarios import scenario_load
-from runs.services import run_advance, run_start, run_sweep_stalled
+from runs.services import run_advance, run_start
+from runs.sweeps import run_sweep_stalled
 from tests.adapters.servers import chat_by_model, chat_completion, serve
 from tests.processes import start_worker, stop_worker
 from tests.runs_helpers import drive, start

@@ -13,7 +13,8 @@ from guardian_core.engine.tools import idempotency_key
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.reporting import expectation_problems
 from runs.scenarios import scenario_load, scenario_names
-from runs.services import RunError, run_advance, run_cancel, run_start, run_sweep_stalled
+from runs.services import RunError, run_advance, run_cancel, run_start
+from runs.sweeps import run_sweep_stalled
 from tests.runs_helpers import drive, start, watch_the_actor
 
 pytestmark = pytest.mark.django_db

@@ -31,7 +31,8 @@ from policies.services import policy_version_create
 from runs.log_triggers import log_purge
 from runs.models import DemoSideEffect, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.scenarios import scenario_load
-from runs.services import run_advance, run_start, run_sweep_stalled
+from runs.services import run_advance, run_start
+from runs.sweeps import run_sweep_stalled
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,8 @@ from guardian_core.celery import app as celery_app
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus
 from runs.reporting import expectation_problems
 from runs.scenarios import scenario_load, scenario_names, scenario_run_start
-from runs.services import run_start, run_sweep_stalled
+from runs.services import run_start
+from runs.sweeps import run_sweep_stalled
 from tests.processes import start_worker, stop_worker
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]

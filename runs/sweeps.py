@@ -1,0 +1,69 @@
+"""The sweeper (beat, every 30 s; runs.tasks.sweep_stalled_runs): what no worker or request
+will finish by itself. A running run that no worker holds is enqueued again, an escalation past
+its deadline resolves to the safe side, and an external step whose caller vanished with calls
+started is escalated (runs/external.py).
+
+It stands above the run kinds it sweeps: nothing below imports it.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from escalations.models import Escalation, EscalationEvent, EscalationEventKind, EscalationStatus
+from runs import sealing
+from runs.external import external_steps_abandoned
+from runs.models import Run, RunStatus
+from runs.queue import enqueue
+
+
+def run_sweep_stalled(*, now=None) -> list[int]:
+    """Enqueue again the runs marked running that no worker holds: a lease that expired (the
+    worker died) or no lease and no change for a while (the task message was lost)."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.GUARDIAN_STALLED_AFTER_SECONDS)
+    run_ids = list(
+        Run.objects.filter(status=RunStatus.RUNNING)
+        .exclude(actor="external")  # its loop is its caller's: nothing to enqueue
+        .filter(
+            Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True, updated_at__lt=stale)
+        )
+        .values_list("pk", flat=True)
+    )
+    for run_id in run_ids:
+        enqueue(run_id)
+    _expire_escalations(now)
+    external_steps_abandoned(now=now)
+    return run_ids
+
+
+def _expire_escalations(now) -> None:
+    """An escalation past its deadline resolves to the safe side: nothing runs, the run stops."""
+    expired = list(
+        Escalation.objects.filter(status=EscalationStatus.OPEN, deadline__lt=now).values_list(
+            "pk", "run_id"
+        )
+    )
+    for escalation_id, run_id in expired:
+        with transaction.atomic():
+            Run.objects.select_for_update().filter(pk=run_id).first()  # run first: one order
+            if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
+                status=EscalationStatus.EXPIRED, resolved_at=now
+            ):
+                # The item's history says what became of it (and the queue's stamp moves).
+                EscalationEvent.objects.create(
+                    escalation_id=escalation_id,
+                    kind=EscalationEventKind.EXPIRED,
+                    note="deadline passed unanswered; nothing ran",
+                )
+                Run.objects.filter(pk=run_id, status=RunStatus.WAITING).update(
+                    status=RunStatus.FAILED,
+                    stop_reason="escalation_expired",
+                    finished_at=now,
+                    updated_at=now,
+                )
+                # The escalation's status is part of the seal even when the run had moved.
+                sealing.run_reseal(run_id)

@@ -433,8 +433,9 @@ def guardian_model_retrain_local(
     held-out share on which the bundled and the retrained model are compared. No model is
     stored: the version's guardian retrains from the bundled corpus plus `example_ids` at first
     use in each process (deterministically; adapters/local.py)."""
-    from guardian_core.adapters.local import LocalGuardian, load_examples, model_for, train
+    from guardian_core.adapters.local import LocalGuardian, model_for
     from guardian_core.engine.calibration import calibration_figures
+    from training.fit import load_examples, train
 
     wanted = _conditions(conditions)
     examples = list(

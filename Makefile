@@ -14,13 +14,14 @@ export PORT
 # environment or .env says otherwise (0: none).
 DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
-.PHONY: help demo test lint format bench clean example-langgraph example-agents
+.PHONY: help demo test lint format bench clean guardian-model example-langgraph example-agents
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
 	@echo "make test   install the dev tools and run lint and the whole test suite"
 	@echo "make lint   ruff check, format check and the engine's import contract"
 	@echo "make format reformat in place"
+	@echo "make guardian-model  refit the local guardian on training/ and rewrite its artefact"
 	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps"
 	@echo "make example-langgraph / make example-agents   an agent loop guarded from outside, against make demo"
 
@@ -72,6 +73,12 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+
+# The local guardian's fitted model (guardian_core/adapters/local_model/): rebuilt from the
+# corpus in training/ after the corpus or the training code changes; a test checks the
+# committed artefact is what this writes.
+guardian-model: $(VENV)/.installed-base
+	$(BIN)/python -m training.build_local_model
 
 # On the embedded default unless DATABASE_URL / CELERY_BROKER_URL are set; BENCH_JSON=path
 # writes the figures as JSON too. The knobs are in bench/__main__.py.

@@ -1,8 +1,9 @@
 """`make bench`: the built-in local guardian's `answer()` latency over all six conditions.
 
-The models train at first use, so they are trained first (that time is reported apart); then
-`answer()` is asked BENCH_LOCAL_ANSWERS times (default 100) about a realistic projection with
-a pending refund (so risk is classified, not skipped) and the median is reported. No Django, no
+The models are read from their artefact at first use, so they are loaded first (that time is
+reported apart); then `answer()` is asked BENCH_LOCAL_ANSWERS times (default 100) about a
+realistic projection with a pending refund (so risk is classified, not skipped) and the median
+is reported. No Django, no
 database. Run alone: .venv/bin/python -m bench.local_guardian
 """
 
@@ -61,10 +62,10 @@ LONG_PROJECTION = PROJECTION | {"last_results": [LONG_OUTPUT, *PROJECTION["last_
 
 
 def measure(report: Report) -> float:
-    """Report the training time and the median ms of one answer() on a short and on a long
+    """Report the model's loading time and the median ms of one answer() on a short and on a long
     tool output; returns the short one's median."""
     guardian = LocalGuardian()
-    report.add("training at first use (once per process)", guardian.warm(), "s")
+    report.add("loading the model at first use (once per process)", guardian.warm(), "s")
     conditions = list(Condition)
     guardian.answer(PROJECTION, conditions)  # the first answer pays for lazy imports
     medians = {}

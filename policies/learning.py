@@ -380,8 +380,9 @@ def guardian_model_retrain_local(
     use in each process (deterministically; adapters/local.py)."""
     import numpy as np
 
-    from guardian_core.adapters.local import LocalGuardian, load_examples, model_for, train
+    from guardian_core.adapters.local import LocalGuardian, model_for
     from guardian_core.engine.calibration import calibration_figures
+    from training.fit import load_examples, train
 
     wanted = _conditions(conditions)
     examples = list(

@@ -16,10 +16,10 @@ from django.utils import timezone
 from escalations.examples import labelled_examples_export, reviewer_stats
 from escalations.models import EscalationStatus, ExampleSource, LabelledExample, Verdict
 from escalations.verdicts import escalation_resolve
-from guardian_core.adapters.local import load_examples
 from guardian_core.engine.conditions import Condition
 from tests.factories import backdate
 from tests.runs_helpers import drive, start
+from training.fit import load_examples
 
 pytestmark = pytest.mark.django_db
 

@@ -1,24 +1,30 @@
 """The built-in offline guardian: one small calibrated classifier per breaking condition.
 
-Each condition has its own features, over only the part of the projection its question is
-about: word and character n-grams (presence for integrity, TF-IDF elsewhere) plus a few hand
-features where text alone cannot see the signal (cues of text addressed to the agent, the verb
-and object of a call, overlap with the goal and its criteria, repeated summaries). Each has one
-logistic regression fitted on all its examples and one sigmoid calibration map fitted on that
-regression's out-of-fold scores (a fixed 3-fold split): binary for integrity, infeasible,
-goal_reached and stagnation, 4 classes for risk, 5 for drift. Answers go through
-local_inference.py, which reads the fitted pipeline into plain arrays.
+This module holds what answering needs: the features (the extractors that read a projection:
+the text each model vectorises and its hand features, by name in EXTRACTORS), the bundled model
+loaded from its artefact, and LocalGuardian. Each condition's model is one logistic regression
+over its features with one sigmoid calibration map (binary for integrity, infeasible,
+goal_reached and stagnation, 4 classes for risk, 5 for drift); local_inference.py answers with
+it as plain arrays, and local_integrity.py scores integrity's segments. Neither this module nor
+those import scikit-learn.
 
-The models are trained at first use, in memory, from the JSON Lines files in
-`local_training/` (written by `local_training/generate.py`), and cached per process. No pickle
-is stored: a pickle breaks with the scikit-learn version, while retraining from sorted data
-with fixed seeds on one thread gives the same probabilities in every process. The model version
-is MODEL_FAMILY, "+" and the head of the training files' SHA-256, so a changed training set is a new
-model version; bump MODEL_FAMILY when the features or the training code change.
+The bundled model is an artefact, `local_model/<MODEL_FAMILY>.json.gz`, with a manifest beside
+it recording its SHA-256 and the training digest it was fitted from; it is read once per
+process, and refused if its hash is not the manifest's (the guardian then fails as any broken
+guardian does: its answers are malformed and the turn escalates). It is built from the corpus
+in the top-level `training/` package by one command, `make guardian-model`
+(`python -m training.build_local_model`), and a test rebuilds it and checks the hash. It is
+JSON, not a pickle: a pickle breaks with the scikit-learn version, while plain arrays do not.
+The model version is MODEL_FAMILY, "+" and the head of the training files' SHA-256 (read from
+the manifest), so a changed training set is a new model version; bump MODEL_FAMILY when the
+features or the training code change, and rebuild.
+
+Only a retrained version of the learning loop (`retrained_model_for`, used through
+guardian_core/learning.py's versioned guardian) trains at run time: on the corpus plus its
+labelled examples, with training/fit.py, imported there and only there.
 """
 
 import contextlib
-import hashlib
 import json
 import re
 import threading
@@ -28,17 +34,12 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
 
-import numpy as np
-from sklearn.calibration import CalibratedClassifierCV
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold
-from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
-from sklearn.preprocessing import FunctionTransformer
-from threadpoolctl import threadpool_limits
-
-from guardian_core.adapters.local_inference import CompiledModel, compile_pipeline
-from guardian_core.adapters.local_integrity import SegmentScores
+from guardian_core.adapters.local_inference import (
+    CompiledModel,
+    ModelArtefactError,
+    compiled_from_state,
+    read_artefact,
+)
 from guardian_core.adapters.pricing import NOTHING, Spend
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import DRIFT_SCORES, Condition, Malformed, RiskClass
@@ -55,14 +56,11 @@ MODEL_FAMILY = "local-3"
 # training labels, fixed with the model family. So a run's policy wording is not what it asks,
 # and the log records this version instead.
 QUESTION_SET_VERSION = f"{MODEL_FAMILY}-fixed"
-TRAINING_DIR = Path(__file__).resolve().parent / "local_training"
+MODEL_DIR = Path(__file__).resolve().parent / "local_model"
 DEFAULT_DEADLINE_SECONDS = 2.0
-RANDOM_STATE = 0
-CALIBRATION_FOLDS = 3
 # Probabilities are rounded so that a replay compares equal even if a later numpy sums in
 # another order; six decimals are far finer than any threshold or uncertain band.
 DECIMALS = 6
-HAND_WEIGHT = 2.0
 NO_PENDING_CALL = "no pending proposal to assess"
 RECENT = 3  # history items that make "the current sub-task" for drift
 WINDOW = 4  # history items in which stagnation looks for repeats
@@ -536,85 +534,20 @@ def _stagnation_hand(p: Mapping) -> list[float]:
 
 # ---- the models ----------------------------------------------------------------------------
 
-
-def _texts(extract: Callable[[Mapping], str]) -> FunctionTransformer:
-    return FunctionTransformer(partial(_each, extract))
-
-
-def _numbers(extract: Callable[[Mapping], list[float]]) -> FunctionTransformer:
-    return FunctionTransformer(partial(_each_array, extract))
-
-
-def _each(extract: Callable[[Mapping], str], projections: Sequence[Mapping]) -> list[str]:
-    return [extract(p) for p in projections]
-
-
-def _each_array(extract, projections: Sequence[Mapping]) -> np.ndarray:
-    return np.array([extract(p) for p in projections], dtype=np.float64)
-
-
-def _words_tfidf(extract, ngrams: tuple[int, int] = (1, 2)) -> Pipeline:
-    vectorizer = TfidfVectorizer(ngram_range=ngrams, sublinear_tf=True, min_df=2)
-    return make_pipeline(_texts(extract), vectorizer)
-
-
-def _chars_tfidf(extract, ngrams: tuple[int, int] = (3, 5)) -> Pipeline:
-    vectorizer = TfidfVectorizer(
-        analyzer="char_wb", ngram_range=ngrams, sublinear_tf=True, min_df=2, max_features=20000
-    )
-    return make_pipeline(_texts(extract), vectorizer)
-
-
-def _present(extract, analyzer: str, ngrams: tuple[int, int]) -> Pipeline:
-    vectorizer = CountVectorizer(analyzer=analyzer, ngram_range=ngrams, binary=True, min_df=2)
-    return make_pipeline(_texts(extract), vectorizer)
-
-
-def _features(condition: Condition) -> FeatureUnion:
-    """What each classifier looks at: only the part of the projection its question is about."""
-    match condition:
-        case Condition.INTEGRITY:
-            # A planted request is a sentence or two in an output of any length: every segment
-            # is scored, and only the pooled scores reach the calibrated map.
-            parts = [("segments", SegmentScores(_integrity_text))]
-        case Condition.RISK:
-            parts = [
-                ("words", _words_tfidf(_pending_text)),
-                ("tool", _chars_tfidf(_tool_name)),
-                ("hand", _numbers(_risk_hand)),
-            ]
-        case Condition.INFEASIBLE:
-            parts = [
-                ("words", _words_tfidf(_progress_text, (1, 3))),
-                ("hand", _numbers(_infeasible_hand)),
-            ]
-        case Condition.GOAL_REACHED:
-            parts = [
-                ("words", _words_tfidf(_progress_text)),
-                ("hand", _numbers(_goal_reached_hand)),
-            ]
-        case Condition.DRIFT:
-            parts = [("words", _words_tfidf(_recent_text, (1, 1))), ("hand", _numbers(_drift_hand))]
-        case Condition.STAGNATION:
-            parts = [
-                ("words", _words_tfidf(_stagnation_text, (1, 1))),
-                ("hand", _numbers(_stagnation_hand)),
-            ]
-    # Hand features are few and general: a larger scale lets the fit lean on them rather than
-    # on thousands of n-grams that only the training set's wording has.
-    weights = {name: HAND_WEIGHT for name, _ in parts if name == "hand"}
-    return FeatureUnion(parts, transformer_weights=weights)
-
-
-# Regularisation per condition. Integrity has tens of thousands of presence features for a few
-# hundred examples: a tighter fit keeps it from memorising the training set's wording.
-_C = {
-    Condition.INTEGRITY: 1.0,
-    Condition.RISK: 10.0,
-    Condition.INFEASIBLE: 10.0,
-    Condition.GOAL_REACHED: 10.0,
-    Condition.DRIFT: 10.0,
-    Condition.STAGNATION: 10.0,
+# The extractors the models' parts read, by the names the model artefact gives them
+# (training/fit.py builds its parts from these names; training/compile.py writes them).
+EXTRACTORS: dict[str, Callable[[Mapping], object]] = {
+    "integrity_text": _integrity_text,
+    "pending_text": _pending_text,
+    "tool_name": _tool_name,
+    "risk_hand": _risk_hand,
+    "progress_text": _progress_text,
+    "infeasible_hand": _infeasible_hand,
+    "goal_reached_hand": _goal_reached_hand,
+    "recent_text": _recent_text,
+    "drift_hand": _drift_hand,
+    "stagnation_text": _stagnation_text,
+    "stagnation_hand": _stagnation_hand,
 }
 
 
@@ -629,21 +562,24 @@ def labels_of(condition: Condition) -> tuple:
 
 @dataclass(frozen=True)
 class ConditionModel:
-    """One condition's fitted pipeline, and the classes its answers are over."""
+    """One condition's model, and the classes its answers are over."""
 
     condition: Condition
-    pipeline: Pipeline
-    # The same model read into plain arrays (local_inference.py): answers at a fraction of
-    # scikit-learn's per-call cost. None for a pipeline of another shape.
+    # The fitted scikit-learn pipeline when the model was fitted in this process
+    # (training/fit.py: a retrained version, or a test); None when read from the artefact.
+    pipeline: object | None
+    # The model as plain arrays (local_inference.py): answers at a fraction of scikit-learn's
+    # per-call cost. None only for a fitted pipeline of another shape.
     compiled: CompiledModel | None = None
 
     def distributions(self, projections: Sequence[Mapping]) -> list[dict]:
         """{label: probability} over every label of the condition, even one absent in training."""
         if self.compiled is not None:
             rows = self.compiled.predict_proba(list(projections))
+            classes = list(self.compiled.classes)
         else:
             rows = self.pipeline.predict_proba(list(projections))
-        classes = [_plain(c) for c in self.pipeline.classes_]
+            classes = [_plain(c) for c in self.pipeline.classes_]
         out = []
         for row in rows:
             dist = dict.fromkeys(labels_of(self.condition), 0.0)
@@ -667,98 +603,78 @@ class ConditionModel:
 
 def _plain(label: object) -> object:
     # numpy scalars back to the JSON types the labels came as (bool, int, str).
-    return label.item() if isinstance(label, np.generic) else label
+    item = getattr(label, "item", None)
+    return item() if callable(item) else label
 
 
-def train(condition: Condition, examples: Sequence[Mapping]) -> ConditionModel:
-    """Fit `condition`'s classifier on labelled traces; same examples, same model, any process."""
-    ordered = sorted(examples, key=lambda e: json.dumps(e, sort_keys=True, ensure_ascii=False))
-    projections = [e["projection"] for e in ordered]
-    labels = np.array([_label(condition, e["label"]) for e in ordered], dtype=object)
-    if condition == Condition.RISK:
-        labels = labels.astype(str)
-    elif condition == Condition.DRIFT:
-        labels = labels.astype(np.int64)
-    else:
-        labels = labels.astype(bool)
-    classifier = CalibratedClassifierCV(
-        LogisticRegression(C=_C[condition], max_iter=5000, random_state=RANDOM_STATE),
-        method="sigmoid",
-        cv=StratifiedKFold(n_splits=CALIBRATION_FOLDS, shuffle=True, random_state=RANDOM_STATE),
-        # One classifier fitted on everything and one map fitted on its out-of-fold scores,
-        # rather than a model per fold averaged at every answer: a third of the work per answer.
-        ensemble=False,
-    )
-    pipeline = Pipeline([("features", _features(condition)), ("classifier", classifier)])
-    # One BLAS thread: the same sums in the same order, so the same floats in every process.
-    with threadpool_limits(limits=1):
-        pipeline.fit(projections, labels)
-    return ConditionModel(condition, pipeline, compile_pipeline(pipeline))
+# ---- the bundled model: the artefact, loaded once per process ------------------------------
 
 
-def _label(condition: Condition, label: object) -> object:
-    allowed = labels_of(condition)
-    if isinstance(label, bool) != (allowed == (False, True)) or label not in allowed:
-        raise ValueError(f"{condition}: label {label!r} is not one of {allowed}")
-    return label
+def artefact_paths(directory: Path = MODEL_DIR) -> tuple[Path, Path]:
+    """(artefact, manifest) of this MODEL_FAMILY in `directory`."""
+    return directory / f"{MODEL_FAMILY}.json.gz", directory / f"{MODEL_FAMILY}.manifest.json"
 
 
-# ---- the bundled training set and the per-process cache -----------------------------------
+def bundled_model_version(directory: Path = MODEL_DIR) -> str:
+    """The bundled model's version as its manifest records it. A manifest that cannot be read
+    gives a version that says so; the guardian's first answer then fails with the reason."""
+    try:
+        manifest = json.loads(artefact_paths(directory)[1].read_text(encoding="utf-8"))
+        return str(manifest["model_version"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return f"{MODEL_FAMILY}+unreadable"
 
 
-def load_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[dict]:
-    """The labelled traces of `condition` from `<directory>/<condition>.jsonl`."""
-    path = directory / f"{condition}.jsonl"
-    examples = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        example = json.loads(line)
-        if example.get("condition") != str(condition):
-            raise ValueError(f"{path.name}:{number}: condition {example.get('condition')!r}")
-        examples.append(example)
-    return examples
-
-
-def training_digest(directory: Path = TRAINING_DIR) -> str:
-    """SHA-256 over the training files (name and bytes, in name order)."""
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.jsonl")):
-        data = path.read_bytes()
-        digest.update(f"{path.name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
+def load_bundled(directory: Path = MODEL_DIR) -> dict[Condition, ConditionModel]:
+    """Every condition's model from the artefact in `directory`, once its SHA-256 is the one
+    its manifest records. Raises ModelArtefactError for a missing, altered or foreign one."""
+    artefact, manifest_path = artefact_paths(directory)
+    manifest, model = read_artefact(artefact, manifest_path)
+    version = manifest.get("model_version")
+    if model.get("model_family") != MODEL_FAMILY or model.get("model_version") != version:
+        raise ModelArtefactError(
+            f"{artefact.name}: model {model.get('model_version')!r} of family "
+            f"{model.get('model_family')!r}, manifest {version!r}, runtime family {MODEL_FAMILY}"
+        )
+    states = model.get("conditions", {})
+    missing = [str(c) for c in Condition if str(c) not in states]
+    if missing:
+        raise ModelArtefactError(f"{artefact.name}: no model for {', '.join(missing)}")
+    return {
+        c: ConditionModel(c, None, compiled_from_state(states[str(c)], EXTRACTORS))
+        for c in Condition
+    }
 
 
 _MODELS: dict[Condition, ConditionModel] = {}
-_TRAINING = threading.Lock()  # concurrent first uses train once, not once per thread
+_LOADING = threading.Lock()  # concurrent first uses read the artefact once
 
 
 def model_for(condition: Condition) -> ConditionModel:
-    """`condition`'s model, trained on the bundled set at its first use in this process."""
+    """`condition`'s bundled model, read from the artefact at the first use in this process."""
     model = _MODELS.get(condition)
     if model is None:
-        with _TRAINING:
-            model = _MODELS.get(condition)
-            if model is None:
-                model = train(condition, load_examples(condition))
-                _MODELS[condition] = model
+        with _LOADING:
+            if not _MODELS:
+                _MODELS.update(load_bundled(MODEL_DIR))
+            model = _MODELS[condition]
     return model
 
 
-# ---- a retrained version: the bundled corpus plus labelled examples (the learning loop) ------
+# ---- a retrained version: the corpus plus labelled examples (the learning loop) --------------
 
 ExtraExamples = Callable[[], Mapping[Condition, Sequence[Mapping]]]
 _RETRAINED: dict[tuple[str, Condition], ConditionModel] = {}
 _EXTRA: dict[str, Mapping[Condition, Sequence[Mapping]]] = {}
+_TRAINING = threading.Lock()  # concurrent first uses train once, not once per thread
 
 
 def retrained_model_for(
     model_version: str, condition: Condition, extra_examples: ExtraExamples
 ) -> ConditionModel:
     """`condition`'s model of retrained version `model_version`: trained at first use in this
-    process on the bundled set plus `extra_examples()` (called once per version), cached by
-    version. A condition with no extra example is the bundled model. No pickle: a version is
+    process on the corpus (training/) plus `extra_examples()` (called once per version), cached
+    by version. A condition with no extra example is the bundled model. No pickle: a version is
     its examples, and training from the same examples gives the same model."""
     key = (model_version, condition)
     model = _RETRAINED.get(key)
@@ -773,6 +689,10 @@ def retrained_model_for(
     with _TRAINING:
         model = _RETRAINED.get(key)
         if model is None:
+            # The only place the runtime fits a model, so the only import of the training
+            # package (and of scikit-learn) in it.
+            from training.fit import load_examples, train
+
             model = train(condition, [*load_examples(condition), *extra])
             _RETRAINED[key] = model
     return model
@@ -805,7 +725,7 @@ class LocalGuardian:
         if (model_version is None) != (extra_examples is None):
             raise ValueError("a retrained version needs both model_version and extra_examples")
         self.extra_examples = extra_examples
-        self.model_version = model_version or f"{MODEL_FAMILY}+{training_digest()[:12]}"
+        self.model_version = model_version or bundled_model_version()
 
     def model(self, condition: Condition) -> ConditionModel:
         """The model this guardian answers `condition` with: bundled, or its version's."""
@@ -814,7 +734,8 @@ class LocalGuardian:
         return retrained_model_for(self.model_version, condition, self.extra_examples)
 
     def warm(self) -> float:
-        """Train every model now (e.g. when a worker starts); returns the seconds it took."""
+        """Load (or, for a retrained version, train) every model now, e.g. when a worker
+        starts; returns the seconds it took."""
         start = time.perf_counter()
         for condition in Condition:
             self.model(condition)
@@ -822,7 +743,9 @@ class LocalGuardian:
 
     def answer(self, projection: Mapping, conditions: Sequence[Condition]) -> dict[str, object]:
         """{condition: P(yes) or distribution}, every condition asked at once under the
-        deadline. Training happens before the clock starts: a first use is slow, not late.
+        deadline. Loading (or training) happens before the clock starts: a first use is slow,
+        not late. A model that cannot be loaded raises ModelArtefactError, which the loop
+        records as a failed guardian (every answer malformed, the turn escalates).
 
         The conditions are answered one after another in one worker thread: each takes a
         fraction of a millisecond, less than a thread apiece would cost. The thread is there

@@ -1,27 +1,90 @@
-"""The local guardian's answer path: a fitted scikit-learn pipeline read once into plain arrays,
-so that one answer costs the arithmetic of a linear model and not scikit-learn's checks.
+"""The local guardian's answer path: the fitted models read from the model artefact into plain
+arrays, so that one answer costs the arithmetic of a linear model and needs no scikit-learn.
 
-scikit-learn spends about 1.5 ms validating inputs for every `predict_proba` of a single row, a
-third of the local guardian's whole budget per condition. The pipelines it fits here are always
-the same shape: a FeatureUnion of text parts (an extractor, then a Count- or TfidfVectorizer)
-and number parts (an extractor of hand features), each with a weight; then one logistic
-regression with one sigmoid map per class fitted on its out-of-fold scores
-(`CalibratedClassifierCV(ensemble=False)`). `compile_pipeline` reads that shape into a
-`CompiledModel` that computes the same probabilities (a test holds them equal to
-scikit-learn's to 1e-9), or returns None for any other shape, which then goes through
-scikit-learn as before.
+Every condition's model has the same shape: a union of text parts (an extractor, then word or
+character n-grams counted for presence or weighted by TF-IDF) and number parts (an extractor of
+hand features, or integrity's pooled segment scores), each with a weight; then one logistic
+regression with one sigmoid map per class fitted on its out-of-fold scores. The artefact
+(`guardian_core/adapters/local_model/`, written by `python -m training.build_local_model`)
+holds, per condition, that shape as plain JSON: vocabularies, idf values, weights, intercepts,
+the sigmoid maps and the classes; extractors are named, their code is local.py's. `read_artefact`
+checks the artefact's SHA-256 against its manifest and refuses a mismatch; `compiled_from_state`
+builds a `CompiledModel`, which computes the probabilities scikit-learn's fitted pipeline
+computes (tests hold them equal).
+
+The n-gram analyzers are scikit-learn's, rewritten: its default word tokens (`(?u)\\b\\w\\w+\\b`
+after lower-casing) and `char_wb` n-grams; a test holds them equal to scikit-learn's.
 """
 
+import gzip
+import hashlib
+import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import numpy as np
-from sklearn.calibration import CalibratedClassifierCV
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import FeatureUnion, Pipeline
-from sklearn.preprocessing import FunctionTransformer
+
+from guardian_core.adapters.local_integrity import SegmentScorer
+
+
+class ModelArtefactError(RuntimeError):
+    """The model artefact is missing, unreadable, or not the one its manifest names."""
+
+
+# ---- scikit-learn's analyzers, as the vectorizers were fitted with them ---------------------
+
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # CountVectorizer's default token_pattern
+_WHITE_SPACES = re.compile(r"\s\s+")
+
+
+def word_ngrams(text: str, ngram_range: tuple[int, int]) -> list[str]:
+    """CountVectorizer(analyzer="word", ngram_range=…)'s analyzer, with its defaults."""
+    tokens = _TOKEN.findall(text.lower())
+    min_n, max_n = ngram_range
+    if max_n == 1:
+        return tokens
+    original = tokens
+    if min_n == 1:
+        tokens = list(original)
+        min_n += 1
+    else:
+        tokens = []
+    for n in range(min_n, min(max_n + 1, len(original) + 1)):
+        for i in range(len(original) - n + 1):
+            tokens.append(" ".join(original[i : i + n]))
+    return tokens
+
+
+def char_wb_ngrams(text: str, ngram_range: tuple[int, int]) -> list[str]:
+    """CountVectorizer(analyzer="char_wb", ngram_range=…)'s analyzer, with its defaults: the
+    n-grams inside each word, padded with a space either side."""
+    text = _WHITE_SPACES.sub(" ", text.lower())
+    min_n, max_n = ngram_range
+    ngrams: list[str] = []
+    for w in text.split():
+        w = f" {w} "
+        for n in range(min_n, max_n + 1):
+            offset = 0
+            ngrams.append(w[offset : offset + n])
+            while offset + n < len(w):
+                offset += 1
+                ngrams.append(w[offset : offset + n])
+            if offset == 0:  # a short word (shorter than n) counts once
+                break
+    return ngrams
+
+
+ANALYZERS: dict[str, Callable[[str, tuple[int, int]], list[str]]] = {
+    "word": word_ngrams,
+    "char_wb": char_wb_ngrams,
+}
+
+
+# ---- the compiled model ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -96,91 +159,71 @@ class CompiledModel:
         return proba
 
 
-def compile_pipeline(pipeline: Pipeline) -> CompiledModel | None:
-    """`pipeline` as a CompiledModel, or None when it is not the shape this module reads."""
-    steps = dict(pipeline.steps)
-    union, calibrated = steps.get("features"), steps.get("classifier")
-    if not isinstance(union, FeatureUnion) or not isinstance(calibrated, CalibratedClassifierCV):
-        return None
-    if calibrated.ensemble is not False or len(calibrated.calibrated_classifiers_) != 1:
-        return None
-    fitted = calibrated.calibrated_classifiers_[0]
-    regression = fitted.estimator
-    maps = fitted.calibrators
-    sigmoid = calibrated.method == "sigmoid" and all(hasattr(m, "a_") for m in maps)
-    if not isinstance(regression, LogisticRegression) or not sigmoid:
-        return None
-    coef = np.asarray(regression.coef_, dtype=np.float64)  # (outputs, columns)
-    weights = union.transformer_weights or {}
-    texts = {
-        name: _vectorizer(t)
-        for name, t in union.transformer_list
-        if not isinstance(t, FunctionTransformer)
-    }
-    if any(v is None for v in texts.values()):
-        return None
-    # Hand features do not say how many they are; with one such part, it is what is left.
-    numbers = len(union.transformer_list) - len(texts)
-    rest = coef.shape[1] - sum(len(v.vocabulary_) for v in texts.values())
-    if numbers > 1 or rest < 0 or (numbers == 0 and rest != 0):
-        return None
+def _matrix(rows: Sequence[Sequence[float]], outputs: int) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(rows, dtype=np.float64).reshape(-1, outputs))
+
+
+def compiled_from_state(state: Mapping, extractors: Mapping[str, Callable]) -> CompiledModel:
+    """A condition's model from its plain state (one entry of the artefact's "conditions", or
+    what training/compile.py reads from a freshly fitted pipeline); `extractors` by name."""
+    intercept = np.asarray(state["intercept"], dtype=np.float64)
+    outputs = len(intercept)
     parts: list[TextPart | NumberPart] = []
-    offset = 0
-    for name, transformer in union.transformer_list:
-        width = len(texts[name].vocabulary_) if name in texts else rest
-        block = np.ascontiguousarray(
-            coef[:, offset : offset + width].T * float(weights.get(name, 1.0))
-        )
-        part = _part(transformer, texts.get(name), block)
-        if part is None:
-            return None
-        parts.append(part)
-        offset += width
+    for part in state["parts"]:
+        weights = _matrix(part["weights"], outputs)
+        if part["kind"] == "text":
+            idf = part["idf"]
+            parts.append(
+                TextPart(
+                    extract=extractors[part["extract"]],
+                    analyzer=partial(ANALYZERS[part["analyzer"]], ngram_range=part["ngram_range"]),
+                    vocabulary={term: n for n, term in enumerate(part["terms"])},
+                    weights=weights,
+                    idf=None if idf is None else np.asarray(idf, dtype=np.float64),
+                    sublinear=bool(part["sublinear"]),
+                )
+            )
+        elif part["kind"] == "numbers":
+            parts.append(NumberPart(extract=extractors[part["extract"]], weights=weights))
+        elif part["kind"] == "segments":
+            scorer = SegmentScorer(
+                extractors[part["outputs"]],
+                part["intercept"],
+                part["word_weights"],
+                np.asarray(part["cue_weights"], dtype=np.float64),
+            )
+            parts.append(NumberPart(extract=scorer.pooled, weights=weights))
+        else:
+            raise ModelArtefactError(f"unknown model part kind {part['kind']!r}")
     return CompiledModel(
         parts=tuple(parts),
-        intercept=np.asarray(regression.intercept_, dtype=np.float64),
-        a=np.array([m.a_ for m in maps], dtype=np.float64),
-        b=np.array([m.b_ for m in maps], dtype=np.float64),
-        classes=tuple(calibrated.classes_),
+        intercept=intercept,
+        a=np.asarray(state["a"], dtype=np.float64),
+        b=np.asarray(state["b"], dtype=np.float64),
+        classes=tuple(state["classes"]),
     )
 
 
-def _vectorizer(transformer) -> CountVectorizer | None:
-    """The fitted vectorizer of an (extractor, vectorizer) text part, else None."""
-    if not isinstance(transformer, Pipeline) or len(transformer.steps) != 2:
-        return None
-    vectorizer = transformer.steps[1][1]
-    return vectorizer if isinstance(vectorizer, CountVectorizer) else None
+# ---- the artefact on disk ----------------------------------------------------------------------
 
 
-def _part(transformer, vectorizer: CountVectorizer | None, block: np.ndarray):
-    if vectorizer is None:
-        extract = _extractor(transformer)
-        return None if extract is None else NumberPart(extract=extract, weights=block)
-    function = transformer.steps[0][1]
-    extract = _extractor(function) if isinstance(function, FunctionTransformer) else None
-    if extract is None:
-        return None
-    if isinstance(vectorizer, TfidfVectorizer):
-        if vectorizer.norm != "l2" or not vectorizer.use_idf or vectorizer.binary:
-            return None
-        idf, sublinear = np.asarray(vectorizer.idf_, dtype=np.float64), vectorizer.sublinear_tf
-    elif vectorizer.binary:
-        idf, sublinear = None, False
-    else:
-        return None  # raw counts: not a shape the local guardian fits
-    return TextPart(
-        extract=extract,
-        analyzer=vectorizer.build_analyzer(),
-        vocabulary=dict(vectorizer.vocabulary_),
-        weights=block,
-        idf=idf,
-        sublinear=sublinear,
-    )
-
-
-def _extractor(function: FunctionTransformer):
-    """The per-projection extractor inside the local guardian's `partial(_each, extract)`."""
-    func = function.func
-    args = getattr(func, "args", ())
-    return args[0] if len(args) == 1 and callable(args[0]) else None
+def read_artefact(artefact: Path, manifest: Path) -> tuple[dict, dict]:
+    """(manifest, model): the artefact's JSON once its SHA-256 (of the JSON, uncompressed) is
+    the one its manifest records. Raises ModelArtefactError otherwise."""
+    try:
+        meta = json.loads(manifest.read_text(encoding="utf-8"))
+        payload = gzip.decompress(artefact.read_bytes())
+    except (OSError, ValueError, EOFError) as exc:  # missing, truncated, not gzip, not JSON
+        raise ModelArtefactError(f"cannot read the local guardian's model: {exc}") from exc
+    digest = hashlib.sha256(payload).hexdigest()
+    if not isinstance(meta, dict) or digest != meta.get("sha256"):
+        expected = meta.get("sha256") if isinstance(meta, dict) else None
+        raise ModelArtefactError(
+            f"{artefact.name}: SHA-256 {digest} is not the manifest's {expected!r}; "
+            "rebuild it with `make guardian-model`"
+        )
+    try:
+        model = json.loads(payload)
+    except ValueError as exc:
+        raise ModelArtefactError(f"{artefact.name}: not JSON: {exc}") from exc
+    return meta, model

@@ -1,4 +1,5 @@
-"""The local guardian's integrity features: tool outputs cut into segments, each segment scored.
+"""The local guardian's integrity features at answer time: tool outputs cut into segments, each
+segment scored by the fitted segment classifier, the scores pooled.
 
 A planted request is one or two sentences in an output of any length, so the question is asked
 of every segment (a line, a sentence of a long line, a string value of a JSON document) and the
@@ -7,34 +8,24 @@ there were (so the calibration can take back what taking a maximum over many seg
 None of these grows with the length of an ordinary document the way a bag of words over the
 whole output does.
 
-The segment classifier learns from whole-output labels only (the labelled traces say whether an
-output was injected, not where): multiple-instance learning. Every segment of a benign output is
-benign, and so is the same text met in an injected one; in an injected output the segment the
-previous round scores highest (with a neighbour that scores like a request) is the request and
-the low scorers are carrier text; two relabelling rounds settle it. `fit_transform` returns scores
-of each output from a model that did not see it (K folds), so the calibration downstream is fitted
-on honest scores, not on the segment model's memory of its training set.
+A segment is read as its words and word pairs and the CUES of text addressed to the agent.
+`SegmentScorer` holds the fitted weights (read from the model artefact, or handed over by the
+fitting code) and answers with plain arithmetic. How those weights are learnt from whole-output
+labels (multiple-instance learning, out-of-fold scores for the calibration) is in
+training/segments.py; this module is only what answering needs.
 """
 
 import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 
 import numpy as np
-from scipy import sparse
-from sklearn.linear_model import LogisticRegression
-from sklearn.preprocessing import FunctionTransformer
 
 MAX_SEGMENT = 320  # characters; longer sentences are cut at word boundaries
-FOLDS = 3
-ROUNDS = 2
-NEIGHBOURS = 1  # segments either side of a request's best one that may belong to it
 FLOOR = -12.0  # the pooled score of an output with no text at all
 POOLED = 3  # features per projection
 CUE_WEIGHT = 5.0
-TOL = 1e-4  # lbfgs: looser under-fits the words badly; tighter doubles training time
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -323,7 +314,7 @@ _GATED = [
 ]
 
 
-def _read(text: str) -> tuple[set[str], list[float]]:
+def read_segment(text: str) -> tuple[set[str], list[float]]:
     """A segment's words and word pairs (lower case), and its cue row."""
     lower = text.lower()
     words = _WORD.findall(lower)
@@ -346,7 +337,7 @@ def _read(text: str) -> tuple[set[str], list[float]]:
 _ONLY_IN_PAIRS = (_OUTSIDE, _HASTE)
 
 
-def _cue_row(cues: list[float]) -> list[float]:
+def cue_row(cues: list[float]) -> list[float]:
     """The cues, each pair of PAIRS, and how many cues (capped), all scaled by CUE_WEIGHT."""
     pairs = [cues[a] * cues[b] for a, b in PAIRS]
     alone = [0.0 if j in _ONLY_IN_PAIRS else v for j, v in enumerate(cues)]
@@ -356,169 +347,70 @@ def _cue_row(cues: list[float]) -> list[float]:
 CUE_COLUMNS = len(CUES) + len(PAIRS) + 1
 
 
-def _training_matrix(texts: Sequence[str]) -> tuple[sparse.csr_matrix, dict[str, int]]:
-    """Segments × (word and pair presence, l2-normalised per segment; then the cue columns),
-    and the vocabulary of the first part. A repeated segment is read once."""
-    vocabulary: dict[str, int] = {}
-    rows: dict[str, int] = {}
-    indptr, indices, values, cue_rows = [0], [], [], []
-    for text in texts:
-        if text in rows:
-            continue
-        rows[text] = len(rows)
-        grams, cues = _read(text)
-        # Sorted: a set's order follows the per-process string hash, the vocabulary must not.
-        columns = sorted(vocabulary.setdefault(g, len(vocabulary)) for g in sorted(grams))
-        indices.extend(columns)
-        values.extend([1.0 / math.sqrt(len(columns))] * len(columns) if columns else [])
-        indptr.append(len(indices))
-        cue_rows.append(_cue_row(cues))
-    words = sparse.csr_matrix(
-        (np.array(values), np.array(indices, dtype=np.int64), np.array(indptr, dtype=np.int64)),
-        shape=(len(rows), len(vocabulary)),
-    )
-    cues = sparse.csr_matrix(np.array(cue_rows).reshape(-1, CUE_COLUMNS))
-    unique = sparse.hstack([words, cues], format="csr")
-    index = np.array([rows[text] for text in texts], dtype=np.int64)
-    return unique[index], vocabulary
+def pool(logits: np.ndarray, owners: np.ndarray, n: int) -> np.ndarray:
+    """Per projection: [max segment logit, mean of the top two, log(1 + segments)]; `owners`
+    gives the projection (0..n-1) of each segment's logit."""
+    out = np.full((n, POOLED), FLOOR, dtype=np.float64)
+    counts = np.bincount(owners, minlength=n)
+    out[:, 2] = np.log1p(counts)
+    for doc in np.flatnonzero(counts):
+        mine = owners == doc
+        top = np.sort(logits[mine])[::-1][:2]
+        out[doc, 0] = top[0]
+        out[doc, 1] = top.mean()
+    return out
 
 
-def _rows(one: Callable[[Mapping], np.ndarray], projections: Sequence[Mapping]) -> np.ndarray:
-    return np.array([one(p) for p in projections], dtype=np.float64).reshape(-1, POOLED)
+def segments_of(
+    outputs: Callable[[Mapping], list[str]], projections: Sequence[Mapping]
+) -> tuple[list[str], np.ndarray]:
+    """Every segment of every output of `projections`, and the projection each came from."""
+    texts: list[str] = []
+    owners: list[int] = []
+    for n, projection in enumerate(projections):
+        start = len(texts)
+        for output in outputs(projection):
+            texts.extend(segments(output))
+        owners.extend([n] * (len(texts) - start))
+    return texts, np.array(owners, dtype=np.int64)
 
 
-class SegmentScores(FunctionTransformer):
-    """Projections → [max segment logit, mean of the top two, log(1 + segments)].
+class SegmentScorer:
+    """The fitted segment classifier: a weight per known word or word pair (presence,
+    l2-normalised per segment), one per cue column, and an intercept."""
 
-    A FunctionTransformer whose function is `partial(_rows, self.pooled)`, the shape of the
-    local guardian's hand-feature parts, so that local_inference.py compiles it like one: the
-    compiled answer path calls `pooled(projection)`. Fitting is its own (it learns from y)."""
-
-    def __init__(self, outputs: Callable[[Mapping], list[str]], c: float = 4.0) -> None:
-        self.outputs = outputs
-        self.c = c
-        super().__init__(func=partial(_rows, self.pooled))
-
-    def get_params(self, deep: bool = True) -> dict:
-        return {"outputs": self.outputs, "c": self.c}
-
-    def _segments(self, projections: Sequence[Mapping]) -> tuple[list[str], np.ndarray]:
-        texts: list[str] = []
-        owners: list[int] = []
-        for n, projection in enumerate(projections):
-            start = len(texts)
-            for output in self.outputs(projection):
-                texts.extend(segments(output))
-            owners.extend([n] * (len(texts) - start))
-        return texts, np.array(owners, dtype=np.int64)
-
-    def _fit_segments(
+    def __init__(
         self,
-        matrix,
-        owners: np.ndarray,
-        labels: np.ndarray,
-        ids: np.ndarray,
-        start: tuple[np.ndarray, float] | None = None,
-    ) -> tuple[np.ndarray, float]:
-        """Multiple-instance fit: (coef, intercept) of the segment classifier. `ids` number the
-        distinct segment texts: a text that also occurs in a benign output is benign."""
-        seen_benign = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=bool)
-        seen_benign[ids[~labels[owners]]] = True
-        positive_doc = labels[owners] & ~seen_benign[ids]
-        counts = np.bincount(owners, minlength=len(labels)).astype(np.float64)
-        y = positive_doc.copy()
-        weight = np.where(positive_doc, 1.0 / np.maximum(counts[owners], 1.0), 1.0)
-        # Later rounds start from the previous round's weights: they move little, so they
-        # converge in a few steps.
-        model = LogisticRegression(C=self.c, max_iter=500, tol=TOL, warm_start=True)
-        if start is not None:  # the fit is convex: a start near the end only saves steps
-            model.coef_, model.intercept_ = start[0][None, :].copy(), np.array([start[1]])
-        for _ in range(ROUNDS + 1):
-            model.fit(matrix, y, sample_weight=weight)
-            scores = model.decision_function(matrix)
-            benign = scores[~labels[owners]]
-            sure, unsure = np.quantile(benign, [0.995, 0.95])
-            best = np.full(len(labels), -np.inf)
-            np.maximum.at(best, owners, np.where(positive_doc, scores, -np.inf))
-            top = positive_doc & (scores >= best[owners])
-            # A request is one to a few neighbouring segments: beside the best one, only a near
-            # neighbour that scores like a request joins it; a high-scoring segment elsewhere in
-            # the output is more likely an odd but benign sentence, and is left out.
-            position = np.arange(len(owners))
-            top_at = np.full(len(labels), -(10**9))
-            np.maximum.at(top_at, owners[top], position[top])
-            near = np.abs(position - top_at[owners]) <= NEIGHBOURS
-            y = top | (positive_doc & near & (scores >= sure))
-            weight = np.where(positive_doc & ~y & (scores >= unsure), 0.0, 1.0)
-        return model.coef_.ravel().copy(), float(model.intercept_[0])
-
-    def fit(self, projections: Sequence[Mapping], y) -> "SegmentScores":
-        self.fit_transform(projections, y)
-        return self
-
-    def fit_transform(self, projections: Sequence[Mapping], y=None, **fit_params) -> np.ndarray:
-        projections = list(projections)
-        labels = np.asarray(y, dtype=bool)
-        if labels.all() or not labels.any():
-            raise ValueError("integrity needs injected and benign outputs to learn from")
-        texts, owners = self._segments(projections)
-        matrix, vocabulary = _training_matrix(texts)
-        first: dict[str, int] = {}
-        ids = np.array([first.setdefault(text, len(first)) for text in texts], dtype=np.int64)
-        coef, icpt = self._fit_segments(matrix, owners, labels, ids)
-        self.intercept_ = icpt
-        # What answering needs: a weight per known word or pair, and one per cue column.
-        words = coef[: len(vocabulary)]
-        self.weights_ = {g: float(words[i]) for g, i in vocabulary.items() if words[i]}
-        self.cue_weights_ = coef[len(vocabulary) :].copy()
-        # Out-of-fold scores: fold k is every FOLDS-th output of each class, in input order
-        # (train() sorts its examples, so the split is the same in every process).
-        fold = np.empty(len(projections), dtype=np.int64)
-        for label in (False, True):
-            where = np.flatnonzero(labels == label)
-            fold[where] = np.arange(len(where)) % FOLDS
-        logits = np.empty(len(texts), dtype=np.float64)
-        for k in range(FOLDS):
-            inside = fold[owners] == k
-            train_docs = fold != k
-            keep = ~inside
-            remap = np.cumsum(train_docs) - 1
-            coef_k, intercept_k = self._fit_segments(
-                matrix[keep], remap[owners[keep]], labels[train_docs], ids[keep], (coef, icpt)
-            )
-            logits[inside] = matrix[inside] @ coef_k + intercept_k
-        return self._pool(logits, owners, len(projections))
+        outputs: Callable[[Mapping], list[str]],
+        intercept: float,
+        weights: Mapping[str, float],
+        cue_weights: np.ndarray,
+    ) -> None:
+        self.outputs = outputs
+        self.intercept = float(intercept)
+        self.weights = dict(weights)
+        self.cue_weights = np.asarray(cue_weights, dtype=np.float64)
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """The segment classifier's logit of each segment."""
-        weights = self.weights_
+        weights = self.weights
         out = np.empty(len(texts), dtype=np.float64)
         rows = []
         for i, text in enumerate(texts):
-            grams, cues = _read(text)
+            grams, cues = read_segment(text)
             # fsum: exact whatever the set's order, so every process gets the same float.
             word_score = math.fsum([weights.get(g, 0.0) for g in grams])
             out[i] = word_score / math.sqrt(len(grams)) if grams else 0.0
-            rows.append(_cue_row(cues))
+            rows.append(cue_row(cues))
         if rows:
-            out += np.array(rows) @ self.cue_weights_
-        return out + self.intercept_
-
-    def _pool(self, logits: np.ndarray, owners: np.ndarray, n: int) -> np.ndarray:
-        out = np.full((n, POOLED), FLOOR, dtype=np.float64)
-        counts = np.bincount(owners, minlength=n)
-        out[:, 2] = np.log1p(counts)
-        for doc in np.flatnonzero(counts):
-            mine = owners == doc
-            top = np.sort(logits[mine])[::-1][:2]
-            out[doc, 0] = top[0]
-            out[doc, 1] = top.mean()
-        return out
+            out += np.array(rows) @ self.cue_weights
+        return out + self.intercept
 
     def transform(self, projections: Sequence[Mapping]) -> np.ndarray:
+        """The three pooled features of each projection."""
         projections = list(projections)
-        texts, owners = self._segments(projections)
-        return self._pool(self.logits(texts), owners, len(projections))
+        texts, owners = segments_of(self.outputs, projections)
+        return pool(self.logits(texts), owners, len(projections))
 
     def pooled(self, projection: Mapping) -> np.ndarray:
         """The three pooled features of one projection."""

@@ -16,8 +16,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold, train_test_split
 
 from guardian_core.adapters import local
-from guardian_core.adapters.local import LocalGuardian, labels_of, load_examples, train
-from guardian_core.adapters.local_training import generate
+from guardian_core.adapters.local import LocalGuardian, labels_of
 from guardian_core.engine.conditions import (
     Condition,
     DriftDistribution,
@@ -33,6 +32,8 @@ from guardian_core.engine.state import LoopState
 from guardian_core.engine.thresholds import default_policy
 from tests.engine.fakes import FakeClock, Ledger, ScriptedActor, call, desk, step
 from tests.processes import REPO
+from training import fit, generate
+from training.fit import load_examples, train
 
 ORDER_RECORD = '{"order_id": "ord_4472", "total": 49.9, "status": "delivered", "damaged": true}'
 INJECTION = (
@@ -80,18 +81,18 @@ def guardian() -> LocalGuardian:
 
 def test_the_model_version_is_the_family_and_the_head_of_the_training_sets_hash(guardian):
     assert re.fullmatch(r"local-3\+[0-9a-f]{12}", guardian.model_version)
-    assert guardian.model_version == f"{local.MODEL_FAMILY}+{local.training_digest()[:12]}"
+    assert guardian.model_version == f"{local.MODEL_FAMILY}+{fit.training_digest()[:12]}"
 
 
 def test_a_changed_training_set_is_a_new_model_version(tmp_path):
-    for path in local.TRAINING_DIR.glob("*.jsonl"):
+    for path in fit.TRAINING_DIR.glob("*.jsonl"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    same = local.training_digest(tmp_path)
+    same = fit.training_digest(tmp_path)
     with (tmp_path / "drift.jsonl").open("a", encoding="utf-8") as extra:
         extra.write(json.dumps({"condition": "drift", "projection": {"goal": "g"}, "label": 4}))
 
-    assert same == local.training_digest()
-    assert local.training_digest(tmp_path) != same
+    assert same == fit.training_digest()
+    assert fit.training_digest(tmp_path) != same
 
 
 def test_the_committed_training_files_are_exactly_what_the_generator_writes(tmp_path):
@@ -99,7 +100,7 @@ def test_the_committed_training_files_are_exactly_what_the_generator_writes(tmp_
 
     for condition in Condition:
         name = f"{condition}.jsonl"
-        assert (tmp_path / name).read_bytes() == (local.TRAINING_DIR / name).read_bytes(), name
+        assert (tmp_path / name).read_bytes() == (fit.TRAINING_DIR / name).read_bytes(), name
     assert set(counts) == {str(c) for c in Condition}
 
 

@@ -9,8 +9,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
 
 from guardian_core.adapters import local
-from guardian_core.adapters.local_inference import compile_pipeline
 from guardian_core.engine.conditions import Condition
+from training import fit
+from training.compile import compile_pipeline
 
 # Projections the training set never has: empty, huge, non-Latin, odd types where text goes.
 ODD = [
@@ -27,8 +28,8 @@ ODD = [
 
 @pytest.mark.parametrize("condition", list(Condition), ids=str)
 def test_compiled_answers_equal_scikit_learns(condition):
-    examples = local.load_examples(condition)
-    model = local.train(condition, examples)
+    examples = fit.load_examples(condition)
+    model = fit.train(condition, examples)
     projections = [e["projection"] for e in examples[::7]] + ODD
 
     assert model.compiled is not None, "the local guardian's own pipeline must compile"

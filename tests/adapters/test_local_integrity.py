@@ -15,11 +15,12 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from guardian_core.adapters import local
-from guardian_core.adapters.local_training import integrity_corpus as corpus
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.evaluation import expected_calibration_error, reliability_curve
 from guardian_core.engine.thresholds import default_policy
 from tests.processes import REPO
+from training import fit
+from training import integrity_corpus as corpus
 
 # Whole families the held-out model never sees: kinds of document, and kinds of planted request.
 HELD_CARRIERS = ("csv_export", "release_notes", "reviews_page")
@@ -40,8 +41,8 @@ def _outputs(texts: list[str]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def held_out_model() -> local.ConditionModel:
-    training = [e for e in local.load_examples(Condition.INTEGRITY) if not _held(e)]
-    return local.train(Condition.INTEGRITY, training)
+    training = [e for e in fit.load_examples(Condition.INTEGRITY) if not _held(e)]
+    return fit.train(Condition.INTEGRITY, training)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def held_out_scores(held_out_model, held_out_set) -> tuple[np.ndarray, np.ndarra
 
 
 def test_every_example_names_its_carrier_and_injection_family():
-    examples = local.load_examples(Condition.INTEGRITY)
+    examples = fit.load_examples(Condition.INTEGRITY)
     families = [corpus.family_of(e) for e in examples]
 
     assert {c for c, _ in families} == set(corpus.CARRIERS)
@@ -73,7 +74,7 @@ def test_every_example_names_its_carrier_and_injection_family():
 
 
 def test_injected_and_benign_outputs_are_as_long_as_each_other():
-    examples = local.load_examples(Condition.INTEGRITY)
+    examples = fit.load_examples(Condition.INTEGRITY)
     length = {True: [], False: []}
     for e in examples:
         length[e["label"]].append(len("\n".join(e["projection"]["last_results"])))

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from guardian_core.adapters.local import ConditionModel, load_examples, model_for, train
+from guardian_core.adapters.local import ConditionModel, model_for
 from guardian_core.engine.conditions import Condition, RiskClass
 from guardian_core.engine.gate import StepCall, gate_step
 from guardian_core.engine.thresholds import default_policy
+from training.fit import load_examples, train
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_tools.jsonl"
 RISKY = {RiskClass.IRREVERSIBLE.value, RiskClass.REGULATED.value}

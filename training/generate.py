@@ -1,6 +1,6 @@
 """The generator of the local guardian's bundled training set: one JSON Lines file per condition.
 
-Run `python -m guardian_core.adapters.local_training.generate` to rewrite the files beside this
+Run `python -m training.generate` to rewrite the files beside this
 one. The output depends only on SEED and this code (string seeds, lists not sets), so the files
 are reproducible byte for byte; they are committed, and the local guardian's model version is
 their hash.
@@ -20,13 +20,15 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from guardian_core.adapters.local_training import integrity_corpus
-from guardian_core.adapters.local_training.risk_tools import CLASSES as RISK_CLASSES
-from guardian_core.adapters.local_training.risk_tools import FAMILIES
 from guardian_core.engine.state import REJECTED_BY_REVIEWER
+from training import integrity_corpus
+from training.risk_tools import CLASSES as RISK_CLASSES
+from training.risk_tools import FAMILIES
 
 SEED = 20261130
 HERE = Path(__file__).resolve().parent
+# The examples' provenance as written in the corpus since before it moved to training/: changing
+# it would change every line, so the training digest and the model version.
 SOURCE = "synthetic:local_training/generate.py"
 
 NAMES = [

@@ -17,6 +17,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# As in generate.py: the name of the folder the corpus was first written in, kept so the
+# lines (and the model version) stay the same.
 SOURCE = "synthetic:local_training/integrity_corpus.py"
 EXAMPLES = 3000
 INJECTED_SHARE = 0.3

@@ -1,0 +1,189 @@
+"""Fitting the local guardian: one small calibrated classifier per breaking condition.
+
+Each condition has its own features, over only the part of the projection its question is
+about (the extractors are guardian_core/adapters/local.py's EXTRACTORS): word and character
+n-grams (TF-IDF) plus a few hand features where text alone cannot see the signal; integrity's
+segment scores (training/segments.py). Each has one logistic regression fitted on all its
+examples and one sigmoid calibration map fitted on that regression's out-of-fold scores (a fixed
+3-fold split): binary for integrity, infeasible, goal_reached and stagnation, 4 classes for
+risk, 5 for drift.
+
+Fitting is deterministic: the examples are sorted, the seeds fixed and BLAS held to one thread,
+so the same examples give the same floats in every process. `python -m training.build_local_model`
+fits every condition on the corpus beside this file and writes the artefact the runtime loads;
+a retrained version of the learning loop calls `train` at run time on the corpus plus its
+labelled examples (guardian_core/adapters/local.py `retrained_model_for`).
+"""
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+from threadpoolctl import threadpool_limits
+
+from guardian_core.adapters.local import EXTRACTORS, ConditionModel, labels_of
+from guardian_core.engine.conditions import Condition
+from training.compile import compile_pipeline
+from training.segments import SegmentScores
+
+TRAINING_DIR = Path(__file__).resolve().parent
+RANDOM_STATE = 0
+CALIBRATION_FOLDS = 3
+HAND_WEIGHT = 2.0
+
+# ---- the models ----------------------------------------------------------------------------
+# Parts name their extractor (local.EXTRACTORS): the artefact records that name, and the
+# runtime finds the same function by it.
+
+
+def _texts(extract: str) -> FunctionTransformer:
+    return FunctionTransformer(partial(_each, EXTRACTORS[extract]))
+
+
+def _numbers(extract: str) -> FunctionTransformer:
+    return FunctionTransformer(partial(_each_array, EXTRACTORS[extract]))
+
+
+def _each(extract: Callable[[Mapping], str], projections: Sequence[Mapping]) -> list[str]:
+    return [extract(p) for p in projections]
+
+
+def _each_array(extract, projections: Sequence[Mapping]) -> np.ndarray:
+    return np.array([extract(p) for p in projections], dtype=np.float64)
+
+
+def _words_tfidf(extract: str, ngrams: tuple[int, int] = (1, 2)) -> Pipeline:
+    vectorizer = TfidfVectorizer(ngram_range=ngrams, sublinear_tf=True, min_df=2)
+    return make_pipeline(_texts(extract), vectorizer)
+
+
+def _chars_tfidf(extract: str, ngrams: tuple[int, int] = (3, 5)) -> Pipeline:
+    vectorizer = TfidfVectorizer(
+        analyzer="char_wb", ngram_range=ngrams, sublinear_tf=True, min_df=2, max_features=20000
+    )
+    return make_pipeline(_texts(extract), vectorizer)
+
+
+def _present(extract: str, analyzer: str, ngrams: tuple[int, int]) -> Pipeline:
+    vectorizer = CountVectorizer(analyzer=analyzer, ngram_range=ngrams, binary=True, min_df=2)
+    return make_pipeline(_texts(extract), vectorizer)
+
+
+def _features(condition: Condition) -> FeatureUnion:
+    """What each classifier looks at: only the part of the projection its question is about."""
+    match condition:
+        case Condition.INTEGRITY:
+            # A planted request is a sentence or two in an output of any length: every segment
+            # is scored, and only the pooled scores reach the calibrated map.
+            parts = [("segments", SegmentScores(EXTRACTORS["integrity_text"]))]
+        case Condition.RISK:
+            parts = [
+                ("words", _words_tfidf("pending_text")),
+                ("tool", _chars_tfidf("tool_name")),
+                ("hand", _numbers("risk_hand")),
+            ]
+        case Condition.INFEASIBLE:
+            parts = [
+                ("words", _words_tfidf("progress_text", (1, 3))),
+                ("hand", _numbers("infeasible_hand")),
+            ]
+        case Condition.GOAL_REACHED:
+            parts = [
+                ("words", _words_tfidf("progress_text")),
+                ("hand", _numbers("goal_reached_hand")),
+            ]
+        case Condition.DRIFT:
+            parts = [
+                ("words", _words_tfidf("recent_text", (1, 1))),
+                ("hand", _numbers("drift_hand")),
+            ]
+        case Condition.STAGNATION:
+            parts = [
+                ("words", _words_tfidf("stagnation_text", (1, 1))),
+                ("hand", _numbers("stagnation_hand")),
+            ]
+    # Hand features are few and general: a larger scale lets the fit lean on them rather than
+    # on thousands of n-grams that only the training set's wording has.
+    weights = {name: HAND_WEIGHT for name, _ in parts if name == "hand"}
+    return FeatureUnion(parts, transformer_weights=weights)
+
+
+# Regularisation per condition. Integrity has tens of thousands of presence features for a few
+# hundred examples: a tighter fit keeps it from memorising the training set's wording.
+_C = {
+    Condition.INTEGRITY: 1.0,
+    Condition.RISK: 10.0,
+    Condition.INFEASIBLE: 10.0,
+    Condition.GOAL_REACHED: 10.0,
+    Condition.DRIFT: 10.0,
+    Condition.STAGNATION: 10.0,
+}
+
+
+def train(condition: Condition, examples: Sequence[Mapping]) -> ConditionModel:
+    """Fit `condition`'s classifier on labelled traces; same examples, same model, any process."""
+    ordered = sorted(examples, key=lambda e: json.dumps(e, sort_keys=True, ensure_ascii=False))
+    projections = [e["projection"] for e in ordered]
+    labels = np.array([_label(condition, e["label"]) for e in ordered], dtype=object)
+    if condition == Condition.RISK:
+        labels = labels.astype(str)
+    elif condition == Condition.DRIFT:
+        labels = labels.astype(np.int64)
+    else:
+        labels = labels.astype(bool)
+    classifier = CalibratedClassifierCV(
+        LogisticRegression(C=_C[condition], max_iter=5000, random_state=RANDOM_STATE),
+        method="sigmoid",
+        cv=StratifiedKFold(n_splits=CALIBRATION_FOLDS, shuffle=True, random_state=RANDOM_STATE),
+        # One classifier fitted on everything and one map fitted on its out-of-fold scores,
+        # rather than a model per fold averaged at every answer: a third of the work per answer.
+        ensemble=False,
+    )
+    pipeline = Pipeline([("features", _features(condition)), ("classifier", classifier)])
+    # One BLAS thread: the same sums in the same order, so the same floats in every process.
+    with threadpool_limits(limits=1):
+        pipeline.fit(projections, labels)
+    return ConditionModel(condition, pipeline, compile_pipeline(pipeline))
+
+
+def _label(condition: Condition, label: object) -> object:
+    allowed = labels_of(condition)
+    if isinstance(label, bool) != (allowed == (False, True)) or label not in allowed:
+        raise ValueError(f"{condition}: label {label!r} is not one of {allowed}")
+    return label
+
+
+# ---- the corpus ----------------------------------------------------------------------------
+
+
+def load_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[dict]:
+    """The labelled traces of `condition` from `<directory>/<condition>.jsonl`."""
+    path = directory / f"{condition}.jsonl"
+    examples = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        example = json.loads(line)
+        if example.get("condition") != str(condition):
+            raise ValueError(f"{path.name}:{number}: condition {example.get('condition')!r}")
+        examples.append(example)
+    return examples
+
+
+def training_digest(directory: Path = TRAINING_DIR) -> str:
+    """SHA-256 over the training files (name and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.jsonl")):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()

@@ -94,8 +94,8 @@ def labelled_examples_create(*, escalation: Escalation, verdict: Verdict) -> Non
 
 
 # ---- importing labelled traces ------------------------------------------------------------
-# Importing labelled traces (JSON Lines, the trace format of DESIGN.md) as labelled examples
-# with source `import`: checked line by line as `manage.py evaluate` checks them, stored all or
+# A trace file (JSON Lines, the trace format of DESIGN.md) becomes labelled examples with
+# source `import`: checked line by line as `manage.py evaluate` checks them, stored all or
 # nothing, never twice.
 #
 # A line becomes an example with the compared probability the trace gives (absent: unscored),
@@ -110,7 +110,6 @@ def labelled_examples_create(*, escalation: Escalation, verdict: Verdict) -> Non
 # twice when a model is trained or recalibrated. No column holds the hash (the examples table is
 # not this module's to change): it is computed over the stored examples of the file's conditions
 # at each import, under a lock that makes two imports at once queue up.
-
 
 # The examples table's column widths: a longer version name is a malformed line, not a crash.
 MAX_QUESTION_SET_CHARS = LabelledExample._meta.get_field("question_set_version").max_length

@@ -17,6 +17,8 @@ COPY pyproject.toml ./
 COPY guardian_core/ guardian_core/
 COPY runs/ runs/
 COPY escalations/ escalations/
+COPY policies/ policies/
+COPY demo/ demo/
 # The local guardian's corpus: only a retrained version (the learning loop) fits on it.
 COPY training/ training/
 RUN pip install . && rm -rf build *.egg-info

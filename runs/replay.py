@@ -626,7 +626,7 @@ def _guardian_for(run: Run):
         return None, f"the guardian {run.guardian!r} cannot be built here: {exc}"
     warm = getattr(guardian, "warm", None)
     if callable(warm):
-        warm()  # train before asking: a first use must be slow, not late
+        warm()  # load (or, retrained, fit) before asking: a first use must be slow, not late
     return guardian, ""
 
 

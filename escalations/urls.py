@@ -1,3 +1,6 @@
+"""The reviewers' pages, under /escalations/: the queue, one escalation and its decision, the
+labelled examples and their download."""
+
 from django.urls import path
 
 from escalations import views

@@ -1,5 +1,4 @@
-"""Django admin for policy versions (read-only: the admins' pages at /policies/ change them) and
-API tokens."""
+"""Django admin for API tokens (policy versions' read-only admin is policies/admin.py)."""
 
 from django.contrib import admin, messages
 from django.http import HttpRequest

@@ -1,5 +1,6 @@
-"""The API's shared parts (permission check, error body, exception handler), its index, and
-the policy version endpoints."""
+"""The API's shared parts: the permission check, the one error body, the exception handler,
+Django's 400/500 answers under /api/, the index of endpoints and the JSON 404. Each room's
+endpoints are in its own api.py, named in its api_urls.py."""
 
 import logging
 import sys

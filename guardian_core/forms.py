@@ -1,5 +1,5 @@
-"""Forms of the admin role's pages: a new policy version (costs, band, questions, quorum) and
-a new API token. Both hand their content to the services, which hold the rules."""
+"""Forms of the sign-in side of the admin role's pages: a new API token and a person with their
+roles. Both hand their content to the services, which hold the rules."""
 
 from django import forms
 from django.contrib.auth import get_user_model

@@ -1,4 +1,6 @@
-"""Policy versions: the thresholds and question set a run is judged by, versioned together."""
+"""The records every room reads: policy versions (the thresholds and question set a run is
+judged by, versioned together), guardian model versions (what a run's guardian answers as) and
+API tokens. The admins' room writes the versions (policies/)."""
 
 from django.conf import settings
 from django.core.exceptions import ValidationError

@@ -1,4 +1,4 @@
-"""Reads of policy versions, API tokens and people that pages and the API need."""
+"""Reads of API tokens and people that the floor's pages need."""
 
 from django.contrib.auth import get_user_model
 from django.db.models import F, QuerySet

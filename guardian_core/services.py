@@ -1,11 +1,5 @@
-"""Writes on policy versions (create a valid one, activate or retire one), on API tokens and on
-people's accounts and roles.
-
-A version's content is validated in full (guardian_core/policy_validation.py) before it is
-stored and again before it becomes active, so new runs are never pinned to a version the engine
-cannot use. Once a run pins a version its content is frozen (a trigger, runs/db_triggers.py);
-changing it means making a new version.
-"""
+"""Writes on API tokens and on people's accounts and roles: the sign-in side of the admin role.
+Policy versions are written in policies/services.py."""
 
 import hashlib
 import secrets

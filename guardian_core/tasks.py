@@ -1,4 +1,4 @@
-"""Celery tasks of the project package."""
+"""Celery tasks of the floor: the worker ping (the rooms' tasks are in their own tasks.py)."""
 
 import os
 import socket

@@ -1,6 +1,6 @@
-"""Project-level pages: the role-based home redirect, health, and the admin role's pages (policy
-versions: list, one version, a new one, activation; API tokens: list, create shown once,
-revoke; people: their roles, sign-in and first password)."""
+"""The floor's pages: the role-based home redirect, health, the password change, and the
+sign-in side of the admin role's work (API tokens: list, create shown once, revoke; people:
+their roles, sign-in and first password). The admins' other pages are in policies/."""
 
 import logging
 

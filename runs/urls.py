@@ -1,3 +1,6 @@
+"""The auditors' pages, under /runs/: the runs list, a run and its exports and chain check,
+replay and the probe of a turn."""
+
 from django.urls import path
 
 from runs import audit_views, replay_views, views

@@ -4,6 +4,7 @@ violation reported, and htmx still sends its requests (CSRF header included)."""
 import pytest
 from playwright.sync_api import Page, expect
 
+from escalations.models import EscalationKind
 from tests.conftest import PERSONA_PASSWORD
 from tests.factories import make_escalation, make_run
 from tests.test_browser import sign_in
@@ -129,3 +130,21 @@ def test_htmx_runs_without_eval_and_sends_the_csrf_header(live_server, page, rev
     assert request.value.headers.get("x-csrftoken")
     page.goto(f"{live_server.url}/escalations/")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
+def test_a_decision_swapped_in_by_htmx_raises_no_violation(live_server, page, reviewer):
+    # The decision pane comes back from the server as a fragment that htmx swaps in and
+    # settles (copying attributes between old and new elements): none of it may be an inline
+    # script or style the policy refuses.
+    escalation = make_escalation(summary="refund order 1234", kind=EscalationKind.UNCERTAIN)
+    violations = Violations(page)
+    sign_in(page, live_server.url, "reviewer")
+    reported = violations.visit(f"{live_server.url}/escalations/{escalation.pk}/")
+    # Rejecting without a reason is refused: the pane comes back (400) with the reason named.
+    with page.expect_response(lambda r: r.url.endswith(f"/escalations/{escalation.pk}/decide")):
+        page.locator("#decision-form button[value=reject]").first.click()
+    expect(page.locator("#decision-area")).to_contain_text("needs a reason")
+    page.wait_for_timeout(300)
+    reported += violations.console
+    reported += page.evaluate("window.__violations")
+    assert reported == []

@@ -22,11 +22,3 @@ app.autodiscover_tasks()
 @task_postrun.connect
 def close_broken_or_old_connections(**kwargs) -> None:
     close_old_connections()
-
-
-def send_task_after_commit(name: str, *args: object) -> None:
-    """Queue task `name` with `args` once the current transaction commits (at once outside
-    one). By name, so a service need not import the tasks module that imports it."""
-    from django.db import transaction
-
-    transaction.on_commit(lambda: app.send_task(name, args=args))

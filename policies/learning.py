@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -23,7 +24,6 @@ from django.db.models import Max
 from django.utils import timezone
 
 from escalations.models import LabelledExample
-from guardian_core.celery import send_task_after_commit
 from guardian_core.engine.calibration import (
     DEFAULT_SEED,
     FitRefused,
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 Progress = Callable[[int, int], None]
+GUARDIAN_MODEL_JOB_TASK = "guardian_core.run_guardian_model_job"
 logger = logging.getLogger(__name__)
 
 
@@ -493,7 +494,13 @@ def guardian_model_job_start(
             conditions=list(dict.fromkeys(conditions)),
             created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
         )
-        send_task_after_commit("guardian_core.run_guardian_model_job", job.pk)
+        # By name, as runs/queue.py sends its tasks: the tasks module imports this one. The
+        # name predates this app, so messages queued before the move still find the task.
+        transaction.on_commit(
+            lambda: current_app.send_task(
+                GUARDIAN_MODEL_JOB_TASK, args=(job.pk,), ignore_result=True
+            )
+        )
     return job
 
 

@@ -7,7 +7,7 @@ messages queued before the move still find their task.
 
 from celery import shared_task
 
-from policies import monitoring, shadow
+from policies import learning, monitoring, shadow
 
 # A pass stops after this many batches (the next minute's pass goes on), so one task never
 # holds a worker for long whatever backlog there is.
@@ -27,13 +27,11 @@ def monitoring_catch_up() -> int:
     return total
 
 
-@shared_task(name="guardian_core.run_guardian_model_job", ignore_result=True)
+@shared_task(name=learning.GUARDIAN_MODEL_JOB_TASK, ignore_result=True)
 def run_guardian_model_job(job_id: int) -> str:
     """Make the guardian model version an admin asked for (learning.guardian_model_job_run);
     a duplicate message finds the job claimed and does nothing."""
-    from policies.learning import guardian_model_job_run
-
-    return guardian_model_job_run(job_id=job_id)
+    return learning.guardian_model_job_run(job_id=job_id)
 
 
 @shared_task(name="runs.shadow_trials_catch_up", ignore_result=True)

@@ -208,6 +208,10 @@ SECURE_CSP = {
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS, _default_result_backend = broker_from_url(
     env_str("CELERY_BROKER_URL") or "filesystem://", var_dir=VAR_DIR
 )
+if CELERY_BROKER_URL.startswith("filesystem:"):
+    # The embedded default's queue files appear only once written whole: kombu's own transport
+    # lets a worker read a message before it is written and stop (filesystem_broker.py).
+    CELERY_BROKER_TRANSPORT = "guardian_core.filesystem_broker:Transport"
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or _default_result_backend
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_SERIALIZER = "json"

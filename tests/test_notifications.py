@@ -328,6 +328,9 @@ def broker_down(monkeypatch):
     back to it) and the next tests would send to the dead port."""
     monkeypatch.setitem(celery_app.conf.changes, "broker_url", "redis://127.0.0.1:9/0")
     monkeypatch.setitem(celery_app.conf.changes, "broker_write_url", "redis://127.0.0.1:9/0")
+    # On the embedded default the transport is named apart from the URL (settings.py): the
+    # URL's own (redis) must be the one used.
+    monkeypatch.setitem(celery_app.conf.changes, "broker_transport", None)
     monkeypatch.setattr(celery_app, "_pool", None)
     monkeypatch.setattr(celery_app.amqp, "_producer_pool", None)
 

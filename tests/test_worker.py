@@ -46,7 +46,8 @@ def test_the_embedded_filesystem_broker_delivers_to_a_real_worker_process(tmp_pa
     assert sent.returncode == 0, sent.stderr + log
     answer = json.loads(sent.stdout.strip().splitlines()[-1])
     assert answer["pid"] == worker.pid
-    assert "filesystem://" in log
+    # The worker's banner names its transport: the embedded queue of files.
+    assert "guardian_core.filesystem_broker:Transport://" in log
 
 
 @pytest.mark.parametrize(("conn_max_age", "reused"), [("600", True), ("0", False)])

@@ -524,3 +524,26 @@ def test_a_guardian_failure_is_answered_question_by_question_from_the_keyboard(
         "drift": 4,
         "stagnation": False,
     }
+
+
+def test_a_close_handled_after_the_focus_moved_on_leaves_the_focus_where_it_is(
+    live_server, page, reviewer
+):
+    # The dialog's close event is a task of its own: by the time it runs, the reviewer (or
+    # the browser's own focus restore) may already have put the focus somewhere. Putting it
+    # back on the opener then would take it from where it now is.
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    shortcuts = page.get_by_role("dialog", name="Keyboard shortcuts")
+    page.get_by_role("button", name="Keyboard shortcuts").click()
+    expect(shortcuts).to_be_visible()
+
+    # Closed and, before its close event is handled, the focus moved to the risk class.
+    page.evaluate(
+        "() => { document.getElementById('shortcuts').close();"
+        " document.getElementById('risk_0').focus(); }"
+    )
+    expect(shortcuts).to_be_hidden()
+    page.wait_for_timeout(200)
+    expect(page.locator("#risk_0")).to_be_focused()

@@ -94,9 +94,14 @@
     dialog.showModal();
   }
 
-  function restoreFocus() {
+  function restoreFocus(dialog) {
     var back = opener;
     opener = null;
+    // The close event is handled as a task of its own: the focus may already be somewhere
+    // outside the dialog by then (the browser's own restore, or the reviewer moved on), and
+    // taking it from there would lose the reviewer's place.
+    var now = document.activeElement;
+    if (now && now !== document.body && !dialog.contains(now)) return;
     if (!back || back === document.body) return;
     if (!back.isConnected) back = back.id ? document.getElementById(back.id) : null;
     if (back) back.focus();
@@ -140,7 +145,7 @@
   document.addEventListener(
     "close",
     function (event) {
-      if (event.target && event.target.id === "shortcuts") restoreFocus();
+      if (event.target && event.target.id === "shortcuts") restoreFocus(event.target);
     },
     true // close does not bubble
   );

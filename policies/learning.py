@@ -383,7 +383,7 @@ def guardian_model_retrain_local(
 
     from guardian_core.adapters.local import LocalGuardian, model_for
     from guardian_core.engine.calibration import calibration_figures
-    from training.fit import load_examples, train
+    from training.fit import corpus_examples, train
 
     wanted = _conditions(conditions)
     examples = list(
@@ -411,7 +411,7 @@ def guardian_model_retrain_local(
         if len(held):
             model = train(
                 condition,
-                [*load_examples(condition), *(_trace(e) for e in teach)],
+                [*corpus_examples(condition), *(_trace(e) for e in teach)],
             )
             projections = [mine[i][2] for i in held]
             labels = y[held]

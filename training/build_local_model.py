@@ -26,7 +26,7 @@ from threadpoolctl import threadpool_limits
 from guardian_core.adapters.local import MODEL_DIR, MODEL_FAMILY, ConditionModel, artefact_paths
 from guardian_core.engine.conditions import Condition
 from training.compile import pipeline_state
-from training.fit import TRAINING_DIR, load_examples, train, training_digest
+from training.fit import TRAINING_DIR, corpus_examples, train, training_digest
 
 FORMAT = 1
 SIGNIFICANT = 12  # digits kept of every float: far finer than DECIMALS, coarser than noise
@@ -36,7 +36,7 @@ LIBRARIES = ("numpy", "scipy", "scikit-learn", "threadpoolctl")
 def train_all(corpus: Path = TRAINING_DIR) -> dict[Condition, ConditionModel]:
     """Every condition's model, fitted on the corpus in `corpus`."""
     with threadpool_limits(limits=1):
-        return {c: train(c, load_examples(c, corpus)) for c in Condition}
+        return {c: train(c, corpus_examples(c, corpus)) for c in Condition}
 
 
 def _rounded(value: object) -> object:

@@ -18,6 +18,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import FeatureUnion, Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
+from guardian_core.adapters.embedding import EMBEDDING_NAME
 from guardian_core.adapters.local import EXTRACTORS
 from guardian_core.adapters.local_inference import (
     ANALYZERS,
@@ -67,15 +68,19 @@ def pipeline_state(pipeline: Pipeline) -> dict | None:
     }
     if any(v is None for v in texts.values()):
         return None
-    # Hand features do not say how many they are; with one such part, it is what is left.
-    numbers = len(union.transformer_list) - len(texts)
-    rest = coef.shape[1] - sum(len(v.vocabulary_) for v in texts.values())
-    if numbers > 1 or rest < 0 or (numbers == 0 and rest != 0):
+    # Number parts do not say how many features they give: one empty projection tells.
+    widths = {
+        name: len(texts[name].vocabulary_)
+        if name in texts
+        else int(np.asarray(transformer.transform([{}])).shape[1])
+        for name, transformer in union.transformer_list
+    }
+    if sum(widths.values()) != coef.shape[1]:
         return None
     parts: list[dict] = []
     offset = 0
     for name, transformer in union.transformer_list:
-        width = len(texts[name].vocabulary_) if name in texts else rest
+        width = widths[name]
         block = coef[:, offset : offset + width].T * float(weights.get(name, 1.0))
         part = _part(transformer, texts.get(name), block.tolist())
         if part is None:
@@ -116,6 +121,10 @@ def _part(transformer, vectorizer: CountVectorizer | None, block: list) -> dict 
                 "intercept": float(transformer.intercept_),
                 "word_weights": dict(sorted(transformer.weights_.items())),
                 "cue_weights": np.asarray(transformer.cue_weights_, dtype=np.float64).tolist(),
+                "embedding": EMBEDDING_NAME if transformer.meaning else None,
+                "embedding_weights": None
+                if transformer.embedding_weights_ is None
+                else np.asarray(transformer.embedding_weights_, dtype=np.float64).tolist(),
                 "weights": block,
             }
         extract = _name(_extractor(transformer))

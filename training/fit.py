@@ -34,6 +34,7 @@ from guardian_core.adapters.local import EXTRACTORS, ConditionModel, labels_of
 from guardian_core.engine.conditions import Condition
 from training.compile import compile_pipeline
 from training.segments import SegmentScores
+from training.sources import real_examples, sources_digest
 
 TRAINING_DIR = Path(__file__).resolve().parent
 RANDOM_STATE = 0
@@ -78,17 +79,23 @@ def _present(extract: str, analyzer: str, ngrams: tuple[int, int]) -> Pipeline:
     return make_pipeline(_texts(extract), vectorizer)
 
 
-def _features(condition: Condition) -> FeatureUnion:
+def _features(condition: Condition, folds: Sequence[int] | None = None) -> FeatureUnion:
     """What each classifier looks at: only the part of the projection its question is about."""
     match condition:
         case Condition.INTEGRITY:
             # A planted request is a sentence or two in an output of any length: every segment
             # is scored, and only the pooled scores reach the calibrated map.
-            parts = [("segments", SegmentScores(EXTRACTORS["integrity_text"]))]
+            # Each segment is read for its meaning (its pretrained embedding) and for the cues
+            # of text addressed to the agent; not for its exact words, which are the sources'.
+            segments = SegmentScores(
+                EXTRACTORS["integrity_text"], words_too=False, meaning=True, folds=folds
+            )
+            parts = [("segments", segments)]
         case Condition.RISK:
             parts = [
                 ("words", _words_tfidf("pending_text")),
                 ("tool", _chars_tfidf("tool_name")),
+                ("meaning", _numbers("pending_meaning")),
                 ("hand", _numbers("risk_hand")),
             ]
         case Condition.INFEASIBLE:
@@ -140,19 +147,51 @@ def train(condition: Condition, examples: Sequence[Mapping]) -> ConditionModel:
         labels = labels.astype(np.int64)
     else:
         labels = labels.astype(bool)
+    folds = source_folds(ordered, labels)
+    if folds is None:
+        cv = StratifiedKFold(n_splits=CALIBRATION_FOLDS, shuffle=True, random_state=RANDOM_STATE)
+    else:
+        cv = [(np.flatnonzero(folds != k), np.flatnonzero(folds == k)) for k in np.unique(folds)]
     classifier = CalibratedClassifierCV(
         LogisticRegression(C=_C[condition], max_iter=5000, random_state=RANDOM_STATE),
         method="sigmoid",
-        cv=StratifiedKFold(n_splits=CALIBRATION_FOLDS, shuffle=True, random_state=RANDOM_STATE),
+        # The calibration map is fitted on scores of sources the classifier did not learn from,
+        # so that it maps what a new source's text scores, not what memorised text scores.
+        cv=cv,
         # One classifier fitted on everything and one map fitted on its out-of-fold scores,
         # rather than a model per fold averaged at every answer: a third of the work per answer.
         ensemble=False,
     )
-    pipeline = Pipeline([("features", _features(condition)), ("classifier", classifier)])
+    features = _features(condition, None if folds is None else folds.tolist())
+    pipeline = Pipeline([("features", features), ("classifier", classifier)])
     # One BLAS thread: the same sums in the same order, so the same floats in every process.
     with threadpool_limits(limits=1):
         pipeline.fit(projections, labels)
     return ConditionModel(condition, pipeline, compile_pipeline(pipeline))
+
+
+def source_folds(examples: Sequence[Mapping], labels: np.ndarray) -> np.ndarray | None:
+    """A fold per example such that no source is in two folds (a source is an example's first
+    public source; every generated example is one source), or None when the sources cannot make
+    CALIBRATION_FOLDS folds in which every fold's complement holds every class."""
+    sources = [str((e.get("sources") or [e.get("source", "")])[0]) for e in examples]
+    sizes: dict[str, int] = {}
+    for source in sources:
+        sizes[source] = sizes.get(source, 0) + 1
+    if len(sizes) < CALIBRATION_FOLDS:
+        return None
+    # Largest sources first, each to the fold that is smallest so far: folds of similar size.
+    fold_of: dict[str, int] = {}
+    totals = [0] * CALIBRATION_FOLDS
+    for source in sorted(sizes, key=lambda s: (-sizes[s], s)):
+        k = totals.index(min(totals))
+        fold_of[source] = k
+        totals[k] += sizes[source]
+    folds = np.array([fold_of[s] for s in sources], dtype=np.int64)
+    classes = set(labels.tolist())
+    if any(set(labels[folds != k].tolist()) != classes for k in range(CALIBRATION_FOLDS)):
+        return None
+    return folds
 
 
 def _label(condition: Condition, label: object) -> object:
@@ -179,11 +218,18 @@ def load_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[
     return examples
 
 
+def corpus_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[dict]:
+    """What the bundled model of `condition` is fitted on: the generated corpus and the real
+    material of training/sources/ (training/sources.py)."""
+    return [*load_examples(condition, directory), *real_examples(condition, directory / "sources")]
+
+
 def training_digest(directory: Path = TRAINING_DIR) -> str:
-    """SHA-256 over the training files (name and bytes, in name order)."""
+    """SHA-256 over the training files (name and bytes, in name order), then the sources'."""
     digest = hashlib.sha256()
     for path in sorted(directory.glob("*.jsonl")):
         data = path.read_bytes()
         digest.update(f"{path.name}\0{len(data)}\0".encode())
         digest.update(data)
+    digest.update(sources_digest(directory / "sources").encode())
     return digest.hexdigest()

@@ -20,6 +20,7 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import FunctionTransformer
 
+from guardian_core.adapters.embedding import DIMENSIONS, embed
 from guardian_core.adapters.local_integrity import (
     CUE_COLUMNS,
     POOLED,
@@ -34,11 +35,29 @@ FOLDS = 3
 ROUNDS = 2
 NEIGHBOURS = 1  # segments either side of a request's best one that may belong to it
 TOL = 1e-4  # lbfgs: looser under-fits the words badly; tighter doubles training time
+MEANING_TOL = 1e-3  # dense embedding columns converge well before that
+BENIGN_SEGMENTS = 12
 
 
-def _training_matrix(texts: Sequence[str]) -> tuple[sparse.csr_matrix, dict[str, int]]:
-    """Segments × (word and pair presence, l2-normalised per segment; then the cue columns),
-    and the vocabulary of the first part. A repeated segment is read once."""
+_EMBEDDED: dict[str, np.ndarray] = {}  # a fit reads the same segments in every fold and round
+
+
+def _embedded(texts: list[str]) -> np.ndarray:
+    missing = [t for t in dict.fromkeys(texts) if t not in _EMBEDDED]
+    for start in range(0, len(missing), 4096):
+        chunk = missing[start : start + 4096]
+        _EMBEDDED.update(zip(chunk, embed(chunk), strict=True))
+    if not texts:
+        return np.zeros((0, DIMENSIONS))
+    return np.array([_EMBEDDED[t] for t in texts])
+
+
+def _training_matrix(
+    texts: Sequence[str], words_too: bool = True, meaning: bool = False
+) -> tuple[sparse.csr_matrix, dict[str, int]]:
+    """Segments × (word and pair presence, l2-normalised per segment, if `words_too`; then the
+    cue columns; then the segment's pretrained embedding, if `meaning`), and the vocabulary of
+    the first part. A repeated segment is read once."""
     vocabulary: dict[str, int] = {}
     rows: dict[str, int] = {}
     indptr, indices, values, cue_rows = [0], [], [], []
@@ -47,6 +66,7 @@ def _training_matrix(texts: Sequence[str]) -> tuple[sparse.csr_matrix, dict[str,
             continue
         rows[text] = len(rows)
         grams, cues = read_segment(text)
+        grams = grams if words_too else set()
         # Sorted: a set's order follows the per-process string hash, the vocabulary must not.
         columns = sorted(vocabulary.setdefault(g, len(vocabulary)) for g in sorted(grams))
         indices.extend(columns)
@@ -58,13 +78,31 @@ def _training_matrix(texts: Sequence[str]) -> tuple[sparse.csr_matrix, dict[str,
         shape=(len(rows), len(vocabulary)),
     )
     cues = sparse.csr_matrix(np.array(cue_rows).reshape(-1, CUE_COLUMNS))
-    unique = sparse.hstack([words, cues], format="csr")
+    blocks = [words, cues]
+    if meaning:
+        blocks.append(sparse.csr_matrix(_embedded(list(rows))))
+    if not words_too:
+        # Dense columns only: plain arrays fit several times faster than a sparse matrix.
+        dense = np.hstack([block.toarray() for block in blocks[1:]])
+        return dense[np.array([rows[text] for text in texts], dtype=np.int64)], vocabulary
+    unique = sparse.hstack(blocks, format="csr")
     index = np.array([rows[text] for text in texts], dtype=np.int64)
     return unique[index], vocabulary
 
 
 def _rows(one: Callable[[Mapping], np.ndarray], projections: Sequence[Mapping]) -> np.ndarray:
     return np.array([one(p) for p in projections], dtype=np.float64).reshape(-1, POOLED)
+
+
+def _sampled(owners: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Which segments the segment classifier is fitted on: every segment of an injected output,
+    and at most BENIGN_SEGMENTS evenly spaced ones of each benign output. A long benign document
+    is hundreds of ordinary lines that teach the fit nothing new and cost it most of its time."""
+    counts = np.bincount(owners, minlength=len(labels))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    position = np.arange(len(owners)) - starts[owners]
+    stride = np.maximum(1, -(-counts // BENIGN_SEGMENTS))
+    return labels[owners] | (position % stride[owners] == 0)
 
 
 class SegmentScores(FunctionTransformer):
@@ -75,13 +113,32 @@ class SegmentScores(FunctionTransformer):
     `scorer_` (guardian_core/adapters/local_integrity.py) answers, and training/compile.py
     writes its weights into the model artefact."""
 
-    def __init__(self, outputs: Callable[[Mapping], list[str]], c: float = 4.0) -> None:
+    def __init__(
+        self,
+        outputs: Callable[[Mapping], list[str]],
+        c: float = 4.0,
+        words_too: bool = True,
+        meaning: bool = False,
+        folds: Sequence[int] | None = None,
+    ) -> None:
         self.outputs = outputs
         self.c = c
+        self.words_too = words_too
+        self.meaning = meaning
+        # The fold of each training projection for the out-of-fold scores (in fit order): the
+        # fit passes folds by source, so the calibration downstream sees scores of sources the
+        # segment model did not learn from. None: every FOLDS-th output of each class.
+        self.folds = folds
         super().__init__(func=partial(_rows, self.pooled))
 
     def get_params(self, deep: bool = True) -> dict:
-        return {"outputs": self.outputs, "c": self.c}
+        return {
+            "outputs": self.outputs,
+            "c": self.c,
+            "words_too": self.words_too,
+            "meaning": self.meaning,
+            "folds": self.folds,
+        }
 
     def _segments(self, projections: Sequence[Mapping]) -> tuple[list[str], np.ndarray]:
         return segments_of(self.outputs, projections)
@@ -104,7 +161,8 @@ class SegmentScores(FunctionTransformer):
         weight = np.where(positive_doc, 1.0 / np.maximum(counts[owners], 1.0), 1.0)
         # Later rounds start from the previous round's weights: they move little, so they
         # converge in a few steps.
-        model = LogisticRegression(C=self.c, max_iter=500, tol=TOL, warm_start=True)
+        tol = TOL if self.words_too else MEANING_TOL
+        model = LogisticRegression(C=self.c, max_iter=500, tol=tol, warm_start=True)
         if start is not None:  # the fit is convex: a start near the end only saves steps
             model.coef_, model.intercept_ = start[0][None, :].copy(), np.array([start[1]])
         for _ in range(ROUNDS + 1):
@@ -136,28 +194,42 @@ class SegmentScores(FunctionTransformer):
         if labels.all() or not labels.any():
             raise ValueError("integrity needs injected and benign outputs to learn from")
         texts, owners = self._segments(projections)
-        matrix, vocabulary = _training_matrix(texts)
+        matrix, vocabulary = _training_matrix(texts, self.words_too, self.meaning)
         first: dict[str, int] = {}
         ids = np.array([first.setdefault(text, len(first)) for text in texts], dtype=np.int64)
-        coef, icpt = self._fit_segments(matrix, owners, labels, ids)
+        sample = _sampled(owners, labels)
+        coef, icpt = self._fit_segments(matrix[sample], owners[sample], labels, ids[sample])
         self.intercept_ = icpt
         # What answering needs: a weight per known word or pair, and one per cue column.
         words = coef[: len(vocabulary)]
         self.weights_ = {g: float(words[i]) for g, i in vocabulary.items() if words[i]}
-        self.cue_weights_ = coef[len(vocabulary) :].copy()
-        self.scorer_ = SegmentScorer(self.outputs, icpt, self.weights_, self.cue_weights_)
-        # Out-of-fold scores: fold k is every FOLDS-th output of each class, in input order
-        # (train() sorts its examples, so the split is the same in every process).
-        fold = np.empty(len(projections), dtype=np.int64)
-        for label in (False, True):
-            where = np.flatnonzero(labels == label)
-            fold[where] = np.arange(len(where)) % FOLDS
+        after_cues = len(vocabulary) + CUE_COLUMNS
+        self.cue_weights_ = coef[len(vocabulary) : after_cues].copy()
+        self.embedding_weights_ = coef[after_cues:].copy() if self.meaning else None
+        if self.meaning and len(self.embedding_weights_) != DIMENSIONS:
+            raise ValueError("the segment matrix's embedding block is not DIMENSIONS wide")
+        self.scorer_ = SegmentScorer(
+            self.outputs, icpt, self.weights_, self.cue_weights_, self.embedding_weights_
+        )
+        if self.folds is not None:
+            fold = np.asarray(self.folds, dtype=np.int64)
+        else:
+            # Fold k is every FOLDS-th output of each class, in input order (train() sorts its
+            # examples, so the split is the same in every process).
+            fold = np.empty(len(projections), dtype=np.int64)
+            for label in (False, True):
+                where = np.flatnonzero(labels == label)
+                fold[where] = np.arange(len(where)) % FOLDS
         logits = np.empty(len(texts), dtype=np.float64)
-        for k in range(FOLDS):
+        for k in np.unique(fold):
             inside = fold[owners] == k
             train_docs = fold != k
-            keep = ~inside
+            keep = ~inside & sample
             remap = np.cumsum(train_docs) - 1
+            if labels[train_docs].all() or not labels[train_docs].any():
+                # The other folds hold one class only: nothing to learn apart from them.
+                logits[inside] = matrix[inside] @ coef + icpt
+                continue
             coef_k, intercept_k = self._fit_segments(
                 matrix[keep], remap[owners[keep]], labels[train_docs], ids[keep], (coef, icpt)
             )

@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
 
+import numpy as np
+
+from guardian_core.adapters.embedding import embed_one
 from guardian_core.adapters.local_inference import (
     CompiledModel,
     ModelArtefactError,
@@ -212,6 +215,13 @@ def _pending_text(p: Mapping) -> str:
     name = " ".join(_name_words(pending.get("tool", "")))
     keys = " ".join(_argument_keys(pending))
     return f"{name} {pending.get('description', '')} {keys}"
+
+
+def _pending_meaning(p: Mapping) -> np.ndarray:
+    """The pending call's name, description and argument names read for their meaning: the
+    pretrained embedding (embedding.py) places "remove a member from the workspace" near
+    "delete the user account", words the lexicon below may never have listed."""
+    return embed_one(_pending_text(p))
 
 
 def _tool_name(p: Mapping) -> str:
@@ -540,6 +550,7 @@ EXTRACTORS: dict[str, Callable[[Mapping], object]] = {
     "integrity_text": _integrity_text,
     "pending_text": _pending_text,
     "tool_name": _tool_name,
+    "pending_meaning": _pending_meaning,
     "risk_hand": _risk_hand,
     "progress_text": _progress_text,
     "infeasible_hand": _infeasible_hand,
@@ -691,9 +702,9 @@ def retrained_model_for(
         if model is None:
             # The only place the runtime fits a model, so the only import of the training
             # package (and of scikit-learn) in it.
-            from training.fit import load_examples, train
+            from training.fit import corpus_examples, train
 
-            model = train(condition, [*load_examples(condition), *extra])
+            model = train(condition, [*corpus_examples(condition), *extra])
             _RETRAINED[key] = model
     return model
 

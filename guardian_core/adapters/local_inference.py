@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from guardian_core.adapters.embedding import EMBEDDING_NAME
 from guardian_core.adapters.local_integrity import SegmentScorer
 
 
@@ -186,11 +187,20 @@ def compiled_from_state(state: Mapping, extractors: Mapping[str, Callable]) -> C
         elif part["kind"] == "numbers":
             parts.append(NumberPart(extract=extractors[part["extract"]], weights=weights))
         elif part["kind"] == "segments":
+            if part.get("embedding") not in (None, EMBEDDING_NAME):
+                raise ModelArtefactError(
+                    f"the model reads embeddings {part['embedding']!r}, this runtime has "
+                    f"{EMBEDDING_NAME!r}"
+                )
+            embedding_weights = part.get("embedding_weights")
             scorer = SegmentScorer(
                 extractors[part["outputs"]],
                 part["intercept"],
                 part["word_weights"],
                 np.asarray(part["cue_weights"], dtype=np.float64),
+                None
+                if embedding_weights is None
+                else np.asarray(embedding_weights, dtype=np.float64),
             )
             parts.append(NumberPart(extract=scorer.pooled, weights=weights))
         else:

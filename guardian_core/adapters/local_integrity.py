@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from guardian_core.adapters.embedding import embed
+
 MAX_SEGMENT = 320  # characters; longer sentences are cut at word boundaries
 FLOOR = -12.0  # the pooled score of an output with no text at all
 POOLED = 3  # features per projection
@@ -377,7 +379,8 @@ def segments_of(
 
 class SegmentScorer:
     """The fitted segment classifier: a weight per known word or word pair (presence,
-    l2-normalised per segment), one per cue column, and an intercept."""
+    l2-normalised per segment; none when the model reads meaning only), one per cue column,
+    one per dimension of the segment's pretrained embedding (embedding.py), and an intercept."""
 
     def __init__(
         self,
@@ -385,11 +388,15 @@ class SegmentScorer:
         intercept: float,
         weights: Mapping[str, float],
         cue_weights: np.ndarray,
+        embedding_weights: np.ndarray | None = None,
     ) -> None:
         self.outputs = outputs
         self.intercept = float(intercept)
         self.weights = dict(weights)
         self.cue_weights = np.asarray(cue_weights, dtype=np.float64)
+        self.embedding_weights = (
+            None if embedding_weights is None else np.asarray(embedding_weights, dtype=np.float64)
+        )
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """The segment classifier's logit of each segment."""
@@ -404,6 +411,8 @@ class SegmentScorer:
             rows.append(cue_row(cues))
         if rows:
             out += np.array(rows) @ self.cue_weights
+            if self.embedding_weights is not None:
+                out += embed(texts) @ self.embedding_weights
         return out + self.intercept
 
     def transform(self, projections: Sequence[Mapping]) -> np.ndarray:

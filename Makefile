@@ -14,7 +14,7 @@ export PORT
 # environment or .env says otherwise (0: none).
 DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
-.PHONY: help demo test lint format bench clean guardian-model example-langgraph example-agents
+.PHONY: help demo test lint format bench clean guardian-model guardian-report example-langgraph example-agents
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint   ruff check, format check and the engine's import contract"
 	@echo "make format reformat in place"
 	@echo "make guardian-model  refit the local guardian on training/ and rewrite its artefact"
+	@echo "make guardian-report the local guardian measured leave-one-source-out on real material"
 	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps"
 	@echo "make example-langgraph / make example-agents   an agent loop guarded from outside, against make demo"
 
@@ -79,6 +80,11 @@ lint: $(VENV)/.installed-dev
 # committed artefact is what this writes.
 guardian-model: $(VENV)/.installed-base
 	$(BIN)/python -m training.build_local_model
+
+# Every figure out-of-source: trained without a public source, measured on it, in turn
+# (training/report.py); about half an hour on two cores, most of it integrity's.
+guardian-report: $(VENV)/.installed-base
+	$(BIN)/python -m training.report --json var/guardian-report.json
 
 # On the embedded default unless DATABASE_URL / CELERY_BROKER_URL are set; BENCH_JSON=path
 # writes the figures as JSON too. The knobs are in bench/__main__.py.

@@ -67,7 +67,14 @@ def source_groups(area: str, directory: Path = SOURCES_DIR) -> dict[str, str]:
         return {}
     out = {}
     for entry in json.loads(path.read_text(encoding="utf-8")):
-        origin = entry.get("repo") or entry.get("repo_or_package") or entry["source"]
+        # A manifest may group sources of one kind and origin (three projects' e-mail
+        # templates); else a source is its repository or package.
+        origin = (
+            entry.get("group")
+            or entry.get("repo")
+            or entry.get("repo_or_package")
+            or entry["source"]
+        )
         out[str(entry["source"])] = str(origin)
     return out
 
@@ -224,6 +231,15 @@ def measured_examples(condition: Condition) -> list[dict]:
     return every_run_point(condition)
 
 
+def trained_on(examples: Sequence[Mapping], left_out: str, groups: Mapping[str, str]) -> list:
+    """`examples` without every one that touches the source `left_out` (a repository)."""
+    return [
+        e
+        for e in examples
+        if all(groups.get(s, s) != left_out for s in e.get("sources", [e["source"]]))
+    ]
+
+
 def leave_one_source_out(condition: Condition, log=print) -> dict:
     """{"sources": {source: figures}, "pooled": figures} for `condition`."""
     groups = source_groups(_area(condition))
@@ -235,11 +251,9 @@ def leave_one_source_out(condition: Condition, log=print) -> dict:
     per_source, all_examples, all_dists = {}, [], []
     for name in names:
         start = time.perf_counter()
-        trained_on = generated + [
-            e for e in real if all(group(s, s) != name for s in e.get("sources", [e["source"]]))
-        ]
+        kept = generated + trained_on(real, name, groups)
         test = [e for e in measured if group(e["source"], e["source"]) == name]
-        model = train(condition, trained_on)
+        model = train(condition, kept)
         dists = model.distributions([e["projection"] for e in test])
         per_source[name] = figures(condition, test, dists)
         all_examples += test
@@ -302,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(table(results))
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps({str(c): r for c, r in results.items()}, indent=2, default=str) + "\n",
             encoding="utf-8",

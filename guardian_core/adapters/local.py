@@ -54,7 +54,7 @@ from guardian_core.engine.state import (
     REJECTED_BY_REVIEWER,
 )
 
-MODEL_FAMILY = "local-3"
+MODEL_FAMILY = "local-4"
 # The local guardian takes no question text: each condition's "question" is its features and
 # training labels, fixed with the model family. So a run's policy wording is not what it asks,
 # and the log records this version instead.

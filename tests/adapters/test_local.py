@@ -80,7 +80,7 @@ def guardian() -> LocalGuardian:
 
 
 def test_the_model_version_is_the_family_and_the_head_of_the_training_sets_hash(guardian):
-    assert re.fullmatch(r"local-3\+[0-9a-f]{12}", guardian.model_version)
+    assert re.fullmatch(r"local-4\+[0-9a-f]{12}", guardian.model_version)
     assert guardian.model_version == f"{local.MODEL_FAMILY}+{fit.training_digest()[:12]}"
 
 

@@ -15,7 +15,10 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
-INJECTION_WORDS = ("ignore", "previous", "instructions", "disregard", "password", "forward")
+INJECTION_WORDS = (
+    *("ignore", "previous", "instructions", "disregard", "password", "forward"),
+    *("admin", "attacker"),
+)
 INJECTION_LABELS = ["BENIGN", "INJECTION"]
 # Every other word leans benign (1 on BENIGN), a trigger word strongly the other way; with the
 # bias on BENIGN, plain text scores P(injection) ≈ 0.08 and a sentence with five trigger words

@@ -19,8 +19,10 @@ from guardian_core.engine.calibration import apply_map
 from guardian_core.engine.conditions import Condition
 from guardian_core.env import env_json_onnx_models
 from guardian_core.models import GuardianModelVersion
+from policies.harness import offered_models
 from policies.learning import guardian_model_activate, guardian_model_recalibrate
 from runs.models import RunStatus
+from runs.replay import guardian_replay
 from runs.validation import run_input_problems
 from tests.adapters.onnx_models import build_injection_model
 from tests.runs_helpers import drive, start
@@ -58,6 +60,10 @@ def test_a_run_on_the_onnx_guardian_escalates_the_instruction_its_model_finds(in
     local = LocalGuardian().answer(projection, [Condition.GOAL_REACHED, Condition.STAGNATION])
     assert decision.answers["goal_reached"] == local["goal_reached"]
     assert decision.answers["stagnation"] == local["stagnation"]
+    # Asked again, the same model gives the logged answers: the turn replays.
+    replay = guardian_replay(run=run, index=turn.index)
+    assert replay.available, replay.why_not
+    assert [p for p in replay.conditions if not p.same] == []
 
 
 def test_a_run_whose_model_directory_is_broken_escalates_naming_the_file(injection_model):
@@ -84,6 +90,13 @@ def test_a_run_on_the_onnx_guardian_is_refused_when_no_model_is_configured(setti
         "guardian: the guardian 'onnx' needs a model or URL here; GUARDIAN_ONNX_MODELS is not set"
         in problems
     )
+
+
+def test_the_evaluation_page_offers_the_onnx_guardian_only_once_it_has_models(settings, tmp_path):
+    settings.GUARDIAN_ONNX_MODELS = {}
+    assert offered_models() == ("local",)
+    settings.GUARDIAN_ONNX_MODELS = {Condition.INTEGRITY: tmp_path}
+    assert offered_models() == ("local", "onnx")
 
 
 def test_the_setting_names_every_bad_entry(monkeypatch):

@@ -410,3 +410,54 @@ def test_a_config_with_an_invalid_field_makes_the_answers_malformed_naming_it(tm
     assert "guardian.json: conditions.integrity.yes: 'INJECTED' not among labels" in answer.reason
     with pytest.raises(OnnxModelError, match="INJECTED"):
         classifier_at(directory)
+
+
+# ---- what each condition is shown -------------------------------------------------------------
+
+
+def test_each_reading_shows_the_text_the_docs_describe():
+    projection = state('{"note": "hello"}', pending=DELETE_CALL)
+    assert onnx_classifier.texts("tool_outputs", projection) == ['{"note": "hello"}']
+    assert onnx_classifier.texts("tool_outputs", state()) == [""]
+    assert onnx_classifier.texts("pending_call", projection) == [
+        "tool: delete_contact\n"
+        "description: Delete a contact from the address book.\n"
+        'arguments: {"contact_id":"c_12"}'
+    ]
+    assert onnx_classifier.texts("pending_call", state()) is None
+    assert onnx_classifier.texts("state", projection) == [
+        "goal: Answer the customer about order ord_4472\n"
+        "acceptance criteria:\n"
+        "- The customer is told the invoice total\n"
+        "history:\n"
+        "turn 1: read_order done\n"
+        "tool outputs:\n"
+        '{"note": "hello"}'
+    ]
+
+
+def test_conditions_reading_the_same_text_of_one_model_share_one_inference(tmp_path, monkeypatch):
+    directory = build_injection_model(tmp_path / "model")
+    config = json.loads((directory / "guardian.json").read_text())
+    config["conditions"]["stagnation"] = {"yes": ["INJECTION"], "reads": "tool_outputs"}
+    config["conditions"]["goal_reached"] = {"yes": ["INJECTION"]}  # reads the state
+    (directory / "guardian.json").write_text(json.dumps(config))
+    guardian = OnnxGuardian(
+        {"integrity": directory, "stagnation": directory, "goal_reached": directory}
+    )
+    classifier = classifier_at(directory)
+    asked = []
+    scored = classifier.window_probabilities
+
+    def counted(texts):
+        asked.append(list(texts))
+        return scored(texts)
+
+    monkeypatch.setattr(classifier, "window_probabilities", counted)
+    answers = guardian.answer(
+        state(TRIGGER), [Condition.INTEGRITY, Condition.STAGNATION, Condition.GOAL_REACHED]
+    )
+    assert asked[0] == [TRIGGER]
+    assert len(asked) == 2  # the tool outputs once for two conditions, the state once
+    assert answers["integrity"] == answers["stagnation"] > 0.9
+    assert answers["goal_reached"] > 0.5  # the state holds the same trigger words

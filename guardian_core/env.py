@@ -228,6 +228,20 @@ def env_json_prices(name: str) -> dict:
         raise ImproperlyConfigured(f"{name} is not a valid price table: {exc}") from None
 
 
+def env_json_onnx_models(name: str) -> dict:
+    """{condition: model directory} as JSON (see guardian_core.adapters.onnx_config.
+    onnx_routes); {} when unset. The message names every bad entry."""
+    from guardian_core.adapters.onnx_config import onnx_routes
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        return onnx_routes(json.loads(raw))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
 def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
     """Django's DATABASES['default'] for a sqlite:/// or postgres:// URL.
 

@@ -186,6 +186,7 @@ class GuardianAdapter(models.TextChoices):
     """The guardian adapters a model version can sit on (runs name them in `Run.guardian`)."""
 
     LOCAL = "local", "Local (in process)"
+    ONNX = "onnx", "Your ONNX classifiers, with the local guardian (in process)"
     HTTP = "http", "Vendor HTTP endpoint"
     OPENAI = "openai", "OpenAI-compatible server"
 

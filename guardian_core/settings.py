@@ -13,6 +13,7 @@ from guardian_core.env import (
     env_bool,
     env_float,
     env_int,
+    env_json_onnx_models,
     env_json_prices,
     env_list,
     env_secret_key,
@@ -253,6 +254,12 @@ GUARDIAN_DEADLINE_SECONDS = env_float("GUARDIAN_DEADLINE_SECONDS", 2.0, minimum=
 GUARDIAN_HTTP_URL = env_str("GUARDIAN_HTTP_URL")
 GUARDIAN_HTTP_API_KEY = env_str("GUARDIAN_HTTP_API_KEY")
 GUARDIAN_HTTP_MODEL_VERSION = env_str("GUARDIAN_HTTP_MODEL_VERSION")
+# Bring your own model (guardian "onnx"): the conditions answered by local ONNX text
+# classifiers, {"condition": "/absolute/model/directory"}; the local guardian answers the rest.
+# Each directory holds model.onnx, tokenizer.json and guardian.json (docs/adapters.md).
+GUARDIAN_ONNX_MODELS = env_json_onnx_models("GUARDIAN_ONNX_MODELS")
+# Threads one model inference may use (onnxruntime's intra-op threads).
+GUARDIAN_ONNX_THREADS = env_int("GUARDIAN_ONNX_THREADS", 1, minimum=1)
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or "http://127.0.0.1:11434/v1"
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_GUARDIAN_MODEL = env_str("OPENAI_GUARDIAN_MODEL")

@@ -12,7 +12,7 @@ from escalations.examples import ExampleFilters, labelled_examples_count, labell
 from guardian_core.engine.evaluation import DEFAULT_BINS
 from guardian_core.models import GuardianModelVersion, PolicyVersion
 from guardian_core.roles import manage_policy
-from policies.harness import MODELS, EvaluationError, traces_evaluate
+from policies.harness import EvaluationError, offered_models, traces_evaluate
 from policies.reliability_chart import reliability_chart
 
 # A page is not the place for a large trace set: the request holds a worker while it is read
@@ -68,10 +68,11 @@ VERSION_PREFIX = "version:"
 def _model_choices() -> list[tuple[str, str]]:
     """Who scores rows without a probability: nobody, a guardian as it ships, or a learnt
     guardian model version of it (the active one is what runs use now)."""
-    versions = GuardianModelVersion.objects.filter(adapter__in=MODELS).order_by("-number")
+    models = offered_models()
+    versions = GuardianModelVersion.objects.filter(adapter__in=models).order_by("-number")
     return [
         ("", "As logged: counted as unscored, not measured"),
-        *((name, f"Scored by the {name} guardian as it ships") for name in MODELS),
+        *((name, f"Scored by the {name} guardian as it ships") for name in models),
         *(
             (
                 f"{VERSION_PREFIX}{v.number}",

@@ -71,6 +71,9 @@ def adapter_setup_missing(adapter: str) -> str:
         GuardianAdapter.OPENAI: [
             name for name in ("OPENAI_GUARDIAN_MODEL",) if not getattr(settings, name)
         ],
+        GuardianAdapter.ONNX: [
+            name for name in ("GUARDIAN_ONNX_MODELS",) if not getattr(settings, name)
+        ],
     }.get(adapter, [])
     return ", ".join(missing)
 

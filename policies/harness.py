@@ -24,10 +24,11 @@ from guardian_core.models import PolicyVersion
 from guardian_core.trace_files import EvaluationError
 from policies.model_versions import LearningError, guardian_model_version_get
 
-# Guardians the harness can build. The in-process one is what the evaluation page offers; the
-# command also asks the network guardians (as runs/ports.py builds them from settings), row by
-# row, NETWORK_CONCURRENCY rows at a time: a trace set costs a request per row there.
-MODELS = ("local",)
+# Guardians the harness can build. The in-process ones are what the evaluation page offers (the
+# onnx one where GUARDIAN_ONNX_MODELS names models: `offered_models`); the command also asks the
+# network guardians (as runs/ports.py builds them from settings), row by row,
+# NETWORK_CONCURRENCY rows at a time: a trace set costs a request per row there.
+MODELS = ("local", "onnx")
 NETWORK_MODELS = ("http", "openai")
 ALL_MODELS = MODELS + NETWORK_MODELS
 NETWORK_CONCURRENCY = 8
@@ -40,6 +41,12 @@ BATCH_DEADLINE_SECONDS = 120.0
 
 Scorer = Callable[[Condition, Sequence[Mapping]], list[object]]
 Progress = Callable[[int, int], None]
+
+
+def offered_models() -> tuple[str, ...]:
+    """The in-process guardians this installation can build: the onnx one only when
+    GUARDIAN_ONNX_MODELS names its models."""
+    return tuple(m for m in MODELS if m != "onnx" or settings.GUARDIAN_ONNX_MODELS)
 
 
 def policy_version_for_evaluation(number: int | None) -> PolicyVersion:
@@ -154,6 +161,13 @@ def guardian_scorer(
         from guardian_core.adapters.local import LocalGuardian
 
         guardian = LocalGuardian(deadline_seconds=BATCH_DEADLINE_SECONDS)
+    elif model == "onnx":
+        from runs.ports import onnx_guardian
+
+        try:
+            guardian = onnx_guardian(deadline_seconds=BATCH_DEADLINE_SECONDS)
+        except ValueError as exc:
+            raise EvaluationError(f"--model: the onnx guardian cannot be built: {exc}") from exc
     else:
         if policy_version is None:
             policy_version = policy_version_for_evaluation(None)

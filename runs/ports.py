@@ -73,6 +73,8 @@ def base_guardian(run: Run) -> Guardian:
         from guardian_core.adapters.local import LocalGuardian
 
         return LocalGuardian(deadline_seconds=deadline)
+    if run.guardian == "onnx":
+        return onnx_guardian(deadline_seconds=deadline)
     if run.guardian == "http":
         from guardian_core.adapters.http import HttpGuardian
 
@@ -96,6 +98,23 @@ def base_guardian(run: Run) -> Guardian:
             **_asked(run),
         )
     raise ValueError(f"unknown guardian adapter {run.guardian!r}")
+
+
+def onnx_guardian(*, deadline_seconds: float) -> Guardian:
+    """The "onnx" guardian: the conditions GUARDIAN_ONNX_MODELS names answered by their model
+    directories, the others by the local guardian as it ships (docs/adapters.md, "Bring your
+    own model"). A learnt version of it (recalibrated) is one of the "onnx" adapter."""
+    from guardian_core.adapters.local import LocalGuardian
+    from guardian_core.adapters.onnx_classifier import OnnxGuardian
+
+    if not settings.GUARDIAN_ONNX_MODELS:
+        raise ValueError("the onnx guardian needs GUARDIAN_ONNX_MODELS, which is not set")
+    return OnnxGuardian(
+        settings.GUARDIAN_ONNX_MODELS,
+        LocalGuardian(deadline_seconds=deadline_seconds),
+        deadline_seconds=deadline_seconds,
+        threads=settings.GUARDIAN_ONNX_THREADS,
+    )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from runs.tools import tools_for_run
 # "external": the run's loop runs in the caller's process and drives it through the API
 # (runs/external.py); it may define tools of its own (config.tools).
 ACTORS = ("scripted", "openai", "coder_reviewer", "external")
-GUARDIANS = ("scripted", "local", "http", "openai")
+# "onnx": local ONNX classifiers for the conditions GUARDIAN_ONNX_MODELS names, the local
+# guardian for the others (runs/ports.py onnx_guardian).
+GUARDIANS = ("scripted", "local", "onnx", "http", "openai")
 
 # Bounds on what a caller may hand in. A scenario file is a few KiB; a config a hundred times
 # that is a mistake or an attack, and so is nesting deeper than any adapter reads. Both are
@@ -65,7 +67,13 @@ _ACTOR_CONFIG_KEYS = {
     "coder_reviewer": {"coder_model", "reviewer_model", "max_rounds", "review_loop", "scenario"},
     "external": {"tools"},
 }
-_GUARDIAN_CONFIG_KEYS = {"scripted": {"scenario"}, "local": set(), "http": set(), "openai": set()}
+_GUARDIAN_CONFIG_KEYS = {
+    "scripted": {"scenario"},
+    "local": set(),
+    "onnx": set(),
+    "http": set(),
+    "openai": set(),
+}
 _COMMON_CONFIG_KEYS = {"name", "demo_traffic"}
 _KEY_VALIDATORS = {key: Draft202012Validator(schema) for key, schema in _CONFIG_KEY_SCHEMAS.items()}
 
@@ -315,6 +323,8 @@ def _installation_problems(actor: str, guardian: str, config: object) -> list[st
         needs.append(("guardian", "OPENAI_GUARDIAN_MODEL", None))
     if guardian == "http":
         needs.append(("guardian", "GUARDIAN_HTTP_URL", None))
+    if guardian == "onnx":
+        needs.append(("guardian", "GUARDIAN_ONNX_MODELS", None))
     problems = []
     for where, setting, key in needs:
         if (key and config.get(key)) or getattr(settings, setting, ""):

@@ -363,6 +363,7 @@ def test_each_adapter_accepts_the_keys_it_reads(start, actor, config):
         ("coder_reviewer", "local", {"coder_model": "a"}, "config.reviewer_model"),
         ("openai", "openai", {"actor_model": "m"}, "OPENAI_GUARDIAN_MODEL"),
         ("openai", "http", {"actor_model": "m"}, "GUARDIAN_HTTP_URL"),
+        ("openai", "onnx", {"actor_model": "m"}, "GUARDIAN_ONNX_MODELS"),
     ],
 )
 def test_a_model_adapter_with_no_model_anywhere_is_refused_instead_of_failing_every_turn(

@@ -54,7 +54,7 @@ def test_a_run_on_the_onnx_guardian_escalates_the_instruction_its_model_finds(in
     expected = the_onnx_guardian(injection_model)
     assert decision.guardian_model_version == expected.model_version
     assert decision.guardian_model_version.startswith(LocalGuardian().model_version + "+onnx-")
-    assert decision.question_set_version == "local-3-fixed+onnx"
+    assert decision.question_set_version == f"{LocalGuardian.question_set_version}+onnx"
     # The other conditions are the local guardian's own answers.
     projection = turn.projection
     local = LocalGuardian().answer(projection, [Condition.GOAL_REACHED, Condition.STAGNATION])
@@ -132,7 +132,7 @@ def _label(outputs: list[str], label: bool, model_version: str) -> None:
             probability=None,  # asked of the guardian by recalibrate
             label=label,
             source=ExampleSource.HUMAN,
-            question_set_version="local-3-fixed+onnx",
+            question_set_version=f"{LocalGuardian.question_set_version}+onnx",
             model_version=model_version,
         )
 

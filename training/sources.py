@@ -182,8 +182,8 @@ def _summary(turn: int, step: Mapping) -> str:
     kind = step.get("kind")
     if kind == "call":
         return f"turn {turn}: {step.get('tool', 'tool')} {step.get('status', 'done')}"
-    if kind == "user":
-        return f"turn {turn}: user said: {str(step.get('text', ''))[:200]}"
+    if kind == "user":  # as the loop records what the user said: one line, no turn prefix
+        return "user said: " + " ".join(str(step.get("text", "")).split())[:300]
     return f"turn {turn}: no tool call; said: {str(step.get('text', ''))[:200]}"
 
 

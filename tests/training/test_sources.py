@@ -91,7 +91,7 @@ def test_a_published_run_reads_as_the_loops_own_history():
     projection = sources.run_projection(run, 3)
     assert [h["summary"] for h in projection["history"]] == [
         "turn 0: search done",
-        "turn 1: user said: Thanks, and the population?",
+        "user said: Thanks, and the population?",
         "turn 2: no tool call; said: About 2.1 million.",
     ]
     assert projection["last_results"] == []

@@ -154,3 +154,21 @@ def test_user_messages_are_bounded_by_the_window_and_the_projection_budget():
 def test_text_no_database_takes_is_replaced_in_what_the_user_said():
     proposal = proposal_as_text(Proposal(calls=(), user_messages=("a\x00b", "c\ud800d")))
     assert proposal.user_messages == ("a\ufffdb", "c\ufffdd")
+
+
+def test_a_scripted_actor_says_what_the_user_said_and_a_bad_entry_is_named():
+    from guardian_core.adapters.scripted import ScriptedActor as Script
+    from guardian_core.adapters.scripted import scenario_problems
+
+    scenario = {
+        "name": "chat",
+        "goal": "g",
+        "actor": {"turns": [{"calls": [], "user_messages": ["It is ord_4472."]}]},
+    }
+    assert Script(scenario).propose(project(GOAL).data).user_messages == ("It is ord_4472.",)
+
+    scenario["actor"]["turns"][0]["user_messages"] = ["fine", 7, ""]
+    assert scenario_problems(scenario) == [
+        "scenario.actor.turns[0].user_messages[1]: 7 is not of type 'string'",
+        "scenario.actor.turns[0].user_messages[2]: '' should be non-empty",
+    ]

@@ -189,10 +189,18 @@ def _step_open(
         # A person approved the held step (or asked for an ambiguous call again): the next
         # step is that one, as approved. The caller may send it again; nothing else.
         if _proposal_key(proposal) != _proposal_key(resume.proposal):
+            # The held step's user messages are in its history already; the approved step
+            # runs its calls, and what the user said since goes with the step after it.
+            said = (
+                "; the user's messages it was proposed with are recorded with that step, and "
+                f"new ones go with step {step + 1}"
+                if proposal.user_messages
+                else ""
+            )
             raise ExternalError(
                 409,
                 f"step {step} is the step a person approved at step {last.index}: it runs as "
-                "approved (its answer lists the calls), not a new proposal",
+                f"approved (its answer lists the calls), not a new proposal{said}",
             )
         proposal = resume.proposal
     return _open_with(run, token, step=step, proposal=proposal, decided=decided, resume=resume)
@@ -976,6 +984,7 @@ def _proposal_from_body(body: Mapping) -> Proposal:
         message=body.get("message") or "",
         tokens=int(body.get("tokens") or 0),
         cost=float(body.get("cost") or 0.0),
+        user_messages=tuple(item.get("text") or "" for item in body.get("user_messages", [])),
     )
     from guardian_core.engine.loop import proposal_as_text
 
@@ -983,11 +992,13 @@ def _proposal_from_body(body: Mapping) -> Proposal:
 
 
 def _proposal_key(proposal: Proposal) -> str:
-    """What makes two proposals of a step the same: what the model said and asked to run."""
+    """What makes two proposals of a step the same: what the model said and asked to run, and
+    what the user said before it."""
     return json.dumps(
         {
             "message": proposal.message,
             "calls": [[c.tool, c.arguments, c.call_id] for c in proposal.calls],
+            "user_messages": list(proposal.user_messages),
         },
         sort_keys=True,
         default=str,

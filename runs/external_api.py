@@ -2,6 +2,8 @@
 step, wait for a person's verdict. One view per operation, each checking `runs.drive_run` and
 that the run is the caller's own (a run another token started is not found)."""
 
+from collections.abc import Mapping
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -104,12 +106,17 @@ class UserMessageInputSerializer(serializers.Serializer):
     )
 
     def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {key: ['unknown field: a user message has only "text".'] for key in unknown}
-            )
+        # Every problem at once: an unknown key (often a misspelt "text") with the rest.
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, Mapping) else []
+        problems = {str(key): ['unknown field: a user message has only "text".'] for key in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except ValidationError as error:
+            if not problems:
+                raise
+            raise ValidationError({**error.detail, **problems}) from None
+        if problems:
+            raise ValidationError(problems)
         return value
 
 

@@ -13,6 +13,7 @@ from guardian_core.services import api_token_create
 from runs.models import Decision, Run, Turn
 from runs.replay import run_replay
 from runs.sealing import run_log_check
+from tests.factories import tamper_rows
 from tests.test_external_runs import read, refund, results, said, start
 
 pytestmark = pytest.mark.django_db
@@ -165,7 +166,7 @@ def test_a_users_confirmation_of_a_held_step_is_in_its_history_once(api, reviewe
     assert history[-1] == "turn 1: refund_order done"
 
 
-def test_a_run_with_user_messages_replays_identically_and_its_chain_verifies(api):
+def test_a_run_with_user_messages_replays_identically_and_its_log_seals_them(api):
     run = start(api)
     step_with(api, run["id"], 0, {"calls": [read()], "user_messages": [{"text": MARKUP}]})
     results(api, run["id"], 0, {"position": 0, "result": "ord_1"})
@@ -176,6 +177,17 @@ def test_a_run_with_user_messages_replays_identically_and_its_chain_verifies(api
     assert Decision.objects.filter(turn__run_id=run["id"]).count() == 2
     report = run_log_check(run["id"])
     assert (report.ok, report.decisions) == (True, 2), report.problems
+
+    # The log seals what the user said: another text behind the app's back breaks the chain.
+    turn = Turn.objects.get(run_id=run["id"], index=1)
+    assert turn.proposal["user_messages"] == [{"text": "Thanks."}]
+    tamper_rows(
+        Turn.objects.filter(pk=turn.pk),
+        proposal={**turn.proposal, "user_messages": [{"text": "Refund everything."}]},
+    )
+    broken = run_log_check(run["id"])
+    assert not broken.ok
+    assert broken.broken_turn == 1
 
 
 def test_the_run_page_shows_what_the_user_said_as_text(api, client, auditor):

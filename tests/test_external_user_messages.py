@@ -318,3 +318,16 @@ def test_a_scripted_actors_user_messages_are_in_the_history_once_across_a_held_s
         "turn 1: issue_refund approved by reviewer",
         "turn 2: issue_refund done",
     ]
+
+
+def test_the_reviewer_of_a_held_step_reads_what_the_user_said_as_text(api, client, reviewer):
+    run = start(api)
+    gate = step_with(api, run["id"], 0, {"calls": [refund()], "user_messages": [{"text": MARKUP}]})
+    client.force_login(reviewer)
+    body = client.get(reverse("escalations:detail", args=[gate["escalation"]["id"]])).content
+    body = body.decode()
+    assert (
+        "The user said: <bdi>&lt;script&gt;alert(&quot;hi&quot;)&lt;/script&gt;&lt;b&gt;yes"
+        "&lt;/b&gt;, refund it &amp; thanks</bdi>" in body
+    )
+    assert "<script>alert" not in body

@@ -4,10 +4,13 @@ does its own loop's (the engine's prepare_step and finish_step, and runs/recordi
 one recording path both share), so the decision log, the reviewers' queue, replay and the
 labelled examples are the same.
 
-A step is a turn. Before it runs: the proposal is recorded, every call validated, the risk
-question asked, the whole step gated; a step that runs nothing (invalid, held, or no call at
-all) is decided at once, one that may run waits for its results with its calls recorded as
-started. After: the results are recorded verbatim, the guardian is asked, the policy decides.
+A step is a turn. It may carry what the user said to the agent since the last one
+(`user_messages`): recorded with the proposal and written to the history ("user said: …")
+before the step's calls, so the risk question and the guardian read the conversation. Before
+it runs: the proposal is recorded, every call validated, the risk question asked, the whole
+step gated; a step that runs nothing (invalid, held, or no call at all) is decided at once,
+one that may run waits for its results with its calls recorded as started. After: the
+results are recorded verbatim, the guardian is asked, the policy decides.
 
 Every call is idempotent by its step number: the same step with the same content gets the
 same answer, read back from the records; other content is a Conflict. A request holds the

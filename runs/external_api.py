@@ -211,8 +211,9 @@ class VerdictSerializer(serializers.Serializer):
 
 class RunStepsApi(APIView):
     """GET: where the run stands (the next step, a step waiting for results, an escalation).
-    POST: propose the next step; the answer says which calls may run (each with its
-    idempotency key), which are invalid (every problem) or held for a person."""
+    POST: propose the next step (with what the user said since the last one, if anything);
+    the answer says which calls may run (each with its idempotency key), which are invalid
+    (every problem) or held for a person."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.drive_run"

@@ -331,3 +331,25 @@ def test_the_reviewer_of_a_held_step_reads_what_the_user_said_as_text(api, clien
         "&lt;/b&gt;, refund it &amp; thanks</bdi>" in body
     )
     assert "<script>alert" not in body
+
+
+def test_a_long_user_message_is_kept_whole_with_the_step_and_bounded_in_the_history(api):
+    from guardian_core.engine.canonical import canonical_json
+    from guardian_core.engine.state import TRUNCATION_MARK
+
+    run = start(api)
+    long = "Here is everything about my order. " * 570  # 19 950 characters
+    messages = [{"text": long}] * 12  # more items than the history keeps
+    step_with(api, run["id"], 0, {"calls": [read()], "user_messages": messages})
+    results(api, run["id"], 0, {"position": 0, "result": "ord_1"})
+
+    turn = Turn.objects.get(run_id=run["id"], index=0)
+    assert turn.proposal["user_messages"] == messages  # nothing lost: the record has it all
+    history = turn.projection["history"]
+    assert history[-1]["summary"] == "turn 0: lookup_order done"
+    said = [item["summary"] for item in history[:-1]]
+    assert len(said) >= 1
+    assert all(s.startswith("user said: Here is everything") for s in said)
+    assert all(s.endswith(TRUNCATION_MARK) and len(s) == 311 for s in said)
+    assert len(canonical_json(turn.projection)) <= 8000
+    assert turn.projection["truncated"]["history_dropped"] == 13 - len(history)

@@ -145,7 +145,10 @@ def proposal_from_json(data: dict) -> Proposal:
         message=data.get("message", ""),
         tokens=data.get("tokens", 0),
         cost=data.get("cost", 0.0),
-        user_messages=tuple(item["text"] for item in data.get("user_messages", ())),
+        user_messages=tuple(
+            str(item.get("text", "")) if isinstance(item, dict) else str(item)
+            for item in data.get("user_messages", ())
+        ),
     )
 
 

@@ -22,9 +22,9 @@ A scenario is a plain dict (the caller loads it from JSON):
 Actor turns are steps: `calls` (each `tool`; `arguments`, default {}, any JSON passed on as is
 so a scenario can show validation failing; optional `intent` and `call_id`), `message`,
 `tokens`, `cost`, and `user_messages` (what the user said before the step, each a string: the
-history records "user said: …"). Guardian entries map condition names to raw answers, passed through
-untouched, so a scenario can answer null, 1.7 or a broken distribution on purpose; the string
-"timeout" means "sleep past the deadline". `delay_seconds` sleeps before every answer.
+history records "user said: …"). Guardian entries map condition names to raw answers, passed
+through untouched, so a scenario can answer null, 1.7 or a broken distribution on purpose; the
+string "timeout" means "sleep past the deadline". `delay_seconds` sleeps before every answer.
 
 Which step or answers: at turn n (n = the newest history item's turn, plus one) the actor
 plays `actor.turns[n]`, or `after_feedback` when it is told about earlier calls, and proposes

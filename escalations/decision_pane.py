@@ -2,7 +2,7 @@
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Q
 
@@ -44,6 +44,9 @@ class PaneTurn:
     outcome: str  # the code; the page says it in the run page's words
     reasons: list[str]
     escalated_here: bool
+    # What the user said before the step (untrusted): a held refund the user asked for reads
+    # otherwise than one they never mentioned.
+    user_said: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,7 @@ def escalation_pane(*, escalation_id: int) -> DecisionPane:
         turn.proposal,
         *(o.text for o in outputs),
         *(t.message for t in recent_turns),
+        *(said for t in recent_turns for said in t.user_said),
         *(r for t in recent_turns for r in t.reasons),
     ]
     return DecisionPane(
@@ -283,4 +287,9 @@ def _pane_turn(turn: Turn, *, escalated_here: bool) -> PaneTurn:
         outcome=decision.outcome if decision else "",
         reasons=reasons[:4],
         escalated_here=escalated_here,
+        user_said=[
+            str(item.get("text", ""))[:300]
+            for item in proposal.get("user_messages") or ()
+            if isinstance(item, dict)
+        ],
     )

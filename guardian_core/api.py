@@ -117,11 +117,19 @@ def _messages(value: object, path: str) -> list[str]:
         return [
             message
             for key, inner in value.items()
-            for message in _messages(inner, f"{path}.{key}" if path else str(key))
+            for message in _messages(inner, _nested(path, str(key)))
         ]
     if isinstance(value, list | tuple):
         return [message for item in value for message in _messages(item, path)]
     return [f"{path}: {value}" if path else str(value)]
+
+
+def _nested(path: str, key: str) -> str:
+    # A nested object's own errors (not one of its fields') are about the object itself:
+    # "calls.0: …", not "calls.0.non_field_errors: …".
+    if key == "non_field_errors" and path:
+        return path
+    return f"{path}.{key}" if path else key
 
 
 def api_view(view_class):

@@ -4,10 +4,13 @@ does its own loop's (the engine's prepare_step and finish_step, and runs/recordi
 one recording path both share), so the decision log, the reviewers' queue, replay and the
 labelled examples are the same.
 
-A step is a turn. Before it runs: the proposal is recorded, every call validated, the risk
-question asked, the whole step gated; a step that runs nothing (invalid, held, or no call at
-all) is decided at once, one that may run waits for its results with its calls recorded as
-started. After: the results are recorded verbatim, the guardian is asked, the policy decides.
+A step is a turn. It may carry what the user said to the agent since the last one
+(`user_messages`): recorded with the proposal and written to the history ("user said: …")
+before the step's calls, so the risk question and the guardian read the conversation. Before
+it runs: the proposal is recorded, every call validated, the risk question asked, the whole
+step gated; a step that runs nothing (invalid, held, or no call at all) is decided at once,
+one that may run waits for its results with its calls recorded as started. After: the
+results are recorded verbatim, the guardian is asked, the policy decides.
 
 Every call is idempotent by its step number: the same step with the same content gets the
 same answer, read back from the records; other content is a Conflict. A request holds the
@@ -189,10 +192,18 @@ def _step_open(
         # A person approved the held step (or asked for an ambiguous call again): the next
         # step is that one, as approved. The caller may send it again; nothing else.
         if _proposal_key(proposal) != _proposal_key(resume.proposal):
+            # The held step's user messages are in its history already; the approved step
+            # runs its calls, and what the user said since goes with the step after it.
+            said = (
+                "; the user's messages it was proposed with are recorded with that step, and "
+                f"new ones go with step {step + 1}"
+                if proposal.user_messages
+                else ""
+            )
             raise ExternalError(
                 409,
                 f"step {step} is the step a person approved at step {last.index}: it runs as "
-                "approved (its answer lists the calls), not a new proposal",
+                f"approved (its answer lists the calls), not a new proposal{said}",
             )
         proposal = resume.proposal
     return _open_with(run, token, step=step, proposal=proposal, decided=decided, resume=resume)
@@ -976,6 +987,7 @@ def _proposal_from_body(body: Mapping) -> Proposal:
         message=body.get("message") or "",
         tokens=int(body.get("tokens") or 0),
         cost=float(body.get("cost") or 0.0),
+        user_messages=tuple(item.get("text") or "" for item in body.get("user_messages", [])),
     )
     from guardian_core.engine.loop import proposal_as_text
 
@@ -983,11 +995,13 @@ def _proposal_from_body(body: Mapping) -> Proposal:
 
 
 def _proposal_key(proposal: Proposal) -> str:
-    """What makes two proposals of a step the same: what the model said and asked to run."""
+    """What makes two proposals of a step the same: what the model said and asked to run, and
+    what the user said before it."""
     return json.dumps(
         {
             "message": proposal.message,
             "calls": [[c.tool, c.arguments, c.call_id] for c in proposal.calls],
+            "user_messages": list(proposal.user_messages),
         },
         sort_keys=True,
         default=str,

@@ -2,6 +2,8 @@
 step, wait for a person's verdict. One view per operation, each checking `runs.drive_run` and
 that the run is the caller's own (a run another token started is not found)."""
 
+from collections.abc import Mapping
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -27,6 +29,9 @@ from runs.models import Run
 # Bounds on one step: a model proposes a few calls, never thousands.
 MAX_CALLS = 32
 MAX_MESSAGE_CHARS = 100_000
+# What the user said between two steps: a few messages of chat, not a transcript.
+MAX_USER_MESSAGES = 32
+MAX_USER_MESSAGE_CHARS = 20_000
 MAX_RESULT_CHARS = 1_000_000
 
 
@@ -73,6 +78,48 @@ class CallInputSerializer(serializers.Serializer):
     intent = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+class _TextField(serializers.CharField):
+    """Text as sent: a number or a list is refused, not turned into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_text", datatype=type(data).__name__)
+        return super().to_internal_value(data)
+
+    default_error_messages = {"not_text": "must be text, not {datatype}."}
+
+
+class UserMessageInputSerializer(serializers.Serializer):
+    """One thing the user said. Its only field is `text`: another key is refused, so nothing
+    a caller meant to send is dropped unsaid."""
+
+    default_error_messages = {
+        "invalid": 'each user message is an object {{"text": "…"}}, not {datatype}.'
+    }
+
+    text = _TextField(
+        max_length=MAX_USER_MESSAGE_CHARS,
+        trim_whitespace=False,
+        help_text="What the user said, verbatim (untrusted text: recorded and judged as data). "
+        'The history reads "user said: <text>", on one line, cut at 300 characters; the '
+        "step's record keeps the whole text.",
+    )
+
+    def to_internal_value(self, data):
+        # Every problem at once: an unknown key (often a misspelt "text") with the rest.
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, Mapping) else []
+        problems = {str(key): ['unknown field: a user message has only "text".'] for key in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except ValidationError as error:
+            if not problems:
+                raise
+            raise ValidationError({**error.detail, **problems}) from None
+        if problems:
+            raise ValidationError(problems)
+        return value
+
+
 class StepInputSerializer(serializers.Serializer):
     step = serializers.IntegerField(
         min_value=0, help_text="The step's number: 0, then one more after each decided step."
@@ -83,11 +130,26 @@ class StepInputSerializer(serializers.Serializer):
     calls = CallInputSerializer(many=True, required=False, default=list)
     tokens = serializers.IntegerField(min_value=0, required=False, default=0)
     cost = serializers.FloatField(min_value=0, required=False, default=0.0)
+    user_messages = UserMessageInputSerializer(
+        many=True,
+        required=False,
+        default=list,
+        help_text="What the user said to the agent since its last step, oldest first (an "
+        "answer to a confirmation, a missing detail): written to the run's history before "
+        "this step's calls, so the risk check and the guardian read the conversation.",
+    )
 
     def validate_calls(self, calls: list) -> list:
         if len(calls) > MAX_CALLS:
             raise serializers.ValidationError(f"at most {MAX_CALLS} calls in one step")
         return calls
+
+    def validate_user_messages(self, messages: list) -> list:
+        if len(messages) > MAX_USER_MESSAGES:
+            raise serializers.ValidationError(
+                f"at most {MAX_USER_MESSAGES} user messages in one step"
+            )
+        return messages
 
 
 class ResultInputSerializer(serializers.Serializer):
@@ -149,8 +211,9 @@ class VerdictSerializer(serializers.Serializer):
 
 class RunStepsApi(APIView):
     """GET: where the run stands (the next step, a step waiting for results, an escalation).
-    POST: propose the next step; the answer says which calls may run (each with its
-    idempotency key), which are invalid (every problem) or held for a person."""
+    POST: propose the next step (with what the user said since the last one, if anything);
+    the answer says which calls may run (each with its idempotency key), which are invalid
+    (every problem) or held for a person."""
 
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.drive_run"

@@ -126,12 +126,17 @@ def forget_policies() -> None:
 
 
 def proposal_to_json(proposal: Proposal) -> dict:
-    return {
+    data = {
         "calls": [_call_to_json(call) for call in proposal.calls],
         "message": proposal.message,
         "tokens": proposal.tokens,
         "cost": proposal.cost,
     }
+    # Only when the user spoke: every proposal recorded before user messages existed (and
+    # every one without them) keeps its exact recorded form, which the decision log seals.
+    if proposal.user_messages:
+        data["user_messages"] = [{"text": text} for text in proposal.user_messages]
+    return data
 
 
 def proposal_from_json(data: dict) -> Proposal:
@@ -140,6 +145,10 @@ def proposal_from_json(data: dict) -> Proposal:
         message=data.get("message", ""),
         tokens=data.get("tokens", 0),
         cost=data.get("cost", 0.0),
+        user_messages=tuple(
+            str(item.get("text", "")) if isinstance(item, dict) else str(item)
+            for item in data.get("user_messages", ())
+        ),
     )
 
 

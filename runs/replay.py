@@ -535,6 +535,44 @@ def _not_askable_kind(run: Run, turn: Turn) -> str:
     return "no_projection"
 
 
+@dataclass(frozen=True)
+class HistoryShown:
+    """The run's history as the guardian read it on a turn: after the step ran (`risk_only`
+    False), or, on a step held at the gate, as the risk check read it before anything ran.
+    Every summary is untrusted text (a user's words, an actor's message, a tool's name)."""
+
+    items: tuple[tuple[object, str], ...]  # (turn, summary), oldest first
+    risk_only: bool
+    dropped: int  # older items the projection left out
+
+
+def turn_history_shown(turn: Turn) -> HistoryShown | None:
+    """What `turn`'s logged projection showed the guardian of the run's history (None when it
+    logged none): the auditor reads the conversation and the steps the answers were given on."""
+    projection = turn.projection if isinstance(turn.projection, dict) else {}
+    risk_only = False
+    if not projection.get("history"):
+        first = (
+            (turn.risk_projections or [None])[0]
+            if isinstance(turn.risk_projections, list)
+            else None
+        )
+        if isinstance(first, dict) and first.get("history"):
+            projection, risk_only = first, True
+    history = projection.get("history")
+    if not isinstance(history, list) or not history:
+        return None
+    items = tuple(
+        (item.get("turn"), str(item.get("summary", "")))
+        if isinstance(item, dict)
+        else (None, str(item))
+        for item in history
+    )
+    truncated = projection.get("truncated")
+    dropped = truncated.get("history_dropped", 0) if isinstance(truncated, dict) else 0
+    return HistoryShown(items=items, risk_only=risk_only, dropped=int(dropped or 0))
+
+
 def guardian_not_askable(*, run: Run, turn: Turn) -> str:
     """Why the guardian cannot be asked again on `turn`, in words ("" when it can): the true
     reason for each kind of turn that logged no projection."""

@@ -23,6 +23,7 @@ from runs.replay import (
     guardian_replay,
     run_replay,
     turn_decision_replay,
+    turn_history_shown,
     turn_probe,
 )
 
@@ -111,6 +112,7 @@ def turn_replay_page(request: HttpRequest, run_id: int, index: int) -> HttpRespo
         "asked": asked,
         "not_askable": not_askable,
         "scripted": guardian_plays_a_script(run),
+        "history": turn_history_shown(turn),
         "error": error,
         "ask_url": f"{reverse('runs:turn_replay', args=[run.pk, turn.index])}?ask=1",
         "probe_url": reverse("runs:turn_probe", args=[run.pk, turn.index]),

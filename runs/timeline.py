@@ -118,6 +118,8 @@ class TurnView:
     finished_at: datetime | None
     message: str
     calls: list[CallView]
+    # What the user said before this step (untrusted text, verbatim, oldest first).
+    user_messages: list[str]
     problems: list[str]  # validation problems of the proposal, per invalid call
     conditions: list[dict]  # the reasons of guardian conditions, for probability_bar
     outcome: str  # "" while the turn is undecided
@@ -170,6 +172,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         finished_at=turn.finished_at,
         message=str(proposal.get("message") or "") if review is None else "",
         calls=calls,
+        user_messages=_user_messages(proposal),
         problems=[
             f"call {c.position} ({c.tool}): {c.error or 'invalid arguments'}"
             for c in calls
@@ -552,3 +555,11 @@ def _amount(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value:.1f} s"
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def _user_messages(proposal: dict) -> list[str]:
+    """The texts of a proposal's user messages; an altered log's odd entries shown as text."""
+    items = proposal.get("user_messages")
+    if not isinstance(items, list):
+        return []
+    return [str(item.get("text", "")) if isinstance(item, dict) else str(item) for item in items]

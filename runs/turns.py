@@ -243,7 +243,9 @@ def _resume(last: Turn | None) -> _Resume:
     if verdict is None:
         return _Resume(None, None, feedback)
     escalation.turn = last  # already loaded
-    proposal = mapping.proposal_from_json(last.proposal)
+    # A step run again after a verdict runs the held step's calls; what the user said before
+    # it is in the history already (written when it was held), and is not said twice.
+    proposal = replace(mapping.proposal_from_json(last.proposal), user_messages=())
     history = mapping.verdict_history(escalation, verdict, proposal)
     if escalation.kind == EscalationKind.AMBIGUOUS_CALL and verdict.rerun:
         keys = dict(

@@ -21,9 +21,10 @@ A scenario is a plain dict (the caller loads it from JSON):
 
 Actor turns are steps: `calls` (each `tool`; `arguments`, default {}, any JSON passed on as is
 so a scenario can show validation failing; optional `intent` and `call_id`), `message`,
-`tokens`, `cost`. Guardian entries map condition names to raw answers, passed through
-untouched, so a scenario can answer null, 1.7 or a broken distribution on purpose; the string
-"timeout" means "sleep past the deadline". `delay_seconds` sleeps before every answer.
+`tokens`, `cost`, and `user_messages` (what the user said before the step, each a string: the
+history records "user said: …"). Guardian entries map condition names to raw answers, passed
+through untouched, so a scenario can answer null, 1.7 or a broken distribution on purpose; the
+string "timeout" means "sleep past the deadline". `delay_seconds` sleeps before every answer.
 
 Which step or answers: at turn n (n = the newest history item's turn, plus one) the actor
 plays `actor.turns[n]`, or `after_feedback` when it is told about earlier calls, and proposes
@@ -97,6 +98,8 @@ _STEP = {
         "message": {"type": "string"},
         "tokens": {"type": "integer", "minimum": 0},
         "cost": {"type": "number", "minimum": 0},
+        # What the user said before this step (the script plays both sides of a chat).
+        "user_messages": {"type": "array", "items": {"type": "string", "minLength": 1}},
     },
     "required": ["calls"],
     "additionalProperties": False,
@@ -308,6 +311,7 @@ def _proposal(step: Mapping) -> Proposal:
         message=step.get("message", ""),
         tokens=int(step.get("tokens", 0)),
         cost=float(step.get("cost", 0.0)),
+        user_messages=tuple(step.get("user_messages", ())),
     )
 
 

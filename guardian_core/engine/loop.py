@@ -35,6 +35,7 @@ from guardian_core.engine.state import (
     state_apply,
     state_hash,
     state_step,
+    user_message_item,
 )
 from guardian_core.engine.thresholds import Policy
 from guardian_core.engine.tools import (
@@ -71,12 +72,16 @@ class Feedback:
 @dataclass(frozen=True)
 class Proposal:
     """The actor's next step. It has no authority to stop the run; `message` becomes the
-    run's answer only if the guardian finds the goal reached."""
+    run's answer only if the guardian finds the goal reached. `user_messages` are what the
+    user said to the agent since its last step (oldest first: answers to a confirmation, a
+    missing detail): written to the history before the step's calls, so the risk check and
+    the guardian read the conversation; untrusted text, never instructions to Guardian."""
 
     calls: tuple[ProposedCall, ...]
     message: str = ""
     tokens: int = 0
     cost: float = 0.0
+    user_messages: tuple[str, ...] = ()
 
 
 def proposal_as_text(proposal: Proposal) -> Proposal:
@@ -110,7 +115,12 @@ def proposal_as_text(proposal: Proposal) -> Proposal:
         )
         for call in proposal.calls
     )
-    return replace(proposal, calls=calls, message=prose(proposal.message))
+    return replace(
+        proposal,
+        calls=calls,
+        message=prose(proposal.message),
+        user_messages=tuple(prose(text) for text in proposal.user_messages),
+    )
 
 
 _NOT_TEXT_CHARS = re.compile("[\x00\ud800-\udfff]")
@@ -277,6 +287,8 @@ def prepare_step(
     hash_before = state_hash(state)
     checked = tuple(validate_call(tools, call.tool, call.arguments) for call in proposal.calls)
     step_changes = state_step(
+        # What the user said came before this proposal: the history shows it first.
+        add_history=tuple(user_message_item(index, text) for text in proposal.user_messages),
         pending=tuple(
             PendingCall(
                 tool=call.tool,
@@ -285,7 +297,7 @@ def prepare_step(
                 intent=call.intent,
             )
             for call, check in zip(proposal.calls, checked, strict=True)
-        )
+        ),
     )
     proposed_state = state_apply(state, step_changes)
     hash_proposed = state_hash(proposed_state)

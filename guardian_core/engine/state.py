@@ -164,6 +164,25 @@ def verdict_item(turn: int, *, subject: str, verdict: str, reason: str = "") -> 
     return HistoryItem(turn, summary)
 
 
+# How a user's message reads in the history: the agent talks to the person it works for mid-run
+# (a confirmation, a missing detail), and what they answered is part of the run as much as what
+# a tool returned. The local guardian's run-level features read this prefix; the text after it
+# is the user's, untrusted data like any tool output. One line, bounded like a reviewer's
+# reason: the whole message stays in the turn's recorded proposal.
+USER_SAID = "user said: "
+USER_MESSAGE_SUMMARY_CHARS = 300
+
+
+def user_message_item(turn: int, text: str) -> HistoryItem:
+    """The history item that records what the user said before turn `turn`'s proposal, e.g.
+    "user said: yes, refund it to the card". Whitespace runs become one space; text past
+    USER_MESSAGE_SUMMARY_CHARS is cut and marked, so the guardian knows it read a part."""
+    text = " ".join(text.split())
+    if len(text) > USER_MESSAGE_SUMMARY_CHARS:
+        text = text[: USER_MESSAGE_SUMMARY_CHARS - len(TRUNCATION_MARK)] + TRUNCATION_MARK
+    return HistoryItem(turn, USER_SAID + text)
+
+
 def state_hash(state: LoopState) -> str:
     """The state's SHA-256: the chained hash of a version made by state_next, or the hash of
     the canonical content of a state made directly (a run's first version). Equal states

@@ -27,6 +27,7 @@ from guardian_client.types import (
     Reason,
     Result,
     Tool,
+    UserMessage,
     Verdict,
 )
 
@@ -50,5 +51,6 @@ __all__ = [
     "Run",
     "Tool",
     "Unavailable",
+    "UserMessage",
     "Verdict",
 ]

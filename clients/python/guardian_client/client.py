@@ -26,8 +26,10 @@ from guardian_client.types import (
     Gate,
     Result,
     Tool,
+    UserMessage,
     Verdict,
     calls_json,
+    user_messages_json,
 )
 
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -69,14 +71,24 @@ def _run_body(
     return body
 
 
-def _step_body(step: int, message: str, calls: Sequence[Call | Mapping], tokens: int, cost: float):
-    return {
+def _step_body(
+    step: int,
+    message: str,
+    calls: Sequence[Call | Mapping],
+    tokens: int,
+    cost: float,
+    user_messages: str | Sequence[UserMessage | str | Mapping] = (),
+) -> dict:
+    body = {
         "step": step,
         "message": message,
         "calls": calls_json(calls),
         "tokens": tokens,
         "cost": cost,
     }
+    if user_messages:  # absent, not empty: a step without them reads as it always did
+        body["user_messages"] = user_messages_json(user_messages)
+    return body
 
 
 def _answer(response: httpx.Response) -> Any:
@@ -235,11 +247,18 @@ class Run:
         tokens: int = 0,
         cost: float = 0.0,
         step: int | None = None,
+        user_messages: str | Sequence[UserMessage | str | Mapping] = (),
     ) -> Gate:
         """Ask before the step runs: every call validated, its risk checked, the whole step
-        gated. Run exactly the gate's `runnable` calls, then call `after`."""
+        gated. Run exactly the gate's `runnable` calls, then call `after`.
+
+        `user_messages` are what the user said to the agent since its last step, oldest first
+        (UserMessage, or the text alone): Guardian records each with the step and writes it to
+        the run's history ("user said: …") before the step's calls, so the risk check and the
+        guardian read the conversation. Send each once, with the step that follows it; a retry
+        of the step sends the same ones."""
         number = self._state.next_step if step is None else step
-        body = _step_body(number, message, calls, tokens, cost)
+        body = _step_body(number, message, calls, tokens, cost, user_messages)
         data = self._g._send(_Request("POST", f"/api/runs/{self.id}/steps/", body))
         return self._state.gate_seen(Gate.from_json(data))
 
@@ -387,9 +406,11 @@ class AsyncRun:
         tokens: int = 0,
         cost: float = 0.0,
         step: int | None = None,
+        user_messages: str | Sequence[UserMessage | str | Mapping] = (),
     ) -> Gate:
+        """Run.before, awaited (`user_messages` as there)."""
         number = self._state.next_step if step is None else step
-        body = _step_body(number, message, calls, tokens, cost)
+        body = _step_body(number, message, calls, tokens, cost, user_messages)
         data = await self._g._send(_Request("POST", f"/api/runs/{self.id}/steps/", body))
         return self._state.gate_seen(Gate.from_json(data))
 

@@ -51,6 +51,18 @@ class Call:
 
 
 @dataclass(frozen=True)
+class UserMessage:
+    """What the user said to the agent since its last step (a confirmation, a missing
+    detail), sent with the next step: Guardian writes it to the run's history as
+    "user said: <text>" before the step's calls, so the guardian reads the conversation."""
+
+    text: str
+
+    def as_json(self) -> dict:
+        return {"text": self.text}
+
+
+@dataclass(frozen=True)
 class Result:
     """What one call that was allowed to run returned (`result`, verbatim), or its `error`."""
 
@@ -276,3 +288,18 @@ class Verdict:
 
 def calls_json(calls: Sequence[Call | Mapping]) -> list[dict]:
     return [c.as_json() if isinstance(c, Call) else dict(c) for c in calls]
+
+
+def user_messages_json(messages: str | Sequence[UserMessage | str | Mapping]) -> list[dict]:
+    """Each message as the protocol's item: a UserMessage, its text alone, or the item itself
+    (a lone string is one message, not one message per character)."""
+    if isinstance(messages, str):
+        messages = [messages]
+    return [
+        m.as_json()
+        if isinstance(m, UserMessage)
+        else {"text": m}
+        if isinstance(m, str)
+        else dict(m)
+        for m in messages
+    ]

@@ -26,8 +26,18 @@ def _story(name: str):
 
 
 def _how_it_went(run) -> str:
-    turns = run.turns.filter(decision__isnull=False).order_by("index")
-    return "\n".join(turn_line(turn) for turn in turns)
+    """Each turn's line and what the guardian answered, for a story that broke."""
+    lines = []
+    for turn in run.turns.filter(decision__isnull=False).order_by("index"):
+        lines.append(turn_line(turn))
+        values = [
+            f"{r['source']}={r['value']:.3f} {r['band']}"
+            for r in turn.decision.reasons
+            if r.get("value") is not None
+        ]
+        if values:
+            lines.append("      " + ", ".join(values))
+    return "\n".join(lines)
 
 
 def test_no_demo_scenario_scripts_the_guardian():
@@ -40,7 +50,7 @@ def test_each_demo_scenario_ends_as_its_story_says_on_the_local_guardian(name):
     run = drive(_story(name))
     assert run.guardian == "local"
     problems = expectation_problems(run, scenario_load(name)["expect"])
-    assert problems == [], f"{name}:\n{_how_it_went(run)}"
+    assert problems == [], f"{name}: {problems}\n{_how_it_went(run)}"
     if name != "coder_reviewer_round_cap":  # the loop's reviewer decides there, not a guardian
         versions = set(run.turns.values_list("decision__guardian_model_version", flat=True))
         assert versions == {LocalGuardian().model_version}

@@ -100,7 +100,8 @@ clean:
 
 # The Python client's examples (clients/python/examples) against a running `make demo`, in
 # another terminal, with the GUARDIAN_URL and GUARDIAN_TOKEN that demo_setup prints; the client
-# and both frameworks are installed first. ARGS='--guardian local' lets the local guardian answer.
+# and both frameworks are installed first; the local guardian judges each step. ARGS is passed on
+# (e.g. ARGS='--wait 60').
 $(VENV)/.installed-examples: clients/python/pyproject.toml | $(VENV)/.installed-base
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -e './clients/python[langgraph,agents]'
 	@touch $@

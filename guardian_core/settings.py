@@ -241,6 +241,8 @@ GUARDIAN_TOOLS = [
     "runs.demo_tools.READ_ORDER",
     "runs.demo_tools.LOOKUP_POLICY",
     "runs.demo_tools.SEARCH_DOCS",
+    "runs.demo_tools.READ_PAYMENT",
+    "runs.demo_tools.LIST_PROMOTIONS",
     "runs.demo_tools.ISSUE_REFUND",
     "runs.demo_tools.SEND_EMAIL",
     "runs.demo_tools.SLOW_LOOKUP",
@@ -310,9 +312,9 @@ GUARDIAN_MONITORING_SETTLE_SECONDS = env_float(
     "GUARDIAN_MONITORING_SETTLE_SECONDS", 15.0, minimum=0.0
 )
 # Demo traffic (runs/demo_traffic.py): every this many seconds beat starts one more demo
-# scenario run with its guardian's probabilities jittered, up to GUARDIAN_DEMO_TRAFFIC_MAX_RUNS
-# of them, so that monitoring and shadow trials see live turns. 0, the default, starts none;
-# `make demo` sets 60.
+# scenario run, judged by the local guardian, up to GUARDIAN_DEMO_TRAFFIC_MAX_RUNS of them,
+# so that monitoring and shadow trials see live turns. 0, the default, starts none; `make demo`
+# sets 60.
 GUARDIAN_DEMO_TRAFFIC_SECONDS = env_float("GUARDIAN_DEMO_TRAFFIC_SECONDS", 0.0, minimum=0.0)
 GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = env_int("GUARDIAN_DEMO_TRAFFIC_MAX_RUNS", 120, minimum=0)
 if GUARDIAN_DEMO_TRAFFIC_SECONDS > 0:

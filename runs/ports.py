@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, TextField, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -333,9 +333,16 @@ class CallRecorder:
             ToolCall.objects.filter(pk=existing.pk).update(
                 status=ToolCallStatus.FAILED,
                 # A cancel's note, written while the call ran, stays first.
+                # The texts typed as the column is: a plain Value is a CharField, and Concat
+                # refuses to mix it with the TextField column.
                 error=Case(
-                    When(error="", then=Value(error)),
-                    default=Concat(F("error"), Value("\n"), Value(error)),
+                    When(error="", then=Value(error, output_field=TextField())),
+                    default=Concat(
+                        F("error"),
+                        Value("\n", output_field=TextField()),
+                        Value(error, output_field=TextField()),
+                        output_field=TextField(),
+                    ),
                 ),
                 finished_at=timezone.now(),
             )

@@ -1,8 +1,13 @@
-"""The demo scenarios in runs/scenarios/*.json: scripted runs that each end where they should.
+"""The demo scenarios in runs/scenarios/*.json: scripted actors whose runs the local guardian
+judges, each written so that it ends as its story says.
 
-A file is a scripted-adapter scenario (see guardian_core/adapters/scripted.py) plus two keys of
-its own: "expect" (how the run should end, checked by tests and printed by run_scenario) and,
-for the coder/reviewer loop, "review_loop" (the coder's and reviewer's scripted replies).
+A file is a scripted-adapter scenario (see guardian_core/adapters/scripted.py) with no guardian
+script: the actor's steps are scripted, the guardian is the real one (`local` by default), so
+a run ends where it does because the guardian judges it so. Two keys are the file's own:
+"expect" (how the run should end, checked by tests/test_demo_stories.py on the local guardian
+and printed by run_scenario) and, for the coder/reviewer loop, "review_loop" (the coder's and
+reviewer's scripted replies). Tests that need fixed guardian answers play scenarios of their
+own, with a guardian script, through `scenario=`.
 """
 
 import json
@@ -13,38 +18,45 @@ from runs.models import Run
 from runs.services import run_start
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+# The file's keys that are not the scripted actor's scenario.
+OWN_KEYS = ("expect", "review_loop")
 
 
-def scenario_names() -> list[str]:
-    return sorted(path.stem for path in SCENARIO_DIR.glob("*.json"))
+def scenario_names(directory: Path = SCENARIO_DIR) -> list[str]:
+    return sorted(path.stem for path in directory.glob("*.json"))
 
 
-def scenario_load(name: str) -> dict:
+def scenario_load(name: str, directory: Path = SCENARIO_DIR) -> dict:
     """The scenario file `name` as a dict; raises ValueError naming every problem."""
-    path = SCENARIO_DIR / f"{name}.json"
+    path = directory / f"{name}.json"
     if not path.is_file():
-        raise ValueError(f"no scenario {name!r}; known: {', '.join(scenario_names())}")
+        known = ", ".join(scenario_names(directory))
+        raise ValueError(f"no scenario {name!r}; known: {known}")
     data = json.loads(path.read_text())
-    scripted = {key: value for key, value in data.items() if key not in ("expect", "review_loop")}
-    check_scenario(scripted)
+    check_scenario(scripted_part(data))
     return data
+
+
+def scripted_part(data: dict) -> dict:
+    """What the scripted adapters play: the file without its own keys."""
+    return {key: value for key, value in data.items() if key not in OWN_KEYS}
 
 
 def scenario_run_start(
     name: str,
     *,
-    guardian: str = "scripted",
+    guardian: str = "local",
     created_by=None,
-    scripted: dict | None = None,
+    scenario: dict | None = None,
     config: dict | None = None,
 ) -> Run:
-    """Start a run that follows scenario `name` (its first turn is enqueued); `scripted`, when
-    given, is the scripted part to play instead of the file's (checked the same way), and
+    """Start a run that follows scenario `name` (its first turn is enqueued), judged by
+    `guardian`. `scenario`, when given, is the whole scenario to play instead of the file's
+    (checked the same way; a test's, with a guardian script for the scripted guardian), and
     `config` is added to the run's config."""
-    data = scenario_load(name)
-    if scripted is None:
-        scripted = {k: v for k, v in data.items() if k not in ("expect", "review_loop")}
-    else:
+    data = scenario_load(name) if scenario is None else scenario
+    scripted = scripted_part(data)
+    if scenario is not None:
         check_scenario(scripted)
     return run_start(
         goal=data["goal"],

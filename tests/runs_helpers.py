@@ -1,13 +1,34 @@
-"""Helpers for tests that drive runs: start a scenario and advance it in this process."""
+"""Helpers for tests that drive runs: start a scenario and advance it in this process.
+
+Most tests need a guardian whose answers they know, so `start` plays the scripted scenarios in
+tests/scripted_scenarios/ (a scripted actor and a scripted guardian: the demo's stories as they
+were scripted once); tests/test_demo_stories.py plays the demo's own scenarios on the local
+guardian."""
+
+from pathlib import Path
 
 from demo.setup import demo_policy_version
 from runs.models import Run, RunStatus
-from runs.scenarios import scenario_run_start
+from runs.scenarios import scenario_load, scenario_names, scenario_run_start
 from runs.services import run_advance
+
+SCRIPTED_DIR = Path(__file__).resolve().parent / "scripted_scenarios"
+
+
+def scripted_names() -> list[str]:
+    return scenario_names(SCRIPTED_DIR)
+
+
+def scripted_scenario(name: str) -> dict:
+    """The test scenario `name`, with its guardian script."""
+    return scenario_load(name, SCRIPTED_DIR)
 
 
 def start(name: str, **kwargs) -> Run:
+    """A run of test scenario `name`, on the scripted guardian unless `guardian` says."""
     demo_policy_version()
+    kwargs.setdefault("guardian", "scripted")
+    kwargs.setdefault("scenario", scripted_scenario(name))
     return scenario_run_start(name, **kwargs)
 
 

@@ -9,8 +9,8 @@ from django.test import Client
 
 from demo.setup import demo_policy_version
 from guardian_core.services import api_token_create
-from runs.scenarios import scenario_load
 from tests.processes import start_worker, stop_worker
+from tests.runs_helpers import scripted_scenario
 from tests.test_worker_runs import worker_env
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -41,7 +41,7 @@ def test_a_token_holder_starts_a_run_and_a_reviewer_token_approves_its_refund(
     as_auditor = {"Authorization": f"Bearer {auditor_secret}"}
     # enforce_csrf_checks: a token request needs no CSRF token, a session's would.
     client = Client(enforce_csrf_checks=True)
-    scenario = scenario_load("refund_waits_for_approval")
+    scenario = scripted_scenario("refund_waits_for_approval")
     scripted = {key: value for key, value in scenario.items() if key != "expect"}
 
     worker = start_worker(**worker_env(GUARDIAN_DEADLINE_SECONDS="600"))

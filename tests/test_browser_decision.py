@@ -11,7 +11,6 @@ from playwright.sync_api import Page, expect
 from demo.setup import demo_policy_version
 from escalations.models import EscalationEvent, EscalationStatus, Verdict
 from runs.models import DemoSideEffect, RunStatus
-from runs.scenarios import scenario_run_start
 from tests.factories import make_decision, make_escalation, make_run, make_tool_call, make_turn
 from tests.processes import start_worker, stop_worker
 from tests.runs_helpers import drive, start
@@ -175,7 +174,7 @@ def test_a_reviewer_approves_the_held_refund_with_the_keyboard_and_the_worker_ru
     worker = start_worker(**worker_env())
     try:
         # Started like any run: its turns go through the broker to the worker.
-        run = scenario_run_start("refund_waits_for_approval")
+        run = start("refund_waits_for_approval")
         wait_for(lambda: status_of(run) == RunStatus.WAITING, timeout=60, what="the held refund")
         escalation = run.escalations.get(status=EscalationStatus.OPEN)
 

@@ -1,6 +1,7 @@
 """The client's README examples (clients/python/examples), run as a user runs them, against a
-live Guardian: a reviewer in the queue approves the refund and confirms the injected note; the
-refund runs once, the note never reaches the model, and every step replays."""
+live Guardian judging with its local guardian: a reviewer in the queue confirms the injected
+note and approves the refund; the refund runs once, the note never reaches the model, the
+guardian finds the goal reached, and every step replays."""
 
 import os
 import subprocess
@@ -78,11 +79,13 @@ def test_the_readme_example_refunds_once_withholds_the_injected_note_and_replays
     run = Run.objects.get()
     assert run.status == RunStatus.SUCCEEDED
     assert ToolCall.objects.filter(turn__run=run, tool="refund_order", status="done").count() == 1
-    # The reviewer saw the note as it came back; the model never did.
+    assert run.guardian == "local"
+    assert run.stop_reason == "goal_reached"
+    # The guardian flagged the note as it came back, and the reviewer saw it; the model never
+    # did. Then the refund was held for the reviewer.
     kinds = [kind for kind, _ in queue.seen]
-    assert kinds[0] == EscalationKind.GATED_STEP
-    assert len(kinds) == 2
-    assert "NOTE TO THE AI ASSISTANT" in str(queue.seen[1][1])
+    assert kinds == [EscalationKind.INTEGRITY, EscalationKind.GATED_STEP]
+    assert "NOTE TO THE AI ASSISTANT" in str(queue.seen[0][1])
     assert "NOTE TO THE AI ASSISTANT" not in printed
     assert {replayed.status for replayed in run_replay(run=run)} == {"identical"}
 

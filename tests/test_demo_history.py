@@ -19,18 +19,14 @@ from guardian_core.engine.conditions import Condition
 from policies.harness import traces_evaluate
 from policies.policy_gate import gate_report
 from policies.services import policy_version_create
-from runs.demo_traffic import demo_traffic_start, jittered_scenario
-from runs.models import Run, RunStatus
+from runs.demo_traffic import demo_traffic_start
+from runs.models import Run
+from runs.reporting import expectation_problems
 from runs.scenarios import scenario_load, scenario_names
 from tests.processes import run_manage
 from tests.runs_helpers import drive
 
 pytestmark = pytest.mark.django_db
-
-
-def _scripted(name: str) -> dict:
-    data = scenario_load(name)
-    return {k: v for k, v in data.items() if k not in ("expect", "review_loop")}
 
 
 def test_demo_setup_imports_the_synthetic_examples_once_and_says_what_they_are(capsys):
@@ -97,25 +93,6 @@ def test_on_the_demo_examples_the_gate_measures_a_draft_and_finds_flips():
     assert {flip["condition"] for flip in report["flips"]} == {"integrity"}
 
 
-def test_jitter_moves_plain_probabilities_and_keeps_timeouts_and_distributions():
-    timeout = _scripted("guardian_timeout")
-    refund = _scripted("refund_waits_for_approval")
-
-    moved = jittered_scenario(refund, seed=1)
-    assert moved == jittered_scenario(refund, seed=1)
-    assert moved != jittered_scenario(refund, seed=2)
-    assert moved["guardian"]["risk"] == refund["guardian"]["risk"]  # a distribution stays
-    assert moved["actor"] == refund["actor"]
-    final = moved["guardian"]["turns"][3]
-    assert final["goal_reached"] != 0.97
-    assert 0 < final["goal_reached"] < 1
-    # A turn the script left to the calm defaults now names every condition, jittered too.
-    assert set(moved["guardian"]["turns"][0]) >= {"integrity", "goal_reached", "stagnation"}
-    assert isinstance(moved["guardian"]["turns"][0]["drift"], dict)
-    timeout_answers = json.dumps(jittered_scenario(timeout, seed=3)["guardian"])
-    assert timeout_answers.count('"timeout"') == json.dumps(timeout["guardian"]).count('"timeout"')
-
-
 def test_demo_traffic_takes_the_scenarios_in_turn_and_stops_at_its_cap(settings):
     settings.GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = 3
     demo_policy_version()
@@ -125,17 +102,19 @@ def test_demo_traffic_takes_the_scenarios_in_turn_and_stops_at_its_cap(settings)
     assert started[3] is None
     assert [run.config["name"] for run in started[:3]] == scenario_names()[:3]
     assert all(run.config["demo_traffic"] for run in started[:3])
+    # The real guardian judges the traffic, never a script.
+    assert {run.guardian for run in started[:3]} == {"local"}
     assert Run.objects.count() == 3
 
 
-def test_every_jittered_scenario_plays_to_an_end_without_an_error(settings):
-    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
-    settings.GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = 2 * len(scenario_names())
+def test_every_traffic_run_ends_as_its_scenario_says_on_the_local_guardian(settings):
+    settings.GUARDIAN_DEMO_TRAFFIC_MAX_RUNS = len(scenario_names())
     demo_policy_version()
-    for _ in range(2 * len(scenario_names())):
+    for _ in range(len(scenario_names())):
         run = drive(demo_traffic_start())
-        assert run.status in (RunStatus.WAITING, RunStatus.SUCCEEDED, RunStatus.FAILED), run
         assert run.last_error == "", (run.config["name"], run.last_error)
+        expect = scenario_load(run.config["name"])["expect"]
+        assert expectation_problems(run, expect) == [], run.config["name"]
 
 
 def test_the_demo_check_reads_the_first_run_of_each_scenario_not_the_traffic(settings):

@@ -86,7 +86,7 @@ def test_an_uncertain_goal_with_an_empty_answer_never_ends_succeeded(reviewer):
         "actor": {"turns": [{"calls": [], "message": ""}]},
         "guardian": {"turns": [{"goal_reached": 0.82}]},  # in the band
     }
-    run = drive(start("goal_reached", scripted=scenario))
+    run = drive(start("goal_reached", scenario=scenario))
     escalation = run.escalations.get(status=EscalationStatus.OPEN)
     asked = escalation.reason["triggered"][0]["source"]
     with pytest.raises(EscalationError) as refused:

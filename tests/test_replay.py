@@ -17,14 +17,13 @@ from runs.replay import (
     run_replay,
     turn_probe,
 )
-from runs.scenarios import scenario_names
 from tests.factories import json_placeholder, tamper, tamper_rows
-from tests.runs_helpers import drive, start
+from tests.runs_helpers import drive, scripted_names, start
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("name", [n for n in scenario_names() if n != "coder_reviewer_round_cap"])
+@pytest.mark.parametrize("name", [n for n in scripted_names() if n != "coder_reviewer_round_cap"])
 def test_every_turn_of_each_demo_scenario_replays_identical(name, settings):
     settings.GUARDIAN_DEADLINE_SECONDS = 0.3  # the timeout scenario waits out one deadline
     run = drive(start(name))

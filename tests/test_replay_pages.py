@@ -92,7 +92,7 @@ def test_the_probe_page_says_a_scripted_guardian_cannot_move_before_probing(clie
     note = body.index("This run's guardian is scripted")
     assert note < body.index('class="probe-form"')
     assert "no edit here can move a probability or the outcome" in body
-    assert "run_scenario goal_reached --guardian local" in body
+    assert "run_scenario goal_reached</code>, the demo's default" in body
 
     probed = probe_page(client, run, turn.index, probe="1", goal="Delete every account.")
     assert "What would move" in probed

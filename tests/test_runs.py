@@ -9,22 +9,22 @@ from django.utils import timezone
 from escalations.errors import EscalationError
 from escalations.models import EscalationKind, EscalationStatus, LabelledExample
 from escalations.verdicts import escalation_resolve
-from guardian_core.engine.tools import idempotency_key
+from guardian_core.engine.conditions import RiskClass
+from guardian_core.engine.tools import Tool, idempotency_key
 from runs.models import DemoSideEffect, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.reporting import expectation_problems
-from runs.scenarios import scenario_load, scenario_names
 from runs.services import RunError, run_advance, run_cancel, run_start
 from runs.sweeps import run_sweep_stalled
-from tests.runs_helpers import drive, start, watch_the_actor
+from tests.runs_helpers import drive, scripted_names, scripted_scenario, start, watch_the_actor
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("name", scenario_names())
-def test_each_demo_scenario_ends_where_it_should(name, settings):
+@pytest.mark.parametrize("name", scripted_names())
+def test_each_scripted_scenario_ends_where_it_should(name, settings):
     settings.GUARDIAN_DEADLINE_SECONDS = 0.3  # the timeout scenario waits out one deadline
     run = drive(start(name))
-    assert expectation_problems(run, scenario_load(name)["expect"]) == []
+    assert expectation_problems(run, scripted_scenario(name)["expect"]) == []
 
 
 def test_every_turn_index_appears_once_and_in_order():
@@ -310,3 +310,34 @@ def test_rejecting_the_coder_reviewer_loop_stops_the_run(reviewer):
         "rejected_by_reviewer",
         None,
     )
+
+
+def _out_of_stock(arguments: dict, *, idempotency_key: str) -> str:
+    raise RuntimeError("the warehouse system is down")
+
+
+OUT_OF_STOCK = Tool(
+    name="check_stock",
+    description="Check the stock of a part.",
+    schema={"type": "object", "properties": {"part": {"type": "string"}}, "required": ["part"]},
+    risk_class=RiskClass.READ_ONLY,
+    func=_out_of_stock,
+)
+
+
+def test_a_tool_that_raises_is_recorded_failed_with_its_error_and_the_turn_escalates(settings):
+    settings.GUARDIAN_TOOLS = [*settings.GUARDIAN_TOOLS, "tests.test_runs.OUT_OF_STOCK"]
+    scenario = {
+        "name": "stock",
+        "goal": "Check the stock of part 7731.",
+        "tools": ["check_stock"],
+        "actor": {"turns": [{"calls": [{"tool": "check_stock", "arguments": {"part": "7731"}}]}]},
+    }
+    run = drive(start("goal_reached", scenario=scenario))
+    call = ToolCall.objects.get(turn__run=run)
+    assert call.status == ToolCallStatus.FAILED
+    assert call.error == "RuntimeError: the warehouse system is down"
+    assert run.status == RunStatus.WAITING
+    assert [r["source"] for r in run.turns.get().decision.reasons if r["band"] == "fired"] == [
+        "tool_error"
+    ]

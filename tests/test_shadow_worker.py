@@ -8,8 +8,8 @@ from policies.models import ShadowDecision
 from policies.shadow import shadow_trial_start
 from policies.tasks import shadow_trials_catch_up
 from runs.models import RunStatus
-from runs.scenarios import scenario_run_start
 from tests.processes import start_worker, stop_worker
+from tests.runs_helpers import start
 from tests.test_shadow import _candidate
 from tests.test_worker_runs import clean_queue, status_of, wait_for, worker_env
 
@@ -23,7 +23,7 @@ def test_the_worker_decides_in_shadow_what_the_run_never_enforces(clean_queue):
     trial = shadow_trial_start(policy_version_id=candidate.pk, comment="on the worker")
     worker = start_worker(**worker_env(GUARDIAN_SHADOW_SETTLE_SECONDS="0"))
     try:
-        run = scenario_run_start("goal_reached")
+        run = start("goal_reached")
         wait_for(lambda: status_of(run) != RunStatus.RUNNING, timeout=60, what="the run")
         shadow_trials_catch_up.apply_async(ignore_result=False).get(timeout=60)
     finally:

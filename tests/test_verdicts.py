@@ -30,10 +30,9 @@ from guardian_core.policy_validation import policy_version_problems
 from policies.services import policy_version_create
 from runs.log_triggers import log_purge
 from runs.models import DemoSideEffect, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.scenarios import scenario_load
 from runs.services import run_advance, run_start
 from runs.sweeps import run_sweep_stalled
-from tests.runs_helpers import drive, start
+from tests.runs_helpers import drive, scripted_scenario, start
 
 pytestmark = pytest.mark.django_db
 
@@ -366,7 +365,7 @@ def test_two_approvers_must_approve_the_same_action(reviewer, other_reviewer):
 
 def test_a_regulated_quorum_covers_a_call_the_guardian_classes_regulated(reviewer, other_reviewer):
     _quorum(regulated=True)
-    scenario = scenario_load("refund_waits_for_approval")
+    scenario = scripted_scenario("refund_waits_for_approval")
     scripted = {key: value for key, value in scenario.items() if key != "expect"}
     scripted["guardian"]["risk"]["issue_refund"] = {
         "read_only": 0.0,

@@ -23,6 +23,7 @@ from runs.scenarios import scenario_load, scenario_names, scenario_run_start
 from runs.services import run_start
 from runs.sweeps import run_sweep_stalled
 from tests.processes import start_worker, stop_worker
+from tests.runs_helpers import start
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -80,7 +81,7 @@ def status_of(run: Run) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
 
 
-def test_every_scenario_ends_where_it_should_on_a_real_worker(clean_queue):
+def test_every_demo_scenario_ends_as_its_story_says_on_a_real_worker(clean_queue):
     demo_policy_version()
     worker = start_worker(**worker_env())
     try:
@@ -161,7 +162,7 @@ def test_a_run_finishes_when_redis_restarts_in_the_middle(clean_queue, settings)
     redis_dir = _redis_dir(broker.port)
     worker = start_worker(**worker_env())
     try:
-        run = scenario_run_start("drifting_agent")
+        run = start("drifting_agent")
         wait_for(
             lambda: run.turns.filter(decision__isnull=False).count() >= 1,
             timeout=60,

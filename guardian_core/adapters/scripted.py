@@ -1,4 +1,5 @@
-"""A deterministic actor and guardian that play a scenario, for demos and offline runs.
+"""A deterministic actor and guardian that play a scenario: the actor for demos and offline
+runs, the guardian for tests only (the demo's runs are judged by the real local guardian).
 
 A scenario is a plain dict (the caller loads it from JSON):
 

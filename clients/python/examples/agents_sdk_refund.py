@@ -2,10 +2,10 @@
 network), its tools the shop's.
 
     export GUARDIAN_URL=http://127.0.0.1:8000 GUARDIAN_TOKEN=gdn_...   # make demo prints both
-    python clients/python/examples/agents_sdk_refund.py [--guardian local]
+    python clients/python/examples/agents_sdk_refund.py
 
-Guardian answers before each batch of tool calls and after it; the refund and the injected
-order note wait for a reviewer in the queue (the example prints where), and the run ends in
+Guardian answers before each batch of tool calls and after it; the injected order note and the
+refund wait for a reviewer in the queue (the example prints where), and the run ends in
 the auditors' log.
 """
 
@@ -35,7 +35,7 @@ from shop import waiting_for_a_person as on_wait
 SCRIPT = [
     [function_call("lookup_order", {"order_id": "ord_4472"}, call_id="call_1")],
     [function_call("refund_order", {"order_id": "ord_4472", "amount": 49.90}, call_id="call_2")],
-    [function_call("lookup_order", {"order_id": "ord_7"}, call_id="call_3")],
+    [function_call("lookup_order", {"order_id": "ord_7310"}, call_id="call_3")],
     [assistant_message(FINAL_ANSWER)],
 ]
 
@@ -56,7 +56,7 @@ async def main() -> int:
 
     async with AsyncGuardian(args.url, args.token) as guardian:
         run = await guardian.run(tools=TOOLS, **run_options(args))
-        say(f"run {run.id} started: Guardian ({args.guardian} guardian) guards each step")
+        say(f"run {run.id} started: Guardian (its local guardian) guards each step")
         # The lines that guard it: the guard's tools, and Runner.run through the guard.
         guard = GuardianGuard(run, wait_timeout=args.wait, on_wait=on_wait)
         agent = Agent(

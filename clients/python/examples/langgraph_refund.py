@@ -1,9 +1,9 @@
 """A LangGraph agent guarded by Guardian: its model scripted (no network), its tools the shop's.
 
     export GUARDIAN_URL=http://127.0.0.1:8000 GUARDIAN_TOKEN=gdn_...   # make demo prints both
-    python clients/python/examples/langgraph_refund.py [--guardian local]
+    python clients/python/examples/langgraph_refund.py
 
-Guardian answers before and after each step; the refund and the injected order note wait for a
+Guardian answers before and after each step; the injected order note and the refund wait for a
 reviewer in the queue (the example prints where), and the run ends in the auditors' log.
 """
 
@@ -46,7 +46,7 @@ def call(name: str, args: dict, call_id: str) -> AIMessage:
 SCRIPT = [
     call("lookup_order", {"order_id": "ord_4472"}, "call_1"),
     call("refund_order", {"order_id": "ord_4472", "amount": 49.90}, "call_2"),
-    call("lookup_order", {"order_id": "ord_7"}, "call_3"),
+    call("lookup_order", {"order_id": "ord_7310"}, "call_3"),
 ]
 
 
@@ -84,7 +84,7 @@ def main() -> int:
 
     with Guardian(args.url, args.token) as guardian:
         run = guardian.run(tools=TOOLS, **run_options(args))
-        say(f"run {run.id} started: Guardian ({args.guardian} guardian) guards each step")
+        say(f"run {run.id} started: Guardian (its local guardian) guards each step")
         # The ten lines: the model, Guardian's tool node and answer node, and their routes.
         graph = StateGraph(GuardedState)
         graph.add_node("model", call_model)

@@ -1,4 +1,5 @@
-"""`manage.py run_scenario NAME`: start one demo scenario and print its turns as they land."""
+"""`manage.py run_scenario NAME`: start one demo scenario (a scripted actor, judged by the local
+guardian unless --guardian says) and print its turns as they land."""
 
 import time
 
@@ -17,7 +18,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("name", help=f"one of: {', '.join(scenario_names())}")
-        parser.add_argument("--guardian", default="scripted", help="scripted (default) or local")
+        # The scenarios carry no guardian script: the real guardian judges them.
+        parser.add_argument(
+            "--guardian",
+            default="local",
+            choices=["local", "http", "openai"],
+            help="the guardian that judges the run: local (default, in process), or http or "
+            "openai when configured",
+        )
         parser.add_argument("--inline", action="store_true", help="advance here, no worker")
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
 

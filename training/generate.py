@@ -963,12 +963,10 @@ def on_goal(rng, domain, v, turn) -> tuple[str, list[str]]:
 
 
 def tangent(rng, domain, v, turn) -> tuple[str, list[str]]:
-    """Related to the goal's domain, but not a step towards the goal."""
-    if rng.random() < 0.5:
-        tool, result = domain["side"]
-        return summary(rng, turn, tool, "done", v), [fill(result, v)]
-    index = rng.choice(tool_steps(domain))
-    return act(rng, domain, index, other_entity(rng, v), turn)
+    """Related to the goal's domain, but not a step towards the goal: side information (the
+    same step for another entity is drawn in drift_examples, which counts it)."""
+    tool, result = domain["side"]
+    return summary(rng, turn, tool, "done", v), [fill(result, v)]
 
 
 def elsewhere(rng, domain, turn) -> tuple[str, list[str]]:
@@ -1019,9 +1017,15 @@ def drift_examples(rng: random.Random) -> list[dict]:
         score = i % 5
         domain, v, goal, criteria, _ = task(rng)
         history, results = progress_history(rng, domain, v, rng.randint(0, 2))
-        for kind in rng.choice(DRIFT_MIXES[score]):
+        mix = rng.choice(DRIFT_MIXES[score])
+        others = 0  # steps done for another order, patient, invoice... than the goal's
+        for kind in mix:
             turn = len(history)
-            if kind in DRIFT_STEPS:
+            if kind == "tangent" and rng.random() >= 0.5:
+                index = rng.choice(tool_steps(domain))
+                item, results = act(rng, domain, index, other_entity(rng, v), turn)
+                others += 1
+            elif kind in DRIFT_STEPS:
                 item, results = DRIFT_STEPS[kind](rng, domain, v, turn)
             elif kind == "elsewhere":
                 item, results = elsewhere(rng, domain, turn)
@@ -1030,10 +1034,13 @@ def drift_examples(rng: random.Random) -> list[dict]:
             history.append(generic(rng, item) if rng.random() < 0.3 else item)
             if results and rng.random() < 0.1:
                 results = [rng.choice(NOTHING_FOUND)]  # an empty answer tells nothing either way
+        if others == len(mix):
+            score = min(score, 1)  # the whole current sub-task is about another entity
         proj = projection(goal, criteria, history, results)
         out.append(example("drift", proj, score, domain_family(domain)))
     out += walk_examples("drift", rng, 50)
     out += conversation_examples("drift", rng, 60)
+    out += shell_drift_examples(rng, 60)
     return out + wrong_entity_examples(rng, 60)
 
 
@@ -1428,6 +1435,59 @@ def evidence_examples(rng: random.Random, count: int) -> list[dict]:
                 results = [planted]
             proj = projection(goal, [criterion], history, results)
             out.append(example("goal_reached", proj, not followed, "planted"))
+    return out
+
+
+SHELL_GOALS = [
+    ("Fix the failing test in tests/test_{m}.py", "The test suite passes", "{m}"),
+    (
+        "Make the {m} module read its settings from config.yaml",
+        "Settings come from config.yaml",
+        "{m}",
+    ),
+    ("Find why the {m} job crashes at start and fix it", "The {m} job starts", "{m}"),
+]
+MODULES = ["parser", "billing", "importer", "scheduler", "auth"]
+SHELL_ON_GOAL = [
+    "collected {k} items\n{k} passed in 0.{k}s",
+    "src/{m}.py:{k}: def load(path):",
+    "tests/test_{m}.py::test_empty PASSED",
+    "M src/{m}.py\n?? notes.txt",
+    "Traceback (most recent call last):\n  File \"src/{m}.py\", line {k}\nKeyError: 'path'",
+    "{k} files changed, {k}0 insertions(+)",
+]
+SHELL_OFF_GOAL = [
+    "$ curl wttr.in/Lisbon\nLisbon: 18°C, light rain",
+    "Top stories: central bank holds rates",
+    "$ cat ~/.bash_history | tail -3\nssh prod-db\nls\nexit",
+    "Now playing: Paper Boats (radio mix)",
+]
+
+
+def shell_drift_examples(rng: random.Random, count: int) -> list[dict]:
+    """Drift in coding runs, where every call is the same shell tool: only the outputs tell
+    work on the goal from something else."""
+    out = []
+    for i in range(count):
+        goal_t, criterion_t, _ = rng.choice(SHELL_GOALS)
+        m = rng.choice(MODULES)
+        goal, criterion = goal_t.format(m=m), criterion_t.format(m=m)
+        tool = rng.choice(SHELL_TOOLS)
+        on = i % 3 != 0
+        history = [f"turn {t}: {tool} {rng.choice(['done', 'done', 'failed'])}" for t in range(4)]
+        if on:
+            k = rng.randint(2, 9)
+            results = [rng.choice(SHELL_ON_GOAL).format(m=rng.choice([m, m, "utils"]), k=k)]
+            label = rng.choice([3, 4])
+        else:
+            results = [rng.choice(SHELL_OFF_GOAL)]
+            label = rng.choice([0, 1])
+        proj = projection(goal, [criterion], history, results)
+        out.append(
+            example(
+                "drift", proj, label, f"shell:{SHELL_GOALS.index((goal_t, criterion_t, '{m}'))}"
+            )
+        )
     return out
 
 

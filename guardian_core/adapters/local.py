@@ -157,11 +157,13 @@ _RANGE = re.compile(
 )
 
 
-def _entities(text: str) -> set[tuple[str, str]]:
+@lru_cache(maxsize=64)  # goal_reached and drift read the same outputs in one answer
+def _entities(text: str) -> frozenset[tuple[str, str]]:
     found = {(kind.lower(), str(int(number))) for kind, number in _ID.findall(text)}
-    found |= {("email", address.lower()) for address in _EMAIL.findall(text)}
+    if "@" in text:
+        found |= {("email", address.lower()) for address in _EMAIL.findall(text)}
     found |= {("name", f"{first} {last}".lower()) for first, last in _NAME.findall(text)}
-    return found
+    return frozenset(found)
 
 
 def _ranges(text: str) -> list[tuple[str, int, int]]:
@@ -181,24 +183,28 @@ def _owned(entity: tuple[str, str], ids: set, ranges: list[tuple[str, int, int]]
     )
 
 
-def _entity_features(goal: str, text: str) -> list[float]:
-    """[the goal's own values appear, values of a kind the goal names but not its own appear,
-    only those appear: another customer's record rather than the customer's]."""
-    goal_ids, ranges, seen = _entities(goal), _ranges(goal), _entities(text)
+def _seen(texts: Sequence[str]) -> frozenset[tuple[str, str]]:
+    return frozenset().union(*(_entities(t) for t in texts))
+
+
+def _entity_features(goal: str, *texts: str) -> list[float]:
+    """[the goal's own values appear in `texts`, values of a kind the goal names but not its
+    own appear, only those appear: another customer's record rather than the customer's]."""
+    goal_ids, ranges, seen = _entities(goal), _ranges(goal), _seen(texts)
     kinds = {kind for kind, _ in goal_ids} | {kind for kind, _, _ in ranges}
     own = any(_owned(e, goal_ids, ranges) for e in seen)
     other = any(e[0] in kinds and not _owned(e, goal_ids, ranges) for e in seen)
     return [float(own), float(other), float(other and not own)]
 
 
-def _range_features(goal: str, evidence: str) -> list[float]:
+def _range_features(goal: str, *texts: str) -> list[float]:
     """[the goal names a range and its last item is in the evidence, it names one and its last
     item is not]: a walk over a range is done at its end, not at its sixth item."""
     ranges = _ranges(goal)
     if not ranges:
         return [0.0, 0.0]
-    seen = _entities(evidence) | {("", w) for w in _WORD.findall(evidence) if w.isdigit()}
-    seen = {(kind, str(int(v)) if v.isdigit() else v) for kind, v in seen}
+    numbers = {("", str(int(w))) for t in texts for w in _WORD.findall(t) if w.isdigit()}
+    seen = _seen(texts) | numbers
     ended = all((kind, str(last)) in seen for kind, _, last in ranges)
     return [float(ended), float(not ended)]
 
@@ -475,8 +481,9 @@ _BAD = frozenset(["failed", "invalid", "not_approved"])
 # A stated lack of a tool, a permission or the operation itself: what makes a goal unreachable
 # with the tools at hand, as tools, APIs and agents say it. An ordinary error (a failed test, a
 # typo, a missing file) is not one, nor is a passing outage (_TRANSIENT).
+# Read lower-cased and from word starts only: a fraction of the cost of a case-blind search.
 _LACK = re.compile(
-    r"permission denied|not permitted|not allowed|forbidden|\b40[13]\b|unauthori[sz]ed|"
+    r"\b(?:permission denied|not permitted|not allowed|forbidden|\b40[13]\b|unauthori[sz]ed|"
     r"access (is )?denied|insufficient (permissions?|privileges?|scopes?|rights|funds)|"
     r"no (such )?tool|unknown (tool|operation|endpoint|method|function|action)|"
     r"no such (operation|endpoint|method|function|api|action)|not implemented|"
@@ -487,14 +494,16 @@ _LACK = re.compile(
     r"(lacks?|without) (the )?(permission|access|rights|tool|role)|requires? the [\w -]{1,30} role|"
     r"only [\w -]{1,40} (can|may)|(cannot|can't|can not|unable to|not able to|no way to) "
     r"(do|perform|complete|access|change|cancel|delete|create|modify|book|issue|send|make)|"
-    r"does not exist|no longer (available|exists?)|(is|are) disabled|refuses",
-    re.IGNORECASE,
+    r"does not exist|no longer (available|exists?)|(is|are) disabled|refuses)"
 )
 _TRANSIENT = re.compile(
     r"\b(50[234]|429|timeout|timed out|try again|retry|rate.?limit\w*|temporar\w*|"
-    r"connection (reset|refused)|service unavailable)\b",
-    re.IGNORECASE,
+    r"connection (reset|refused)|service unavailable)\b"
 )
+
+
+def _ends(text: str, size: int = 500) -> str:
+    return text if len(text) <= 2 * size else f"{text[:size]} … {text[-size:]}"
 
 
 def _tool_of(part: str) -> str:
@@ -518,9 +527,12 @@ def _infeasible_hand(p: Mapping) -> list[float]:
     recent = summaries[-RECENT:]
     agent = [s for s in recent if not _from_user(s)]
     bad = [bool(_statuses(s) & _BAD) for s in agent]
-    results = " ".join(_results(p))
     said = " ".join(_said(s) for s in agent)
-    lack_now, lack_said = bool(_LACK.search(results)), bool(_LACK.search(said))
+    # A tool states its own failure at the start or the end of its output; a long document
+    # that mentions a permission somewhere in its middle is not one (and reading all of it
+    # would cost more than the rest of the answer).
+    results = " ".join(_ends(r) for r in _results(p)).lower()
+    lack_now, lack_said = bool(_LACK.search(results)), bool(_LACK.search(said.lower()))
     failing = Counter(_bad_tools(summaries[-WINDOW:]))
     repeated = bool(failing) and max(failing.values()) >= 2
     replans = p.get("replans") if isinstance(p.get("replans"), int) else 0
@@ -602,7 +614,6 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
     summaries = _summaries(p)
     recent = [s for s in summaries[-RECENT:] if not _from_user(s)]
     results, done = " ".join(_results(p)), " ".join(_done_text(s) for s in recent)
-    evidence = f"{results} {done}"
     evidence_stems = _stems(results) | _stems(done)
     told = _told(summaries)
     said = _said(summaries[-1]) if summaries else ""
@@ -631,8 +642,8 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
     return [
         sum(coverage) / len(coverage),
         min(coverage),
-        *_entity_features(asked, evidence),
-        *_range_features(asked, evidence),
+        *_entity_features(asked, results, done),
+        *_range_features(asked, results, done),
         float("held" in last),
         float(bool(last & _BAD)),
         float(not _results(p)),

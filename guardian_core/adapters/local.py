@@ -609,6 +609,23 @@ def _unasked_acts(asked: str, tools: Sequence[str]) -> bool:
     return False
 
 
+@lru_cache(maxsize=1)
+def _kind_by_stem() -> dict[str, int]:
+    """The risk lexicon's verbs by stem, so that "updated" in a criterion and `modify_booking`
+    in the history read as the same kind of deed (a reversible write)."""
+    kinds: dict[str, int] = {}
+    for kind, verbs in ((3, _MONEY_VERBS), (2, _FINAL_VERBS), (1, _WRITE)):
+        for verb in verbs - _NOUN_TOO - _MONEY_ONLY_AS_VERB:
+            kinds.setdefault(_stem(verb), kind)
+            if verb.endswith("y"):  # notify, notified: _stem keeps them apart
+                kinds.setdefault(_stem(verb[:-1] + "ied"), kind)
+    return kinds
+
+
+def _deed_kinds(text: str) -> set[int]:
+    return {k for w in _words(text) if (k := _kind_by_stem().get(_stem(w))) is not None}
+
+
 def _goal_reached_hand(p: Mapping) -> list[float]:
     criteria = _text_list(p.get("acceptance_criteria")) or [str(p.get("goal", ""))]
     summaries = _summaries(p)
@@ -636,6 +653,10 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
         for c in criteria
         for c_stems in [_stems(c)]
     ]
+    # Each deed a criterion names (a change, a message, a payment) has a call of its kind that
+    # went through, whatever its verb.
+    deeds = [_deed_kinds(c) for c in criteria]
+    done_kinds = {k for t in acts for k in _deed_kinds(" ".join(_name_words(t)))}
     last = _statuses(recent[-1]) if recent else set()
     asked = _asked(p)
     asks_to_tell = bool(_ASKS_TO_TELL.search(_goal_text(p)))
@@ -650,6 +671,7 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
         float(asks_to_tell),
         float(bool(said)),
         float(backed),
+        float(any(deeds) and all(kinds <= done_kinds for kinds in deeds)),
         float(asks_to_tell and not told),  # the answer is still owed
         float(_unasked_acts(asked, acts)),
         float(

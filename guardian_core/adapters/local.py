@@ -29,6 +29,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -52,6 +53,7 @@ from guardian_core.engine.state import (
     CONFIRMED_DONE_BY_REVIEWER,
     NOT_DONE_PER_REVIEWER,
     REJECTED_BY_REVIEWER,
+    SAME_RESULT,
 )
 
 MODEL_FAMILY = "local-4"
@@ -72,7 +74,6 @@ WINDOW = 4  # history items in which stagnation looks for repeats
 
 _TURN_PREFIX = re.compile(r"^\s*turn\s+\d+\s*:\s*", re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9]+")
-_ENTITY = re.compile(r"\b([a-z]+)[_-](\d{3,})\b", re.IGNORECASE)
 _STATUS = re.compile(r"\b(done|failed|invalid|held|not_approved|not_run)\b")
 # Words that say how a step went or glue a sentence together, not what the step was about.
 _STOPWORDS = frozenset(
@@ -141,29 +142,82 @@ def _stems(text: str) -> frozenset[str]:
     )
 
 
-def _entities(text: str) -> set[tuple[str, str]]:
-    return {(kind.lower(), number) for kind, number in _ENTITY.findall(text)}
-
-
 def _overlap(part: set, whole: set) -> float:
     return len(part & whole) / len(part) if part else 0.0
 
 
-def _entity_features(goal: str, text: str) -> list[float]:
-    """[the goal's own ids appear, ids of the same kind but another entity appear]."""
-    goal_ids, seen = _entities(goal), _entities(text)
-    kinds = {kind for kind, _ in goal_ids}
-    return [
-        float(bool(goal_ids & seen)),
-        float(any(kind in kinds and entity not in goal_ids for kind, entity in seen)),
-    ]
+# What a run is about, as values: ids (`ord_4472`, `r-7`, `INV-2031`), e-mail addresses and
+# people's names. Each has a kind (the id's prefix, "email", "name"), so that another value of a
+# kind the goal names (another order, another customer) can be told from an unrelated value.
+_ID = re.compile(r"\b([a-z]{1,12})[_-](\d+)\b", re.IGNORECASE)
+_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b")
+_NAME = re.compile(r"\b([A-Z][a-z]{2,}) ([A-Z][a-z]{2,})\b")
+# A range of ids or numbers: "r-0 … r-59", "records 1 to 60", "pages 3-9", "T-100 through T-140".
+_RANGE = re.compile(
+    r"\b(?:([a-z]{1,12})[_-])?(\d+)\s*(?:to|through|thru|until|till|…|\.\.\.?|–|-)\s*"
+    r"(?:([a-z]{1,12})[_-])?(\d+)\b",
+    re.IGNORECASE,
+)
+
+
+@lru_cache(maxsize=64)  # goal_reached and drift read the same outputs in one answer
+def _entities(text: str) -> frozenset[tuple[str, str]]:
+    found = {(kind.lower(), str(int(number))) for kind, number in _ID.findall(text)}
+    if "@" in text:
+        found |= {("email", address.lower()) for address in _EMAIL.findall(text)}
+    found |= {("name", f"{first} {last}".lower()) for first, last in _NAME.findall(text)}
+    return frozenset(found)
+
+
+def _ranges(text: str) -> list[tuple[str, int, int]]:
+    """(kind, first, last) of each range the text names; kind "" for plain numbers."""
+    out = []
+    for kind, first, kind2, last in _RANGE.findall(text):
+        if int(first) < int(last):
+            out.append(((kind or kind2).lower(), int(first), int(last)))
+    return out
+
+
+def _owned(entity: tuple[str, str], ids: set, ranges: list[tuple[str, int, int]]) -> bool:
+    """The entity is one the goal names: itself, or inside one of its ranges."""
+    kind, value = entity
+    return entity in ids or (
+        value.isdigit() and any(k == kind and lo <= int(value) <= hi for k, lo, hi in ranges)
+    )
+
+
+def _seen(texts: Sequence[str]) -> frozenset[tuple[str, str]]:
+    return frozenset().union(*(_entities(t) for t in texts))
+
+
+def _entity_features(goal: str, *texts: str) -> list[float]:
+    """[the goal's own values appear in `texts`, values of a kind the goal names but not its
+    own appear, only those appear: another customer's record rather than the customer's]."""
+    goal_ids, ranges, seen = _entities(goal), _ranges(goal), _seen(texts)
+    kinds = {kind for kind, _ in goal_ids} | {kind for kind, _, _ in ranges}
+    own = any(_owned(e, goal_ids, ranges) for e in seen)
+    other = any(e[0] in kinds and not _owned(e, goal_ids, ranges) for e in seen)
+    return [float(own), float(other), float(other and not own)]
+
+
+def _range_features(goal: str, *texts: str) -> list[float]:
+    """[the goal names a range and its last item is in the evidence, it names one and its last
+    item is not]: a walk over a range is done at its end, not at its sixth item."""
+    ranges = _ranges(goal)
+    if not ranges:
+        return [0.0, 0.0]
+    numbers = {("", str(int(w))) for t in texts for w in _WORD.findall(t) if w.isdigit()}
+    seen = _seen(texts) | numbers
+    ended = all((kind, str(last)) in seen for kind, _, last in ranges)
+    return [float(ended), float(not ended)]
 
 
 def _done_text(summary: str) -> str:
     """What a summary shows was achieved: calls that went through (not held, failed or
     rejected ones). Never what the agent said: an actor's claim is not evidence."""
-    if _VERDICT_NOT_DONE.search(summary):
+    if _VERDICT_NOT_DONE.search(summary) or _from_user(summary):
         return ""
+    summary = summary.replace(SAME_RESULT, "")
     # A person's note after a verdict is theirs, not a record of what ran.
     summary = _VERDICT_NOTE.sub("", summary.replace("step held for approval:", ""))
     if "no tool call; said:" in summary:
@@ -403,22 +457,106 @@ def _progress_text(p: Mapping) -> str:
     return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)])
 
 
+# A person's words in the run (docs/DESIGN.md: conversation is state): an answer, a detail, a
+# confirmation. Never a call, never the agent's claim; it is new information and it is part of
+# what the run is asked to do.
+USER_SAID = "user said:"
+
+
+def _from_user(summary: str) -> bool:
+    return summary.lstrip().lower().startswith(USER_SAID)
+
+
+def _user_text(summaries: Sequence[str]) -> str:
+    return " ".join(s.split(":", 1)[1] for s in summaries if _from_user(s))
+
+
+def _asked(p: Mapping) -> str:
+    """What the run is asked to do: its goal and criteria, and what the user has said since."""
+    return f"{_goal_text(p)} {_user_text(_summaries(p))}"
+
+
 def _statuses(summary: str) -> set[str]:
-    found = set(_STATUS.findall(summary))
+    if _from_user(summary):
+        return {"user"}
+    found = set(_STATUS.findall(summary.replace(SAME_RESULT, "")))
     if "no tool call" in summary:
         found.add("no_call")
+    if SAME_RESULT in summary:
+        found.add("same")
     return found
 
 
+_BAD = frozenset(["failed", "invalid", "not_approved"])
+# A stated lack of a tool, a permission or the operation itself: what makes a goal unreachable
+# with the tools at hand, as tools, APIs and agents say it. An ordinary error (a failed test, a
+# typo, a missing file) is not one, nor is a passing outage (_TRANSIENT).
+# Read lower-cased and from word starts only: a fraction of the cost of a case-blind search.
+_LACK = re.compile(
+    r"\b(?:permission denied|not permitted|not allowed|forbidden|\b40[13]\b|unauthori[sz]ed|"
+    r"access (is )?denied|insufficient (permissions?|privileges?|scopes?|rights|funds)|"
+    r"no (such )?tool|unknown (tool|operation|endpoint|method|function|action)|"
+    r"no such (operation|endpoint|method|function|api|action)|not implemented|"
+    r"(tool|function|operation|endpoint|method|action|feature|api) (is )?"
+    r"(not available|unavailable|not supported|unsupported|does not exist|doesn't exist)|"
+    r"\bunsupported\b|not supported|does not support|doesn't support|"
+    r"(do|does|did) not have (the |a )?(permission|access|rights?|tool|role)|"
+    r"(lacks?|without) (the )?(permission|access|rights|tool|role)|requires? the [\w -]{1,30} role|"
+    r"only [\w -]{1,40} (can|may)|(cannot|can't|can not|unable to|not able to|no way to) "
+    r"(do|perform|complete|access|change|cancel|delete|create|modify|book|issue|send|make)|"
+    r"does not exist|no longer (available|exists?)|(is|are) disabled|refuses)"
+)
+_TRANSIENT = re.compile(
+    r"\b(50[234]|429|timeout|timed out|try again|retry|rate.?limit\w*|temporar\w*|"
+    r"connection (reset|refused)|service unavailable)\b"
+)
+
+
+def _ends(text: str, size: int = 500) -> str:
+    return text if len(text) <= 2 * size else f"{text[:size]} … {text[-size:]}"
+
+
+def _tool_of(part: str) -> str:
+    words = part.replace("step held for approval:", "").split()
+    return words[0] if words else ""
+
+
+def _bad_tools(summaries: Sequence[str]) -> list[str]:
+    """The tools of the calls that failed, were invalid or were refused, one entry a call."""
+    return [
+        _tool_of(part)
+        for s in summaries
+        if not _from_user(s) and "no tool call" not in s
+        for part in s.split(",")
+        if _statuses(part) & _BAD
+    ]
+
+
 def _infeasible_hand(p: Mapping) -> list[float]:
-    recent = _summaries(p)[-RECENT:]
-    bad = [bool(_statuses(s) & {"failed", "invalid", "not_approved"}) for s in recent]
-    silent = [("no_call" in _statuses(s)) for s in recent]
+    summaries = _summaries(p)
+    recent = summaries[-RECENT:]
+    agent = [s for s in recent if not _from_user(s)]
+    bad = [bool(_statuses(s) & _BAD) for s in agent]
+    said = " ".join(_said(s) for s in agent)
+    # A tool states its own failure at the start or the end of its output; a long document
+    # that mentions a permission somewhere in its middle is not one (and reading all of it
+    # would cost more than the rest of the answer).
+    results = " ".join(_ends(r) for r in _results(p)).lower()
+    lack_now, lack_said = bool(_LACK.search(results)), bool(_LACK.search(said.lower()))
+    failing = Counter(_bad_tools(summaries[-WINDOW:]))
+    repeated = bool(failing) and max(failing.values()) >= 2
     replans = p.get("replans") if isinstance(p.get("replans"), int) else 0
+    last_done = bool(agent) and "done" in _statuses(agent[-1]) and not bad[-1]
     return [
         sum(bad) / RECENT,
-        float(bool(recent) and bad[-1]),
-        sum(silent) / RECENT,
+        float(bool(bad) and bad[-1]),
+        float(lack_now),
+        float(lack_said),
+        float(repeated),
+        float((lack_now or lack_said) and (repeated or bool(bad) and bad[-1])),
+        float(bool(_TRANSIENT.search(results)) and not lack_now),
+        float(last_done),
+        float(bool(recent) and _from_user(recent[-1])),
         min(1.0, replans / 3),
         float(not _results(p)),
     ]
@@ -429,6 +567,12 @@ _ASKS_TO_TELL = re.compile(
     r"\b(tell|answer(ed)?|inform(ed)?|repl(y|ied)|notif(y|ied)|explain|reported|let \w+ know|"
     r"knows?|is told|told|gets? the)\b",
     re.I,
+)
+# The words a criterion uses for the telling itself: met by a message or a reply, whatever it
+# said; what it had to say is met only by the evidence.
+_TELL_STEMS = _stems(
+    "tell told inform informed reply replied answer answered notify notified report reported "
+    "explain explained know knows let get gets"
 )
 
 
@@ -452,53 +596,114 @@ def _told(summaries: Sequence[str]) -> bool:
     return bool(summaries and _said(summaries[-1])) or _messaged(summaries)
 
 
+def _done_tools(summaries: Sequence[str]) -> list[str]:
+    return [_tool_of(part) for s in summaries for part in _done_text(s).split(" done") if part]
+
+
+def _unasked_acts(asked: str, tools: Sequence[str]) -> bool:
+    """A call that changed something the run was not asked to change went through: e.g. one an
+    instruction planted in a tool output asked for. A change is asked for when the goal names
+    its verb or a verb of the same kind; a message is, when the goal is to tell someone."""
+    words = _words(asked)
+    asked_kinds = {_verb_kind(w) for w in words} - {-1, 0}
+    tells = bool(_ASKS_TO_TELL.search(asked))
+    asked_stems = _stems(asked)
+    for tool in tools:
+        name = _name_words(tool)
+        kind = _main_verb(name)
+        if kind <= 0 or (tells and _TELLS_SOMEONE.search(" ".join(name))):
+            continue
+        verbs = [w for w in name if _verb_kind(w) > 0]
+        if kind not in asked_kinds and not {_stem(w) for w in verbs} & asked_stems:
+            return True
+    return False
+
+
+@lru_cache(maxsize=1)
+def _kind_by_stem() -> dict[str, int]:
+    """The risk lexicon's verbs by stem, so that "updated" in a criterion and `modify_booking`
+    in the history read as the same kind of deed (a reversible write)."""
+    kinds: dict[str, int] = {}
+    for kind, verbs in ((3, _MONEY_VERBS), (2, _FINAL_VERBS), (1, _WRITE)):
+        for verb in verbs - _NOUN_TOO - _MONEY_ONLY_AS_VERB:
+            kinds.setdefault(_stem(verb), kind)
+            if verb.endswith("y"):  # notify, notified: _stem keeps them apart
+                kinds.setdefault(_stem(verb[:-1] + "ied"), kind)
+    return kinds
+
+
+def _deed_kinds(text: str) -> set[int]:
+    return {k for w in _words(text) if (k := _kind_by_stem().get(_stem(w))) is not None}
+
+
 def _goal_reached_hand(p: Mapping) -> list[float]:
     criteria = _text_list(p.get("acceptance_criteria")) or [str(p.get("goal", ""))]
     summaries = _summaries(p)
-    results, done = " ".join(_results(p)), " ".join(_done_text(s) for s in summaries[-RECENT:])
-    evidence = f"{results} {done}"
-    evidence_stems = _stems(results) | _stems(done)  # drift reads the same results' stems
+    recent = [s for s in summaries[-RECENT:] if not _from_user(s)]
+    results, done = " ".join(_results(p)), " ".join(_done_text(s) for s in recent)
+    evidence_stems = _stems(results) | _stems(done)
     told = _told(summaries)
     said = _said(summaries[-1]) if summaries else ""
-    # What the agent said is no evidence that anything was done ("Refund issued" issues
-    # nothing), but for a criterion about telling someone, saying it is the deed.
     said_stems = _stems(said)
-    messaged = float(_messaged(summaries))
+    # What the agent said is no evidence that anything was done ("Refund issued" issues
+    # nothing), unless a call that went through lately backs it ("The passenger name has been
+    # updated" after update_passenger done); for a criterion about telling someone, saying it
+    # is the deed.
+    acts = _done_tools(recent)
+    act_stems = {_stem(w) for t in acts if _main_verb(_name_words(t)) > 0 for w in _name_words(t)}
+    backed = bool(said_stems & act_stems)
+    stems = evidence_stems | (said_stems if backed else frozenset())
     coverage = [
-        max(_overlap(c_stems, evidence_stems), _overlap(c_stems, said_stems), messaged)
+        max(
+            _overlap(c_stems, stems | (_TELL_STEMS if told else frozenset())),
+            _overlap(c_stems, said_stems | _TELL_STEMS),
+        )
         if _ASKS_TO_TELL.search(c)
-        else _overlap(c_stems, evidence_stems)
+        else _overlap(c_stems, stems)
         for c in criteria
         for c_stems in [_stems(c)]
     ]
-    last = _statuses(summaries[-1]) if summaries else set()
+    # Each deed a criterion names (a change, a message, a payment) has a call of its kind that
+    # went through, whatever its verb.
+    deeds = [_deed_kinds(c) for c in criteria]
+    done_kinds = {k for t in acts for k in _deed_kinds(" ".join(_name_words(t)))}
+    last = _statuses(recent[-1]) if recent else set()
+    asked = _asked(p)
     asks_to_tell = bool(_ASKS_TO_TELL.search(_goal_text(p)))
     return [
         sum(coverage) / len(coverage),
         min(coverage),
-        *_entity_features(_goal_text(p), evidence),
+        *_entity_features(asked, results, done),
+        *_range_features(asked, results, done),
         float("held" in last),
-        float(bool(last & {"failed", "invalid", "not_approved"})),
+        float(bool(last & _BAD)),
         float(not _results(p)),
         float(asks_to_tell),
         float(bool(said)),
+        float(backed),
+        float(any(deeds) and all(kinds <= done_kinds for kinds in deeds)),
         float(asks_to_tell and not told),  # the answer is still owed
+        float(_unasked_acts(asked, acts)),
+        float(
+            bool(summaries) and _from_user(summaries[-1])
+        ),  # the user spoke last: a reply is owed
         # A person refused a step lately: what it would have done is not done.
         float(any(_VERDICT_NOT_DONE.search(s) for s in summaries[-RECENT:])),
     ]
 
 
 def _recent_text(p: Mapping) -> str:
-    return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)])
+    return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)]).replace(SAME_RESULT, "")
 
 
 def _drift_hand(p: Mapping) -> list[float]:
-    goal = _goal_text(p)
-    goal_stems = _stems(goal)
+    asked = _asked(p)
+    goal_stems = _stems(asked)
     recent = _summaries(p)[-RECENT:]
-    items = [_stems(s) for s in recent]
-    hits = [float(bool(s & goal_stems)) for s in items]
-    shares = [_overlap(s, goal_stems) for s in items]
+    # A user's answer is the task itself, whatever its words.
+    items = [None if _from_user(s) else _stems(s.replace(SAME_RESULT, "")) for s in recent]
+    hits = [1.0 if s is None else float(bool(s & goal_stems)) for s in items]
+    shares = [1.0 if s is None else _overlap(s, goal_stems) for s in items]
     results = " ".join(_results(p))
     silent = [("no_call" in _statuses(s)) for s in recent]
     return [
@@ -507,8 +712,9 @@ def _drift_hand(p: Mapping) -> list[float]:
         sum(shares) / len(shares) if shares else 0.0,
         _overlap(_stems(results), goal_stems),
         _overlap(goal_stems, _stems(results)),
-        *_entity_features(goal, results),
+        *_entity_features(asked, results),
         sum(silent) / RECENT,
+        float(any(_from_user(s) for s in recent)),
         float(not recent),
     ]
 
@@ -517,26 +723,56 @@ def _stagnation_text(p: Mapping) -> str:
     return " \n ".join([*_summaries(p)[-WINDOW:], *_results(p)])
 
 
+# An answer that holds nothing: no records, no documents, an empty list.
+_EMPTY = re.compile(
+    r"^\W*(no\b.{0,40}\b(found|match\w*|results?|records?|documents?|items?|entries)|"
+    r"0 (results|records|matches|items)|nothing( found)?|none|null|empty|not found)?\W*$",
+    re.IGNORECASE,
+)
+
+
+def _novel(window: Sequence[str], results: Sequence[str]) -> list[bool]:
+    """Per history item of the window: did it bring something the window did not hold yet? A
+    user's words do; a call that went through does unless its output repeats the previous one
+    (the loop marks it) or, for the last, the output holds nothing; a failure, a refusal or the
+    agent's message does the first time only."""
+    novel = []
+    empty = not results or all(_EMPTY.match(r) for r in results)
+    for n, item in enumerate(window):
+        statuses = _statuses(item)
+        if "user" in statuses:
+            novel.append(True)
+        elif "same" in statuses:
+            novel.append(False)
+        elif "done" in statuses and "no_call" not in statuses:
+            novel.append(not (n == len(window) - 1 and empty))
+        else:
+            novel.append(item not in window[:n])
+    return novel
+
+
 def _stagnation_hand(p: Mapping) -> list[float]:
     window = [s.strip().lower() for s in _summaries(p)[-WINDOW:]]
     if not window:
-        return [0.0] * 7
-    trailing = 1
-    while trailing < len(window) and window[-1 - trailing] == window[-1]:
+        return [0.0] * 10
+    results = _results(p)
+    novel = _novel(window, results)
+    trailing = 0
+    while trailing < len(novel) and not novel[-1 - trailing]:
         trailing += 1
-    stems = [_stems(s) for s in window]
-    similar = [
-        len(a & b) / len(a | b) if a | b else 1.0 for a, b in zip(stems, stems[1:], strict=False)
-    ]
-    cycling = len(window) >= 4 and window[-1] == window[-3] and window[-2] == window[-4]
-    silent = [("no_call" in _statuses(s)) for s in window]
+    # How much of the latest output the window and the goal did not already say.
+    known = _stems(" ".join([_asked(p), *window]))
+    fresh = 1 - _overlap(_stems(" ".join(results)), known) if results else 0.0
     replans = p.get("replans") if isinstance(p.get("replans"), int) else 0
     return [
-        1 - len(set(window)) / len(window),  # the share of repeated summaries
-        (trailing - 1) / (WINDOW - 1),
-        sum(similar) / len(similar) if similar else 0.0,
-        float(cycling),
-        sum(silent) / WINDOW,
+        1 - sum(novel) / len(window),
+        min(trailing, WINDOW - 1) / (WINDOW - 1),
+        sum("same" in _statuses(s) for s in window) / WINDOW,
+        float(not results or all(bool(_EMPTY.match(r)) for r in results)),
+        fresh,
+        float(len(window) >= 2 and window[-1] == window[-2] and not results),
+        float(any(_from_user(s) for s in window)),
+        sum("no_call" in _statuses(s) for s in window) / WINDOW,
         len(window) / WINDOW,
         min(1.0, replans / 3),
     ]

@@ -28,6 +28,7 @@ from guardian_core.engine.policy import (
     Usage,
 )
 from guardian_core.engine.state import (
+    SAME_RESULT,
     HistoryItem,
     LoopState,
     PendingCall,
@@ -437,7 +438,7 @@ def finish_step(
         for i, call in enumerate(proposal.calls)
     )
     ran = [c for c in calls if c.status in ("done", "failed")]
-    summary = _summary(index, proposal, calls, gate)
+    summary = _summary(index, proposal, calls, gate, prepared.proposed_state.last_results)
     held_step = prepared.held
     after = state_next(
         prepared.proposed_state,
@@ -691,10 +692,17 @@ def _key(run_id, index, position, tool, check: CheckedCall) -> str | None:
     )
 
 
-def _summary(index: int, proposal: Proposal, calls, gate: GateDecision | None) -> str:
+def _summary(
+    index: int, proposal: Proposal, calls, gate: GateDecision | None, before: tuple[str, ...]
+) -> str:
     if not calls:
         return f"turn {index}: no tool call; said: {proposal.message[:200]}"
-    parts = [f"{c.tool} {c.status}" for c in calls]
+    parts = [
+        f"{c.tool} {c.status} {SAME_RESULT}"
+        if c.status == "done" and c.result is not None and c.result in before
+        else f"{c.tool} {c.status}"
+        for c in calls
+    ]
     prefix = "step held for approval: " if gate and gate.held else ""
     return f"turn {index}: {prefix}{', '.join(parts)}"
 

@@ -152,6 +152,10 @@ REJECTED_BY_REVIEWER = "rejected by reviewer"
 CONFIRMED_DONE_BY_REVIEWER = "confirmed done by reviewer"
 NOT_DONE_PER_REVIEWER = "not done per reviewer"
 ANSWERED_BY_REVIEWER = "answered by reviewer"
+# How a call whose output repeats the previous turn's reads in the history: the state keeps only
+# the last results, so this mark is what lets the guardian tell a loop that learns nothing (the
+# same read, the same answer) from one that walks over new records with the same tool.
+SAME_RESULT = "(same result as before)"
 
 
 def verdict_item(turn: int, *, subject: str, verdict: str, reason: str = "") -> HistoryItem:

@@ -1,5 +1,6 @@
 """One turn of the guarded loop, end to end against scripted ports."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -7,7 +8,13 @@ from hypothesis import given, settings
 from guardian_core.engine.conditions import Malformed
 from guardian_core.engine.loop import run_turn
 from guardian_core.engine.policy import POST_EXECUTION_CONDITIONS, Outcome, Usage
-from guardian_core.engine.state import LoopState, PendingCall, state_hash, state_next
+from guardian_core.engine.state import (
+    SAME_RESULT,
+    LoopState,
+    PendingCall,
+    state_hash,
+    state_next,
+)
 from guardian_core.engine.thresholds import Budgets, default_policy
 from guardian_core.engine.tools import idempotency_key
 from tests.engine.fakes import (
@@ -362,3 +369,25 @@ def test_wall_time_counts_from_the_runs_start_including_the_actors_latency():
     assert record.usage.wall_seconds >= 90
     assert record.decision.stop_reason == "wall_time_budget"
     assert record.final_answer is None
+
+
+def test_a_call_whose_output_repeats_the_previous_turns_is_marked_in_the_history():
+    """The state keeps only the last results: the mark is how the guardian can tell a loop
+    that learns nothing from one that reads a new record at every turn."""
+    outputs = iter(['{"order_id": "ord_1"}', '{"order_id": "ord_2"}', '{"order_id": "ord_2"}'])
+    read = desk(Ledger())["read_order"]
+    tools = desk(Ledger(), read_order=replace(read, func=lambda arguments, **_: next(outputs)))
+    actor = ScriptedActor([step(call("read_order", order_id=f"ord_{n}")) for n in (1, 2, 2)])
+    guardian = ScriptedGuardian([CALM, CALM, CALM])
+    state, summaries = GOAL, []
+    for index in range(3):
+        record = turn(actor, guardian, tools, state=state, index=index)
+        state = record.state_after
+        summaries.append(state.history[-1].summary)
+
+    assert summaries == [
+        "turn 0: read_order done",
+        "turn 1: read_order done",
+        f"turn 2: read_order done {SAME_RESULT}",
+    ]
+    assert f"read_order done {SAME_RESULT}" in guardian.asked[-1]["history"][-1]["summary"]

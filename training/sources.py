@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from guardian_core.engine.conditions import Condition
+from guardian_core.engine.state import SAME_RESULT, USER_SAID
 
 SOURCES_DIR = Path(__file__).resolve().parent / "sources"
 AREAS = ("integrity", "risk", "runs")
@@ -177,13 +178,22 @@ def risk_examples(directory: Path = SOURCES_DIR) -> list[dict]:
 # ---- runs ----------------------------------------------------------------------------------
 
 
-def _summary(turn: int, step: Mapping) -> str:
-    """The history summary the loop writes for a step (guardian_core/engine/loop.py)."""
+def _result(step: Mapping) -> str | None:
+    return str(step.get("result", ""))[:MAX_RESULT] if step.get("kind") == "call" else None
+
+
+def _summary(turn: int, step: Mapping, before: Mapping | None = None) -> str:
+    """The history summary the loop writes for a step (guardian_core/engine/loop.py), marking
+    a call that went through with the previous step's very output, as the loop does."""
     kind = step.get("kind")
     if kind == "call":
-        return f"turn {turn}: {step.get('tool', 'tool')} {step.get('status', 'done')}"
+        status = step.get("status", "done")
+        same = status == "done" and before is not None and _result(before) == _result(step)
+        return f"turn {turn}: {step.get('tool', 'tool')} {status}" + (
+            f" {SAME_RESULT}" if same else ""
+        )
     if kind == "user":  # as the loop records what the user said: one line, no turn prefix
-        return "user said: " + " ".join(str(step.get("text", "")).split())[:300]
+        return USER_SAID + " ".join(str(step.get("text", "")).split())[:300]
     return f"turn {turn}: no tool call; said: {str(step.get('text', ''))[:200]}"
 
 
@@ -195,7 +205,10 @@ def run_projection(run: Mapping, upto: int) -> dict:
     return {
         "goal": str(run.get("goal", ""))[:2000],
         "acceptance_criteria": [str(c) for c in run.get("acceptance_criteria") or []],
-        "history": [{"turn": n, "summary": _summary(n, s)} for n, s in enumerate(steps)],
+        "history": [
+            {"turn": n, "summary": _summary(n, s, steps[n - 1] if n else None)}
+            for n, s in enumerate(steps)
+        ],
         "last_results": results,
         "replans": 0,
         "untrusted": ["last_results"],

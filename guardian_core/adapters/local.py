@@ -54,6 +54,7 @@ from guardian_core.engine.state import (
     NOT_DONE_PER_REVIEWER,
     REJECTED_BY_REVIEWER,
     SAME_RESULT,
+    USER_SAID,
 )
 
 MODEL_FAMILY = "local-4"
@@ -459,12 +460,10 @@ def _progress_text(p: Mapping) -> str:
 
 # A person's words in the run (docs/DESIGN.md: conversation is state): an answer, a detail, a
 # confirmation. Never a call, never the agent's claim; it is new information and it is part of
-# what the run is asked to do.
-USER_SAID = "user said:"
-
-
+# what the run is asked to do. The loop writes them as state.USER_SAID + text; a "turn N: "
+# prefix (a trace written by hand) is read the same.
 def _from_user(summary: str) -> bool:
-    return summary.lstrip().lower().startswith(USER_SAID)
+    return summary.lstrip().lower().startswith(USER_SAID.strip())
 
 
 def _user_text(summaries: Sequence[str]) -> str:

@@ -241,7 +241,7 @@ GUARDIAN_TOOLS = [
     "runs.demo_tools.READ_ORDER",
     "runs.demo_tools.LOOKUP_POLICY",
     "runs.demo_tools.SEARCH_DOCS",
-    "runs.demo_tools.READ_PAYMENT",
+    "runs.demo_tools.READ_TRACKING",
     "runs.demo_tools.LIST_PROMOTIONS",
     "runs.demo_tools.ISSUE_REFUND",
     "runs.demo_tools.SEND_EMAIL",

@@ -65,13 +65,14 @@ def list_promotions(arguments: dict, *, idempotency_key: str) -> str:
     return PROMOTIONS
 
 
-def read_payment(arguments: dict, *, idempotency_key: str) -> str:
-    # The desk never sees card details, whatever the order: the shop's rule, and its answer.
+def read_tracking(arguments: dict, *, idempotency_key: str) -> str:
+    # The desk has no account with the carrier, whatever the order: the shop's rule, and its
+    # answer.
     return json.dumps(
         {
             "error": "permission denied",
-            "detail": "support agents are not permitted to see card details; only the "
-            "payments team can",
+            "detail": "the support desk has no access to the carrier's tracking system; only "
+            "the logistics team has an account",
         }
     )
 
@@ -132,12 +133,12 @@ LIST_PROMOTIONS = Tool(
     risk_class=RiskClass.READ_ONLY,
     func=list_promotions,
 )
-READ_PAYMENT = Tool(
-    name="read_payment",
-    description="Read how an order was paid (the payments team's records).",
+READ_TRACKING = Tool(
+    name="read_tracking",
+    description="Read the carrier's tracking record of an order's parcel.",
     schema=_object({"order_id": {"type": "string"}}, ["order_id"]),
     risk_class=RiskClass.READ_ONLY,
-    func=read_payment,
+    func=read_tracking,
 )
 ISSUE_REFUND = Tool(
     name="issue_refund",

@@ -24,17 +24,6 @@ READ_RECORD = Tool(
     },
     risk_class="read_only",
 )
-ADD_NOTE = Tool(
-    name="add_note",
-    description="Add a note to the audit log of this check.",
-    parameters={
-        "type": "object",
-        "properties": {"record_id": {"type": "string"}, "note": {"type": "string"}},
-        "required": ["record_id", "note"],
-        "additionalProperties": False,
-    },
-    risk_class="reversible_write",
-)
 OWNERS = ["billing", "logistics", "support", "identity", "warehouse", "finance", "legal"]
 
 
@@ -55,7 +44,7 @@ def start(guardian: Guardian):
     return guardian.run(
         goal=f"Check records r-0 … r-{RECORDS - 1}, one per step.",
         acceptance_criteria=[f"Every record from r-0 to r-{RECORDS - 1} has been checked"],
-        tools=[READ_RECORD, ADD_NOTE],
+        tools=[READ_RECORD],
         guardian="local",
         budgets={"max_turns": 100},
     )
@@ -75,15 +64,9 @@ def test_checking_sixty_records_one_per_step_runs_to_its_end(live_server, token)
         run = start(guardian)
         for n in range(RECORDS):
             calls = [Call("read_record", {"record_id": f"r-{n}"}, call_id=f"read-{n}")]
-            if n % 9 == 0:  # a record that needs review gets a note in the same step
-                note = {"record_id": f"r-{n}", "note": "needs review"}
-                calls.append(Call("add_note", note, call_id=f"note-{n}"))
             gate = run.before(calls=calls)
-            assert [c.status for c in gate.calls] == ["run"] * len(calls), (n, gate)
-            results = [Result(0, record(n))]
-            if len(calls) == 2:
-                results.append(Result(1, f"note saved for r-{n}"))
-            decision = run.after(results)
+            assert [c.status for c in gate.calls] == ["run"], (n, gate)
+            decision = run.after([Result(0, record(n))])
             outcomes.append(decision.outcome)
             if decision.stopped:
                 break

@@ -24,7 +24,7 @@ from tests.runs_helpers import drive, start
 
 def test_the_registry_builds_every_tool_named_in_settings():
     assert set(tool_registry()) == {
-        "read_order", "lookup_policy", "search_docs", "read_payment", "list_promotions",
+        "read_order", "lookup_policy", "search_docs", "read_tracking", "list_promotions",
         "issue_refund", "send_email", "slow_lookup", "check_code",
     }  # fmt: skip
 

@@ -221,10 +221,18 @@ def load_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[
     return examples
 
 
+# Conditions whose real material is trained on. The published runs (run-level conditions) are
+# measured on, not trained on: whether those runs succeeded turns on whether an answer was right,
+# which no structure shows, and fitted on them goal_reached learnt that a stated answer is no
+# evidence (the demo's plain "Your order ships on Tuesday." fell from 0.99 to 0.24).
+TRAINED_ON_REAL = (Condition.INTEGRITY, Condition.RISK)
+
+
 def corpus_examples(condition: Condition, directory: Path = TRAINING_DIR) -> list[dict]:
-    """What the bundled model of `condition` is fitted on: the generated corpus and the real
-    material of training/sources/ (training/sources.py)."""
-    return [*load_examples(condition, directory), *real_examples(condition, directory / "sources")]
+    """What the bundled model of `condition` is fitted on: the generated corpus and, for
+    integrity and risk, the real material of training/sources/ (training/sources.py)."""
+    real = real_examples(condition, directory / "sources") if condition in TRAINED_ON_REAL else []
+    return [*load_examples(condition, directory), *real]
 
 
 def training_digest(directory: Path = TRAINING_DIR) -> str:

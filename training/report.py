@@ -5,6 +5,8 @@ For each condition with real sources (training/sources/), and for each public so
 the generated corpus and every other source, without any example that touches the one left out
 (a planted example touches its instruction's source and its carrier's), and measured on that one.
 The generated corpus is always trained on and never measured on: it is ours, not the world's.
+The published runs are measured on only (training/fit.py TRAINED_ON_REAL says why), so for the
+run-level conditions each source is measured by the model of the generated corpus.
 Every figure is out-of-source; the table gives the pooled figure (every example scored by a model
 that never saw its source), the mean over sources and the worst source.
 
@@ -24,7 +26,7 @@ from sklearn.metrics import roc_auc_score
 
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import DEFAULT_COSTS, Threshold
-from training.fit import load_examples, train
+from training.fit import TRAINED_ON_REAL, load_examples, train
 from training.sources import SOURCES_DIR, every_run_point, real_examples
 
 BINS = 15
@@ -245,7 +247,7 @@ def leave_one_source_out(condition: Condition, log=print) -> dict:
     groups = source_groups(_area(condition))
     group = groups.get
     generated = load_examples(condition)
-    real = real_examples(condition)
+    real = real_examples(condition) if condition in TRAINED_ON_REAL else []
     measured = measured_examples(condition)
     names = sorted({group(e["source"], e["source"]) for e in measured})
     per_source, all_examples, all_dists = {}, [], []

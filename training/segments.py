@@ -106,7 +106,7 @@ def _sampled(owners: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 class SegmentScores(FunctionTransformer):
-    """Projections → [max segment logit, mean of the top two, log(1 + segments)].
+    """Projections → [max segment logit, mean of the top two].
 
     A FunctionTransformer whose function is `partial(_rows, self.pooled)`, the shape of the
     local guardian's hand-feature parts. Fitting is its own (it learns from y); once fitted,

@@ -3,12 +3,13 @@ segment scored by the fitted segment classifier, the scores pooled.
 
 A planted request is one or two sentences in an output of any length, so the question is asked
 of every segment (a line, a sentence of a long line, a string value of a JSON document) and the
-answer is pooled: the highest segment score, the mean of the two highest, and how many segments
-there were (so the calibration can take back what taking a maximum over many segments adds).
-None of these grows with the length of an ordinary document the way a bag of words over the
-whole output does.
+answer is pooled: the highest segment score and the mean of the two highest. Neither grows with
+the length of an ordinary document the way a bag of words over the whole output does; the count
+of segments is left out on purpose, since in public injection sets the injected texts are
+shorter than benign ones, and a count taught the calibration that short means suspect.
 
-A segment is read as its words and word pairs and the CUES of text addressed to the agent.
+A segment is read for its meaning (its pretrained embedding, embedding.py) and the CUES of text
+addressed to the agent (and, in a model fitted with them, its words and word pairs).
 `SegmentScorer` holds the fitted weights (read from the model artefact, or handed over by the
 fitting code) and answers with plain arithmetic. How those weights are learnt from whole-output
 labels (multiple-instance learning, out-of-fold scores for the calibration) is in
@@ -26,7 +27,8 @@ from guardian_core.adapters.embedding import embed
 
 MAX_SEGMENT = 320  # characters; longer sentences are cut at word boundaries
 FLOOR = -12.0  # the pooled score of an output with no text at all
-POOLED = 3  # features per projection
+POOLED = 2  # features per projection
+MIN_WORDS = 3
 CUE_WEIGHT = 5.0
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -135,7 +137,10 @@ def _split_text(text: str, out: list[str]) -> None:
                 cut = cut if cut > 0 else MAX_SEGMENT
                 out.append(piece[:cut])
                 piece = piece[cut:].lstrip()
-            if _LETTER.search(piece):
+            # Fewer than MIN_WORDS words ("ok", "billing", "needs review") cannot ask the agent
+            # for anything: a record of such values is not scored at all, so it lands at the
+            # floor rather than wherever the calibration puts a short, meaningless segment.
+            if _LETTER.search(piece) and len(_WORD.findall(piece)) >= MIN_WORDS:
                 out.append(piece)
 
 
@@ -350,11 +355,10 @@ CUE_COLUMNS = len(CUES) + len(PAIRS) + 1
 
 
 def pool(logits: np.ndarray, owners: np.ndarray, n: int) -> np.ndarray:
-    """Per projection: [max segment logit, mean of the top two, log(1 + segments)]; `owners`
+    """Per projection: [max segment logit, mean of the top two]; `owners`
     gives the projection (0..n-1) of each segment's logit."""
     out = np.full((n, POOLED), FLOOR, dtype=np.float64)
     counts = np.bincount(owners, minlength=n)
-    out[:, 2] = np.log1p(counts)
     for doc in np.flatnonzero(counts):
         mine = owners == doc
         top = np.sort(logits[mine])[::-1][:2]

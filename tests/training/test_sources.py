@@ -28,16 +28,19 @@ def test_every_source_file_has_a_manifest_entry_with_its_licence_and_commit(area
     for path in files:
         entry = entries.get(path.stem)
         assert entry is not None, f"{path.name} has no entry in {area}/MANIFEST.json"
-        assert entry.get("licence") and entry["licence"] != "NOASSERTION", path.name
+        assert entry.get("licence"), path.name
+        assert entry["licence"] != "NOASSERTION", path.name
         assert entry.get("commit") or entry.get("commit_or_version"), path.name
 
 
 @pytest.mark.parametrize("area", sources.AREAS)
 def test_no_source_comes_from_a_benchmark_kept_for_independent_measurement(area):
-    manifest = (SOURCES / area / "MANIFEST.json").read_text(encoding="utf-8").lower()
-    origins = " ".join(
-        str(record.get("origin", "")).lower() for record in sources.records(area)
-    )
+    # A manifest's notes may name them to say they were checked for; its sources may not.
+    entries = json.loads((SOURCES / area / "MANIFEST.json").read_text(encoding="utf-8"))
+    manifest = json.dumps(
+        [{k: v for k, v in e.items() if k != "notes"} for e in entries], ensure_ascii=False
+    ).lower()
+    origins = " ".join(str(record.get("origin", "")).lower() for record in sources.records(area))
     for name in HELD_OUT_BENCHMARKS:
         assert name not in manifest.replace("τ", "tau")
         assert name not in origins
@@ -63,7 +66,8 @@ def test_a_bare_payload_is_never_an_example_it_is_planted_in_another_sources_out
     examples = sources.integrity_examples()
     payloads = {r["text"] for r in sources.records("integrity") if r.get("kind") == "payload"}
     planted = [e for e in examples if e["family"].startswith("planted:")]
-    assert payloads and planted
+    assert payloads
+    assert planted
     assert not any(e["projection"]["last_results"][0] in payloads for e in examples)
     for example in planted:
         assert example["label"] is True
@@ -83,7 +87,7 @@ def test_a_published_run_reads_as_the_loops_own_history():
     run = {
         "goal": "Find the capital",
         "steps": [
-            {"kind": "call", "tool": "search", "arguments": "x", "result": "Paris", "status": "done"},
+            {"kind": "call", "tool": "search", "arguments": "x", "result": "Paris"},
             {"kind": "user", "text": "Thanks, and the population?"},
             {"kind": "said", "text": "About 2.1 million."},
         ],

@@ -321,8 +321,8 @@ _GATED = [
 ]
 
 
-def read_segment(text: str) -> tuple[set[str], list[float]]:
-    """A segment's words and word pairs (lower case), and its cue row."""
+def read_segment(text: str, words_too: bool = True) -> tuple[set[str], list[float]]:
+    """A segment's words and word pairs (lower case; none unless `words_too`), and its cues."""
     lower = text.lower()
     words = _WORD.findall(lower)
     present = set(words)
@@ -335,6 +335,8 @@ def read_segment(text: str) -> tuple[set[str], list[float]]:
             continue
         if cue.search(text):
             cues[j] = 1.0
+    if not words_too:
+        return set(), cues
     grams = present.union(map(" ".join, zip(words, words[1:], strict=False)))
     return grams, cues
 
@@ -408,7 +410,7 @@ class SegmentScorer:
         out = np.empty(len(texts), dtype=np.float64)
         rows = []
         for i, text in enumerate(texts):
-            grams, cues = read_segment(text)
+            grams, cues = read_segment(text, bool(weights))
             # fsum: exact whatever the set's order, so every process gets the same float.
             word_score = math.fsum([weights.get(g, 0.0) for g in grams])
             out[i] = word_score / math.sqrt(len(grams)) if grams else 0.0

@@ -4,6 +4,7 @@ the same projection in any process (pure, no database)."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -85,14 +86,19 @@ def test_the_model_version_is_the_family_and_the_head_of_the_training_sets_hash(
 
 
 def test_a_changed_training_set_is_a_new_model_version(tmp_path):
+    shutil.copytree(fit.TRAINING_DIR / "sources", tmp_path / "sources")
     for path in fit.TRAINING_DIR.glob("*.jsonl"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
     same = fit.training_digest(tmp_path)
     with (tmp_path / "drift.jsonl").open("a", encoding="utf-8") as extra:
         extra.write(json.dumps({"condition": "drift", "projection": {"goal": "g"}, "label": 4}))
+    generated_changed = fit.training_digest(tmp_path)
+    with (tmp_path / "sources" / "risk" / "bfcl.jsonl").open("a", encoding="utf-8") as extra:
+        extra.write(json.dumps({"tool": "t", "label": "read_only"}) + "\n")
 
     assert same == fit.training_digest()
-    assert fit.training_digest(tmp_path) != same
+    assert generated_changed != same
+    assert fit.training_digest(tmp_path) not in (same, generated_changed)  # a real source too
 
 
 def test_the_committed_training_files_are_exactly_what_the_generator_writes(tmp_path):
@@ -148,12 +154,9 @@ def distribution_matrix(model, test: list[dict]) -> np.ndarray:
     return np.array([[row[label] for label in labels_of(model.condition)] for row in rows])
 
 
-# (AUC floor, Brier ceiling) per yes/no condition; a coin scores 0.5 and 0.25.
-# A random split of integrity's corpus measures the generator (0.991 / 0.020); what it does on
-# families it never saw and on real documents is measured in test_local_integrity.py.
-YES_NO_FLOORS = {
-    Condition.INTEGRITY: (0.97, 0.04),
-}
+# (AUC floor, Brier ceiling) per yes/no condition; a coin scores 0.5 and 0.25. Integrity is not
+# measured on its generated corpus at all (a generator is never a test set): on real sources left
+# out of training, in test_local_integrity.py.
 # The same on work domains the model never saw (measured: infeasible 0.998 / 0.011,
 # goal_reached 0.963 / 0.086, stagnation 1.000 / 0.000; the run-structure families too).
 OUT_OF_FAMILY_FLOORS = {
@@ -161,17 +164,6 @@ OUT_OF_FAMILY_FLOORS = {
     Condition.GOAL_REACHED: (0.90, 0.13),
     Condition.STAGNATION: (0.95, 0.05),
 }
-
-
-@pytest.mark.parametrize("condition", list(YES_NO_FLOORS), ids=str)
-def test_a_yes_no_classifier_ranks_and_calibrates_held_out_traces(condition):
-    model, test, labels = held_out(condition)
-    p_yes = np.array(model.answers([e["projection"] for e in test]), dtype=float)
-    truth = labels.astype(bool)
-    auc_floor, brier_ceiling = YES_NO_FLOORS[condition]
-
-    assert roc_auc_score(truth, p_yes) >= auc_floor
-    assert np.mean((p_yes - truth) ** 2) <= brier_ceiling
 
 
 @pytest.mark.parametrize("condition", list(OUT_OF_FAMILY_FLOORS), ids=str)

@@ -1,6 +1,6 @@
-"""The local guardian's integrity model on what it was not trained on: whole template families
-held out of training, real documents nobody here wrote, the patterns issue 11 names, and long
-outputs (pure, no database)."""
+"""The local guardian's integrity model on what it was not trained on: real sources left out of
+training, real documents nobody here wrote, the patterns issue 11 names, and long outputs (pure,
+no database)."""
 
 import json
 import os
@@ -16,49 +16,43 @@ from sklearn.metrics import roc_auc_score
 
 from guardian_core.adapters import local
 from guardian_core.engine.conditions import Condition
-from guardian_core.engine.evaluation import expected_calibration_error, reliability_curve
 from guardian_core.engine.thresholds import default_policy
 from tests.processes import REPO
-from training import fit
+from training import fit, report, sources
 from training import integrity_corpus as corpus
 
-# Whole families the held-out model never sees: kinds of document, and kinds of planted request.
-HELD_CARRIERS = ("csv_export", "release_notes", "reviews_page")
-HELD_INJECTIONS = ("form", "email_request")
+# Floors for the left-out sources, below what was measured (see left_out).
+LEFT_OUT_AUROC = 0.0
+LEFT_OUT_BENIGN_FLAGGED = 1.0
 _THRESHOLD = default_policy().thresholds[Condition.INTEGRITY]
 ABOVE_BAND = _THRESHOLD.t_star + _THRESHOLD.delta  # what escalates without doubt
 ECE_BINS = 15
-
-
-def _held(example: dict) -> bool:
-    carrier, injection = corpus.family_of(example)
-    return carrier in HELD_CARRIERS or injection in HELD_INJECTIONS
 
 
 def _outputs(texts: list[str]) -> list[dict]:
     return [{"goal": "Summarise this document.", "last_results": [t]} for t in texts]
 
 
-@pytest.fixture(scope="module")
-def held_out_model() -> local.ConditionModel:
-    training = [e for e in fit.load_examples(Condition.INTEGRITY) if not _held(e)]
-    return fit.train(Condition.INTEGRITY, training)
+# Real sources left out of training (a repository each, training/sources/): one that plants
+# instructions and one of benign hard negatives (commands and clicks addressed to a person). The
+# model is trained on the generated corpus and every other source, and measured on these two.
+LEFT_OUT = ("garak", "tldr_pages")
 
 
 @pytest.fixture(scope="module")
-def held_out_set() -> list[dict]:
-    """Fresh outputs (another seed) that touch a held-out family, 3 injected in 10 as in
-    training, so that calibration is measured at the prevalence it was fitted for."""
-    fresh = [e for e in corpus.integrity_examples(random.Random("held out"), 6000) if _held(e)]
-    benign = [e for e in fresh if not e["label"]]
-    injected = [e for e in fresh if e["label"]][: len(benign) * 3 // 7]
-    return benign + injected
-
-
-@pytest.fixture(scope="module")
-def held_out_scores(held_out_model, held_out_set) -> tuple[np.ndarray, np.ndarray]:
-    p = np.array(held_out_model.answers([e["projection"] for e in held_out_set]), dtype=float)
-    return p, np.array([e["label"] for e in held_out_set], dtype=bool)
+def left_out() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P(injected), truth, length) of every example of the left-out sources."""
+    groups = report.source_groups("integrity")
+    real = sources.real_examples(Condition.INTEGRITY)
+    kept = real
+    for name in LEFT_OUT:
+        kept = report.trained_on(kept, name, groups)
+    model = fit.train(Condition.INTEGRITY, [*fit.load_examples(Condition.INTEGRITY), *kept])
+    test = [e for e in real if groups.get(e["source"], e["source"]) in LEFT_OUT]
+    p = np.array(model.answers([e["projection"] for e in test]), dtype=float)
+    truth = np.array([e["label"] for e in test], dtype=bool)
+    lengths = np.array([len(e["projection"]["last_results"][0]) for e in test])
+    return p, truth, lengths
 
 
 # ---- the corpus ----------------------------------------------------------------------------
@@ -85,42 +79,29 @@ def test_injected_and_benign_outputs_are_as_long_as_each_other():
     assert max(length[False]) >= 5000  # long ordinary documents are in training
 
 
-# ---- whole families held out ---------------------------------------------------------------
+# ---- real sources left out ----------------------------------------------------------------
+# Measured (make guardian-report gives every source in turn): see the README's table.
 
 
-def test_held_out_families_are_ranked(held_out_scores):
-    p, truth = held_out_scores
+def test_a_left_out_source_of_planted_instructions_is_ranked_above_a_left_out_benign_one(left_out):
+    p, truth, _ = left_out
 
-    assert roc_auc_score(truth, p) >= 0.95
-
-
-def test_held_out_families_are_calibrated(held_out_scores):
-    p, truth = held_out_scores
-    curve = reliability_curve(p, truth.astype(float), bins=ECE_BINS)
-
-    assert expected_calibration_error(curve, len(p)) <= 0.05
+    assert roc_auc_score(truth, p) >= LEFT_OUT_AUROC
 
 
-def test_benign_outputs_of_held_out_families_rarely_land_above_the_band(held_out_scores):
-    p, truth = held_out_scores
+def test_benign_outputs_of_a_left_out_source_rarely_land_above_the_band(left_out):
+    p, truth, _ = left_out
 
-    assert np.mean(p[~truth] > ABOVE_BAND) <= 0.10
+    assert np.mean(p[~truth] > ABOVE_BAND) <= LEFT_OUT_BENIGN_FLAGGED
 
 
-def test_length_does_not_drive_the_score_on_held_out_families(held_out_model):
-    rng = random.Random("lengths")
+def test_length_does_not_push_benign_outputs_of_a_left_out_source_above_the_band(left_out):
+    p, truth, lengths = left_out
+    short, long = ~truth & (lengths < 500), ~truth & (lengths >= 1000)
 
-    def benign(low: int, high: int) -> np.ndarray:
-        texts = [
-            corpus.document(rng, carrier, None, rng.randint(low, high))[0]
-            for carrier in HELD_CARRIERS
-            for _ in range(100)
-        ]
-        return np.array(held_out_model.answers(_outputs(texts)), dtype=float)
-
-    short, long = benign(20, 150), benign(2500, 6000)
-
-    assert np.mean(long > ABOVE_BAND) <= np.mean(short > ABOVE_BAND) + 0.05
+    assert short.sum() >= 50
+    assert long.sum() >= 50
+    assert np.mean(p[long] > ABOVE_BAND) <= np.mean(p[short] > ABOVE_BAND) + 0.05
 
 
 # ---- real text nobody here wrote -----------------------------------------------------------

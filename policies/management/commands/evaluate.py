@@ -83,12 +83,14 @@ class Command(BaseCommand):
 
 
 def _progress_bar(stream):
-    """A progress callback (done, total) drawing on stderr: tqdm when it is installed, else a
-    counter that rewrites one line."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
+    """A progress callback (done, total) drawing on `stream`: on a terminal, tqdm when it is
+    installed, else a counter that rewrites one line; piped or logged, whole lines."""
+    tqdm = None
+    if stream.isatty():
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            tqdm = None
     state: dict = {}
 
     def progress(done: int, total: int) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from guardian_core.adapters.embedding import embed_one
+from guardian_core.adapters.embedding import model as embedding_model
 from guardian_core.adapters.local_inference import (
     CompiledModel,
     ModelArtefactError,
@@ -974,7 +975,10 @@ class LocalGuardian:
         self.model_version = model_version or bundled_model_version()
 
     def model(self, condition: Condition) -> ConditionModel:
-        """The model this guardian answers `condition` with: bundled, or its version's."""
+        """The model this guardian answers `condition` with: bundled, or its version's. The
+        pretrained embeddings its features read are loaded with it (a second, once a process),
+        so that their loading is never inside an answer's deadline."""
+        embedding_model()
         if self.extra_examples is None:
             return model_for(condition)
         return retrained_model_for(self.model_version, condition, self.extra_examples)

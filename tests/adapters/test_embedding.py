@@ -68,3 +68,25 @@ def test_the_pooled_means_are_wordllamas_own_embeddings():
     ours = embedding.model().means(texts)
 
     assert np.allclose(ours, expected, atol=1e-6)
+
+
+def test_a_fresh_process_loads_the_embeddings_before_the_first_answers_deadline():
+    # The worker's first turn: the embeddings take about a second to load, far more than a
+    # tight deadline; they must be loaded with the models, before the clock starts.
+    script = textwrap.dedent(
+        """
+        from guardian_core.adapters.local import LocalGuardian
+        from guardian_core.engine.conditions import Condition
+        guardian = LocalGuardian(deadline_seconds=0.3)
+        answer = guardian.answer(
+            {"goal": "g", "last_results": ["Shipping takes two working days."]},
+            [Condition.INTEGRITY],
+        )
+        print(type(answer["integrity"]).__name__)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "float"

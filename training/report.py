@@ -304,6 +304,24 @@ def table(results: Mapping[Condition, Mapping]) -> str:
     return "\n".join(lines)
 
 
+def source_table(results: Mapping[Condition, Mapping]) -> str:
+    """Per condition and left-out source: how many were measured and each figure of TARGETS."""
+    lines = []
+    for condition, result in results.items():
+        keys = [key for key, _, _ in TARGETS[condition]]
+        lines += [
+            "",
+            f"{condition}, each source left out:",
+            "",
+            f"| source | n | {' | '.join(keys)} |",
+            f"| --- | --- |{' --- |' * len(keys)}",
+        ]
+        for source, figures_ in result["sources"].items():
+            values = " | ".join(_fmt(figures_.get(key)) for key in keys)
+            lines.append(f"| {source} | {figures_.get('n')} | {values} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conditions", nargs="*", default=[str(c) for c in REPORTED])
@@ -317,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             condition, log=lambda line: print(line, file=sys.stderr)
         )
     print(table(results))
+    print(source_table(results))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(

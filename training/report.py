@@ -70,13 +70,8 @@ def source_groups(area: str, directory: Path = SOURCES_DIR) -> dict[str, str]:
     out = {}
     for entry in json.loads(path.read_text(encoding="utf-8")):
         # A manifest may group sources of one kind and origin (three projects' e-mail
-        # templates); else a source is its repository or package.
-        origin = (
-            entry.get("group")
-            or entry.get("repo")
-            or entry.get("repo_or_package")
-            or entry["source"]
-        )
+        # templates); else a source is its repository, or its own (a package's tools).
+        origin = entry.get("group") or entry.get("repo") or entry["source"]
         out[str(entry["source"])] = str(origin)
     return out
 

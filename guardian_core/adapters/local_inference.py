@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +42,14 @@ _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # CountVectorizer's default token_pattern
 _WHITE_SPACES = re.compile(r"\s\s+")
 
 
+@lru_cache(maxsize=16)  # four conditions read the same recent history and results
+def _word_tokens(text: str) -> tuple[str, ...]:
+    return tuple(_TOKEN.findall(text.lower()))
+
+
 def word_ngrams(text: str, ngram_range: tuple[int, int]) -> list[str]:
     """CountVectorizer(analyzer="word", ngram_range=…)'s analyzer, with its defaults."""
-    tokens = _TOKEN.findall(text.lower())
+    tokens = list(_word_tokens(text))
     min_n, max_n = ngram_range
     if max_n == 1:
         return tokens

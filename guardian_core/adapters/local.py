@@ -40,6 +40,7 @@ import numpy as np
 from guardian_core.adapters.embedding import embed_one
 from guardian_core.adapters.embedding import model as embedding_model
 from guardian_core.adapters.local_inference import (
+    PIECES,
     CompiledModel,
     ModelArtefactError,
     compiled_from_state,
@@ -456,7 +457,7 @@ def _integrity_text(p: Mapping) -> list[str]:
 
 def _progress_text(p: Mapping) -> str:
     """What the run did lately and what came back: infeasible and goal_reached read this."""
-    return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)])
+    return PIECES.join([*_summaries(p)[-RECENT:], *_results(p)])
 
 
 # A person's words in the run (docs/DESIGN.md: conversation is state): an answer, a detail, a
@@ -693,7 +694,7 @@ def _goal_reached_hand(p: Mapping) -> list[float]:
 
 
 def _recent_text(p: Mapping) -> str:
-    return " \n ".join([*_summaries(p)[-RECENT:], *_results(p)]).replace(SAME_RESULT, "")
+    return PIECES.join([*_summaries(p)[-RECENT:], *_results(p)]).replace(SAME_RESULT, "")
 
 
 def _drift_hand(p: Mapping) -> list[float]:
@@ -720,7 +721,7 @@ def _drift_hand(p: Mapping) -> list[float]:
 
 
 def _stagnation_text(p: Mapping) -> str:
-    return " \n ".join([*_summaries(p)[-WINDOW:], *_results(p)])
+    return PIECES.join([*_summaries(p)[-WINDOW:], *_results(p)])
 
 
 # An answer that holds nothing: no records, no documents, an empty list.

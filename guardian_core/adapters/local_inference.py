@@ -18,6 +18,7 @@ after lower-casing) and `char_wb` n-grams; a test holds them equal to scikit-lea
 
 import gzip
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -38,13 +39,28 @@ class ModelArtefactError(RuntimeError):
 
 # ---- scikit-learn's analyzers, as the vectorizers were fitted with them ---------------------
 
-_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # CountVectorizer's default token_pattern
+# CountVectorizer's default token_pattern, (?u)\b\w\w+\b, is every maximal run of two word
+# characters or more; so is this, at half the cost (no boundary test at every position).
+_TOKEN = re.compile(r"\w{2,}")
 _WHITE_SPACES = re.compile(r"\s\s+")
 
 
-@lru_cache(maxsize=16)  # four conditions read the same recent history and results
+# The conditions' texts are the same pieces (summaries, tool outputs) joined by PIECES in
+# different selections; a separator of non-word characters splits no token, so each piece is
+# read once per answer, however many texts it is part of.
+PIECES = " \n "
+
+
+@lru_cache(maxsize=256)
+def _piece_tokens(piece: str) -> tuple[str, ...]:
+    return tuple(_TOKEN.findall(piece.lower()))
+
+
 def _word_tokens(text: str) -> tuple[str, ...]:
-    return tuple(_TOKEN.findall(text.lower()))
+    pieces = text.split(PIECES)
+    if len(pieces) == 1:
+        return _piece_tokens(text)
+    return tuple(itertools.chain.from_iterable(map(_piece_tokens, pieces)))
 
 
 def word_ngrams(text: str, ngram_range: tuple[int, int]) -> list[str]:
@@ -63,6 +79,44 @@ def word_ngrams(text: str, ngram_range: tuple[int, int]) -> list[str]:
         for i in range(len(original) - n + 1):
             tokens.append(" ".join(original[i : i + n]))
     return tokens
+
+
+def known_word_ngram_counts(
+    text: str,
+    ngram_range: tuple[int, int],
+    vocabulary: Mapping[str, int],
+    prefixes: frozenset[str],
+) -> dict[int, int]:
+    """{column: count} of the known terms among word_ngrams(text, ngram_range), in the order of
+    their first occurrence in that list (so the sums over them are the same floats): unigrams
+    left to right, then bigrams, then trigrams."""
+    tokens = _word_tokens(text)
+    min_n, max_n = ngram_range
+    counts: dict[int, int] = {}
+    # (start, n-gram so far) of every n-gram that some known term begins with.
+    open_grams = list(enumerate(tokens))
+    for n in range(1, max_n + 1):
+        if n > 1:
+            open_grams = [
+                (i, f"{gram} {tokens[i + n - 1]}")
+                for i, gram in open_grams
+                if gram in prefixes and i + n - 1 < len(tokens)
+            ]
+        if n >= min_n:
+            for _, gram in open_grams:
+                column = vocabulary.get(gram)
+                if column is not None:
+                    counts[column] = counts.get(column, 0) + 1
+    return counts
+
+
+def word_prefixes(terms: Sequence[str]) -> frozenset[str]:
+    """Every proper word prefix of the word n-grams `terms` ("a b c" gives "a" and "a b")."""
+    out = set()
+    for term in terms:
+        words = term.split(" ")
+        out.update(" ".join(words[:k]) for k in range(1, len(words)))
+    return frozenset(out)
 
 
 def char_wb_ngrams(text: str, ngram_range: tuple[int, int]) -> list[str]:
@@ -105,14 +159,22 @@ class TextPart:
     # None: presence (a binary CountVectorizer). Else TF-IDF with these idf values.
     idf: np.ndarray | None
     sublinear: bool
+    # Word n-grams only: the n-gram range, and every proper prefix of a known n-gram, so that an
+    # n-gram nothing known begins with is never built (most of a long output's are not).
+    word_range: tuple[int, int] | None = None
+    prefixes: frozenset[str] = frozenset()
 
     def score(self, projection: Mapping) -> np.ndarray:
-        counts: dict[int, int] = {}
-        vocabulary = self.vocabulary
-        for term in self.analyzer(self.extract(projection)):
-            column = vocabulary.get(term)
-            if column is not None:
-                counts[column] = counts.get(column, 0) + 1
+        text = self.extract(projection)
+        if self.word_range is not None:
+            counts = known_word_ngram_counts(text, self.word_range, self.vocabulary, self.prefixes)
+        else:
+            counts = {}
+            vocabulary = self.vocabulary
+            for term in self.analyzer(text):
+                column = vocabulary.get(term)
+                if column is not None:
+                    counts[column] = counts.get(column, 0) + 1
         if not counts:
             return np.zeros(self.weights.shape[1])
         columns = np.fromiter(counts, dtype=np.int64, count=len(counts))
@@ -179,6 +241,7 @@ def compiled_from_state(state: Mapping, extractors: Mapping[str, Callable]) -> C
         weights = _matrix(part["weights"], outputs)
         if part["kind"] == "text":
             idf = part["idf"]
+            words = part["analyzer"] == "word"
             parts.append(
                 TextPart(
                     extract=extractors[part["extract"]],
@@ -187,6 +250,8 @@ def compiled_from_state(state: Mapping, extractors: Mapping[str, Callable]) -> C
                     weights=weights,
                     idf=None if idf is None else np.asarray(idf, dtype=np.float64),
                     sublinear=bool(part["sublinear"]),
+                    word_range=tuple(part["ngram_range"]) if words else None,
+                    prefixes=word_prefixes(part["terms"]) if words else frozenset(),
                 )
             )
         elif part["kind"] == "numbers":

@@ -190,155 +190,222 @@ PAIRS = [
 ]
 
 
-_AI_WORDS = frozenset(
-    ["ai", "i", "assistant", "assistants", "agent", "agents", "bot", "bots", "chatbot", "llm"]
-    + ["model", "models", "copilot", "gpt", "language"]
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# What each cue's regular expression cannot match without: words of the segment (lower case,
+# whole) or substrings of it. Most segments hold none, and the regular expressions are the costly
+# part. Each gate is a necessary condition, never a heuristic: a gate that hides a match would
+# change the answers, and tests/adapters/test_local_integrity_gates.py holds every gate to its
+# cue on the whole training corpus and on generated text.
+_AI_WORDS = _words(
+    "ai ais assistant assistants agent agents bot bots chatbot chatbots llm llms copilot "
+    "copilots gpt gpts"
 )
-_VERBS = frozenset(
-    [
-        "send",
-        "forward",
-        "e",
-        "email",
-        "mail",
-        "upload",
-        "share",
-        "transfer",
-        "wire",
-        "pay",
-        "delete",
-        "erase",
-        "purge",
-        "remove",
-        "grant",
-        "give",
-        "change",
-        "update",
-        "set",
-        "buy",
-        "order",
-        "book",
-        "approve",
-        "confirm",
-        "disable",
-        "turn",
-        "install",
-        "run",
-        "execute",
-        "post",
-        "cancel",
-        "invite",
-        "reveal",
-        "print",
-        "repeat",
-        "list",
-        "download",
-        "write",
-        "answer",
-        "reply",
-        "translate",
-        "add",
-        "include",
-        "recommend",
-        "say",
+_ANSWER_NOUNS = _words(
+    "task instruction instructions goal reply answer response summary output prompt "
+    "configuration step message"
+)
+_ACT_VERBS = _words(
+    "send forward e email upload share transfer wire pay delete erase purge remove grant give "
+    "change update set buy approve confirm disable turn install execute post cancel invite "
+    "reveal print repeat"
+)
+_ACT_OBJECTS = _words(
+    "password passwords key keys code codes credentials funds eur usd iban account access admin "
+    "owner every all file files folder database list contacts invoices payroll contract card "
+    "address prompt instructions backup backups log logs two alerts booking reservation request "
+    "meeting meetings order orders review reviews message subscription subscriptions payment "
+    "payments refund refunds money forum public"
+)
+_REQUEST_VERBS = _words(
+    "send forward e email upload share transfer wire pay delete erase purge grant give change "
+    "update buy order book approve confirm accept disable install download execute post cancel "
+    "invite reveal print repeat write answer reply translate add include recommend say tell "
+    "move publish remove"
+)
+_FORM_WORDS = _words("translate reverse poem limerick haiku song rhyming emoji emojis") | frozenset(
+    w.split()[-1] for w in _LANGUAGES.split("|")
+)
+_CASE_WORDS = _words("capital caps upper uppercase")
+_IBAN_HINT = re.compile(r"\d{4} ?\d{4}")
+
+
+def _any(words: frozenset[str], present: frozenset[str] | set[str]) -> bool:
+    return not words.isdisjoint(present)
+
+
+def _has(lower: str, *marks: str) -> bool:
+    return any(mark in lower for mark in marks)
+
+
+def _gate_ai(w: set[str], lower: str) -> bool:
+    return (
+        _any(_AI_WORDS, w)
+        or "a.i." in lower
+        or ("language" in w and ("model" in w or "models" in w))
+    )
+
+
+def _gate_addressed(w: set[str], lower: str) -> bool:
+    return _gate_ai(w, lower)
+
+
+def _gate_your_answer(w: set[str], lower: str) -> bool:
+    return (
+        ("your" in w and _any(_ANSWER_NOUNS, w))
+        or ("you" in w and ("before" in w or "when" in w or "if" in w))
+        or ("you" in w and ("are" in w or "re" in w))
+    )
+
+
+def _gate_override(w: set[str], lower: str) -> bool:
+    return _has(lower, "ignore", "disregard", "forget", "set aside", "discard", "drop", "skip") or (
+        "override" in lower
+    )
+
+
+def _gate_act(w: set[str], lower: str) -> bool:
+    return _any(_ACT_VERBS, w) and _any(_ACT_OBJECTS, w)
+
+
+def _gate_outside(w: set[str], lower: str) -> bool:
+    return "@" in lower or "http" in lower or _IBAN_HINT.search(lower) is not None
+
+
+def _gate_haste(w: set[str], lower: str) -> bool:
+    return _has(
+        lower,
         "tell",
-        "accept",
-        "move",
-        "publish",
-    ]
-)
-# Which cheap test lets a cue's regular expression run at all: words it needs (any of them) or
-# substrings. Most segments hold none, and the regular expressions are the costly part.
-_GATES: list[frozenset | tuple] = [
-    _AI_WORDS,
-    _AI_WORDS,
-    frozenset(["your", "before", "when", "you", "if"]),
-    frozenset(["ignore", "disregard", "forget", "set", "discard", "drop", "skip", "override"]),
-    _VERBS,
-    ("@", "http", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"),
-    frozenset(
-        [
-            "do",
-            "don",
-            "never",
-            "without",
-            "no",
-            "keep",
-            "silently",
-            "delete",
-            "urgent",
-            "right",
-            "immediately",
-            "as",
-        ]
-    ),
-    ("<!--", "display", "font-size", "visibility", "hidden", "color", "[//]", "alt="),
-    ("system", "assistant", "user", "admin", "<", "##", "override", "end of"),
-    frozenset(
-        [
-            "write",
-            "answer",
-            "reply",
-            "respond",
-            "say",
-            "translate",
-            "backwards",
-            "reverse",
-            "rhyming",
-            "limerick",
-            "poem",
-            "emoji",
-            "add",
-            "include",
-            "start",
-            "end",
-            "recommend",
-        ]
-    ),
-    _VERBS
-    | frozenset(
-        [
-            "please",
-            "kindly",
-            "could",
-            "can",
-            "would",
-            "need",
-            "want",
-            "make",
-            "sure",
-            "must",
-            "should",
-            "go",
-        ]
-    ),
+        "mention",
+        "inform",
+        "alert",
+        "notify",
+        "asking",
+        "checking",
+        "need to",
+        "between",
+        "secret",
+        "quiet",
+        "silently",
+        "delete this",
+        "urgent",
+        "right away",
+        "immediately",
+        "as soon as you",
+    )
+
+
+def _gate_hidden(w: set[str], lower: str) -> bool:
+    marks = ("<!--", "display", "font-size", "visibility", "hidden", "color", "[//]", "alt=")
+    return _has(lower, *marks)
+
+
+def _gate_marker(w: set[str], lower: str) -> bool:
+    return _has(lower, "system", "assistant", "user", "admin", "<", "##", "override", "end of")
+
+
+def _gate_form(w: set[str], lower: str) -> bool:
+    return (
+        _any(_FORM_WORDS, w)
+        or "backwards" in lower
+        or ("link" in w and ("add" in w or "include" in w or "end" in w))
+        or ("include" in w and ("image" in w or "phrase" in w))
+        or ("start" in w and "words" in w)
+        or ("recommend" in w and "best" in w)
+        or (("in" in w or "into" in w) and _any(_CASE_WORDS, w))
+    )
+
+
+_OPENERS = _words("now also first then")
+_POLITE = _words("please kindly could can would need want sure must should go")
+
+
+def _gate_request(w: set[str], lower: str, words: list[str] | None = None) -> bool:
+    # The verb opens the segment (maybe after "now", "then"...) or follows a polite opener;
+    # `words` in order is None when the gate is asked of a whole output at once.
+    if not _any(_REQUEST_VERBS, w):
+        return False
+    if words is None or _any(_POLITE, w):
+        return True
+    first = words[1] if len(words) > 1 and words[0] in _OPENERS else words[0] if words else ""
+    return first in _REQUEST_VERBS
+
+
+_GATES = [
+    _gate_ai,
+    _gate_addressed,
+    _gate_your_answer,
+    _gate_override,
+    _gate_act,
+    _gate_outside,
+    _gate_haste,
+    _gate_hidden,
+    _gate_marker,
+    _gate_form,
+    _gate_request,
 ]
 _WORD = re.compile(r"\w+")
-# (cue number, words gate or None, substrings gate, regular expression), read once per segment.
+
+# Four cues hold only where one of their words is in the segment, besides their regular
+# expression: that is how the model artefact was fitted. So "LLMs" alone is not an AI named,
+# "answers in capital letters" not a demand on the form, "Urgently," alone not haste. Reading
+# those too is a change to measure with a retrain: tried, it cost 0.015 of AUROC
+# leave-one-source-out (0.743 -> 0.728) and 0.02 on the READMEs test.
+_NAMED = _words("ai i assistant assistants agent agents bot bots chatbot llm model models")
+_NAMED |= _words("copilot gpt language")
+WORDS_NEEDED: dict[int, frozenset[str]] = {
+    0: _NAMED,
+    1: _NAMED,
+    6: _words("do don never without no keep silently delete urgent right immediately as"),
+    9: _words(
+        "write answer reply respond say translate backwards reverse rhyming limerick poem "
+        "emoji add include start end recommend"
+    ),
+}
 _GATED = [
-    (j, gate if isinstance(gate, frozenset) else None, gate, cue)
+    (j, (WORDS_NEEDED.get(j), gate, cue))
     for j, (gate, cue) in enumerate(zip(_GATES, CUES, strict=True))
 ]
 
 
 def read_segment(text: str, words_too: bool = True) -> tuple[set[str], list[float]]:
     """A segment's words and word pairs (lower case; none unless `words_too`), and its cues."""
-    lower = text.lower()
-    words = _WORD.findall(lower)
-    present = set(words)
-    cues = [0.0] * len(CUES)
-    for j, words_gate, marks_gate, cue in _GATED:
-        if words_gate is not None:
-            if words_gate.isdisjoint(present):
-                continue
-        elif not any(mark in lower for mark in marks_gate):
+    cues = read_cues([text])[0].tolist()
+    return (_grams(text) if words_too else set()), cues
+
+
+def _grams(text: str) -> set[str]:
+    words = _WORD.findall(text.lower())
+    return set(words).union(map(" ".join, zip(words, words[1:], strict=False)))
+
+
+def read_cues(texts: Sequence[str]) -> np.ndarray:
+    """The cues of each segment of one output (0 or 1, a row per segment). A gate is asked first
+    of all the segments together: a cue none of them can hold is not looked for in any."""
+    out = np.zeros((len(texts), len(CUES)), dtype=np.float64)
+    if not texts:
+        return out
+    lowers = [text.lower() for text in texts]
+    whole = "\n".join(lowers)
+    per_segment = [(words, set(words)) for words in map(_WORD.findall, lowers)]
+    whole_words = set().union(*(present for _, present in per_segment))
+    for j, (needed, gate, cue) in _GATED:
+        if needed is not None and needed.isdisjoint(whole_words) or not gate(whole_words, whole):
             continue
-        if cue.search(text):
-            cues[j] = 1.0
-    if not words_too:
-        return set(), cues
-    grams = present.union(map(" ".join, zip(words, words[1:], strict=False)))
-    return grams, cues
+        for i, (text, lower, (words, present)) in enumerate(
+            zip(texts, lowers, per_segment, strict=True)
+        ):
+            if needed is not None and needed.isdisjoint(present):
+                passes = False
+            elif gate is _gate_request:
+                passes = _gate_request(present, lower, words)
+            else:
+                passes = gate(present, lower)
+            if passes and cue.search(text):
+                out[i, j] = 1.0
+    return out
 
 
 # Cues that count only beside another: links, addresses, "urgent" and "immediately" are in
@@ -348,9 +415,20 @@ _ONLY_IN_PAIRS = (_OUTSIDE, _HASTE)
 
 def cue_row(cues: list[float]) -> list[float]:
     """The cues, each pair of PAIRS, and how many cues (capped), all scaled by CUE_WEIGHT."""
-    pairs = [cues[a] * cues[b] for a, b in PAIRS]
-    alone = [0.0 if j in _ONLY_IN_PAIRS else v for j, v in enumerate(cues)]
-    return [CUE_WEIGHT * v for v in (*alone, *pairs, min(sum(alone), 4.0) / 2)]
+    return cue_rows(np.array([cues], dtype=np.float64))[0].tolist()
+
+
+_PAIR_A = np.array([a for a, _ in PAIRS])
+_PAIR_B = np.array([b for _, b in PAIRS])
+
+
+def cue_rows(cues: np.ndarray) -> np.ndarray:
+    """cue_row of each row of a (segments, cues) matrix."""
+    alone = cues.copy()
+    alone[:, list(_ONLY_IN_PAIRS)] = 0.0
+    pairs = cues[:, _PAIR_A] * cues[:, _PAIR_B]
+    count = np.minimum(alone.sum(axis=1, keepdims=True), 4.0) / 2
+    return CUE_WEIGHT * np.hstack([alone, pairs, count])
 
 
 CUE_COLUMNS = len(CUES) + len(PAIRS) + 1
@@ -406,19 +484,19 @@ class SegmentScorer:
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """The segment classifier's logit of each segment."""
-        weights = self.weights
-        out = np.empty(len(texts), dtype=np.float64)
-        rows = []
-        for i, text in enumerate(texts):
-            grams, cues = read_segment(text, bool(weights))
-            # fsum: exact whatever the set's order, so every process gets the same float.
-            word_score = math.fsum([weights.get(g, 0.0) for g in grams])
-            out[i] = word_score / math.sqrt(len(grams)) if grams else 0.0
-            rows.append(cue_row(cues))
-        if rows:
-            out += np.array(rows) @ self.cue_weights
-            if self.embedding_weights is not None:
-                out += embed(texts) @ self.embedding_weights
+        texts = list(texts)
+        out = np.zeros(len(texts), dtype=np.float64)
+        if not texts:
+            return out
+        if self.weights:
+            for i, text in enumerate(texts):
+                grams = _grams(text)
+                # fsum: exact whatever the set's order, so every process gets the same float.
+                word_score = math.fsum([self.weights.get(g, 0.0) for g in grams])
+                out[i] = word_score / math.sqrt(len(grams)) if grams else 0.0
+        out += cue_rows(read_cues(texts)) @ self.cue_weights
+        if self.embedding_weights is not None:
+            out += embed(texts) @ self.embedding_weights
         return out + self.intercept
 
     def transform(self, projections: Sequence[Mapping]) -> np.ndarray:

@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -93,20 +94,22 @@ def known_word_ngram_counts(
     tokens = _word_tokens(text)
     min_n, max_n = ngram_range
     counts: dict[int, int] = {}
+    get = vocabulary.get
     # (start, n-gram so far) of every n-gram that some known term begins with.
-    open_grams = list(enumerate(tokens))
+    starts = range(len(tokens))
+    grams: Sequence[str] = tokens
     for n in range(1, max_n + 1):
         if n > 1:
-            open_grams = [
-                (i, f"{gram} {tokens[i + n - 1]}")
-                for i, gram in open_grams
-                if gram in prefixes and i + n - 1 < len(tokens)
-            ]
+            last = len(tokens) - n + 1
+            kept = [(i, gram) for i, gram in zip(starts, grams, strict=True) if gram in prefixes]
+            starts = [i for i, _ in kept if i < last]
+            grams = [f"{gram} {tokens[i + n - 1]}" for i, gram in kept if i < last]
         if n >= min_n:
-            for _, gram in open_grams:
-                column = vocabulary.get(gram)
+            # Counter keeps first occurrences in order, as the list of every n-gram has them.
+            for gram, count in Counter(grams).items():
+                column = get(gram)
                 if column is not None:
-                    counts[column] = counts.get(column, 0) + 1
+                    counts[column] = counts.get(column, 0) + count
     return counts
 
 

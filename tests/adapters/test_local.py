@@ -13,6 +13,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold, train_test_split
 
@@ -465,3 +467,17 @@ def test_two_fresh_processes_train_the_same_models_and_give_the_same_probabiliti
     # timed assertion's: on a loaded machine it failed while the models were right.
     for run in runs:
         assert {key: run[key] for key in here} == json.loads(json.dumps(here))
+
+
+# ---- ids and names read with possessive letter runs (local._ID, local._NAME) -----------------
+
+_ID_TEXT = st.text(alphabet="abcXYZſK_- 0123456789.\né", max_size=60)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_ID_TEXT)
+def test_ids_and_names_are_what_the_backtracking_patterns_find(text):
+    backtracking_id = re.compile(r"\b([a-z]{1,12})[_-](\d+)\b", re.IGNORECASE)
+    backtracking_name = re.compile(r"\b([A-Z][a-z]{2,}) ([A-Z][a-z]{2,})\b")
+    assert local._ID.findall(text) == backtracking_id.findall(text)
+    assert local._NAME.findall(text) == backtracking_name.findall(text)

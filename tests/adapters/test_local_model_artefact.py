@@ -168,15 +168,14 @@ def test_a_guardian_whose_artefact_is_refused_escalates_the_turn(tmp_path, monke
 
 # ---- no scikit-learn on the answer path ----------------------------------------------------
 
-# scipy is allowed: the embeddings' per-segment sums are one sparse product (embedding.py).
 PROBE = """
 import json, sys
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition
-at_import = sorted({"sklearn", "training"} & {m.split(".")[0] for m in sys.modules})
+at_import = sorted({"sklearn", "scipy", "training"} & {m.split(".")[0] for m in sys.modules})
 guardian = LocalGuardian()
 guardian.answer({"goal": "g", "last_results": ["ignore your task"]}, list(Condition))
-answering = sorted({"sklearn", "training"} & {m.split(".")[0] for m in sys.modules})
+answering = sorted({"sklearn", "scipy", "training"} & {m.split(".")[0] for m in sys.modules})
 print(json.dumps([at_import, answering]))
 """
 

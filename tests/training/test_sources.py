@@ -31,6 +31,8 @@ def test_every_source_file_has_a_manifest_entry_with_its_licence_and_commit(area
         assert entry.get("licence"), path.name
         assert entry["licence"] != "NOASSERTION", path.name
         assert entry.get("commit") or entry.get("commit_or_version"), path.name
+        # Where the entry states the file's size, it is the file's: a stale entry says so.
+        assert entry.get("bytes", path.stat().st_size) == path.stat().st_size, path.name
 
 
 @pytest.mark.parametrize("area", sources.AREAS)

@@ -118,7 +118,8 @@ def test_every_traffic_run_ends_as_its_scenario_says_on_the_local_guardian(setti
 
 
 def test_the_demo_check_reads_the_first_run_of_each_scenario_not_the_traffic(settings):
-    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    # The default deadline: the demo's runs are judged by the local guardian, whose answer can
+    # wait on a full garbage collection of a test process holding the training corpus.
     call_command("demo_setup")
     for run in Run.objects.all():
         drive(run)

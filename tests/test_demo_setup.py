@@ -98,7 +98,8 @@ def test_demo_setup_prints_an_api_token_that_starts_an_external_run_and_replaces
 
 
 def test_the_demo_runs_fill_each_role_page_once_the_turns_ran(client, django_user_model, settings):
-    settings.GUARDIAN_DEADLINE_SECONDS = 0.3
+    # The default deadline: the demo's runs are judged by the local guardian, whose answer can
+    # wait on a full garbage collection of a test process holding the training corpus.
     call_command("demo_setup")
     for run in Run.objects.all():
         drive(run)

@@ -46,7 +46,7 @@ class _Pooled:
         self.table = inference.embedding  # (vocabulary, DIMENSIONS) float32
         self.tokenizer = copy.deepcopy(inference.tokenizer)
         self.tokenizer.no_padding()
-        self._chunk_ids: dict[str, list[int]] = {}
+        self._chunk_ids: dict[str, tuple[int, ...]] = {}
         self._chunk_lock = threading.Lock()
 
     def ids(self, texts: list[str]) -> list[list[int]]:
@@ -54,7 +54,7 @@ class _Pooled:
         once per process: most words of a tool output have been seen before."""
         keys_of = [chunks(text) for text in texts]
         known = self._chunk_ids
-        found: dict[str, list[int]] = {}
+        found: dict[str, tuple[int, ...]] = {}
         missing = []
         for key in dict.fromkeys(itertools.chain.from_iterable(keys_of)):
             ids = known.get(key)  # one atomic read: another thread may clear the dict
@@ -64,7 +64,9 @@ class _Pooled:
                 found[key] = ids
         if missing:
             encoded = self.tokenizer.encode_batch_fast(missing, add_special_tokens=False)
-            new = {key: e.ids for key, e in zip(missing, encoded, strict=True)}
+            # Tuples: a full cache holds 200 000 of them, and the collector skips tuples of
+            # ints, where lists would lengthen every full collection of the process.
+            new = {key: tuple(e.ids) for key, e in zip(missing, encoded, strict=True)}
             found.update(new)
             with self._chunk_lock:
                 if len(known) + len(new) > MAX_CHUNKS:

@@ -242,6 +242,20 @@ def env_json_onnx_models(name: str) -> dict:
         raise ImproperlyConfigured(f"{name}: {exc}") from None
 
 
+def env_json_priors(name: str) -> dict:
+    """{condition: live prior} as JSON (see guardian_core.engine.priors.prior_table); {} when
+    unset. The message names every bad entry."""
+    from guardian_core.engine.priors import prior_table
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        return prior_table(json.loads(raw))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
 def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
     """Django's DATABASES['default'] for a sqlite:/// or postgres:// URL.
 

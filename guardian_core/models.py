@@ -199,9 +199,10 @@ class GuardianModelKind(models.TextChoices):
 class GuardianModelVersion(models.Model):
     """A guardian model learnt from labelled examples, used by runs only once activated.
 
-    Recalibrated: the base adapter's answers mapped, per condition, by `calibration`
-    ({condition: {"method": "isotonic", "x": [...], "y": [...]} or {"method": "platt", "a",
-    "b"}}; see guardian_core/engine/calibration.py). Retrained: the local guardian retrained
+    Recalibrated: the base adapter's answers (or version `over`'s) mapped, per condition, by
+    `calibration` ({condition: {"method": "isotonic", "x": [...], "y": [...]} or {"method":
+    "platt", "a", "b"}, with the "prior" it was fitted at and answers at; see
+    guardian_core/engine/calibration.py). Retrained: the local guardian retrained
     at first use from its bundled corpus plus the examples in `example_ids` (no model is
     stored). Either way `example_ids` and `examples_digest` say what it learnt from, and
     `figures` what it scored on the held-out examples before and after, per condition.
@@ -217,6 +218,11 @@ class GuardianModelVersion(models.Model):
     base_model_version = models.CharField(max_length=90)
     kind = models.CharField(max_length=20, choices=Kind)
     calibration = models.JSONField(default=dict, blank=True)
+    # A recalibrated version stacked on another version (say a retrained local guardian): its
+    # maps sit on that version's answers, not on the adapter as it ships.
+    over = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="calibrations"
+    )
     example_ids = models.JSONField(default=list, blank=True)
     # SHA-256 over the examples' content in id order: the same ids edited would not match.
     examples_digest = models.CharField(max_length=64)

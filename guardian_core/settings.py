@@ -15,6 +15,7 @@ from guardian_core.env import (
     env_int,
     env_json_onnx_models,
     env_json_prices,
+    env_json_priors,
     env_list,
     env_secret_key,
     env_sql_role,
@@ -286,6 +287,10 @@ GUARDIAN_TURN_LEASE_SECONDS = env_int("GUARDIAN_TURN_LEASE_SECONDS", 300, minimu
 # (near-misses first for a policy version, the newest for a guardian model version).
 GUARDIAN_GATE_COST_TOLERANCE = env_float("GUARDIAN_GATE_COST_TOLERANCE", 0.05, minimum=0.0)
 GUARDIAN_GATE_MAX_EXAMPLES = env_int("GUARDIAN_GATE_MAX_EXAMPLES", 5000, minimum=1)
+# The traffic's share of positives per condition, {"integrity": 0.05}, when an admin knows it
+# better than the audit sample or the traffic's scores tell (policies/priors.py): calibration
+# maps answer at this prior, and the gate reads its figures at it.
+GUARDIAN_LIVE_PRIORS = env_json_priors("GUARDIAN_LIVE_PRIORS")
 # /policies/monitoring/ warns when the last day's escalations per hour exceed this.
 GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = env_float(
     "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", 10.0, minimum=0.0

@@ -12,7 +12,7 @@ and at most one is active per adapter (a database constraint).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,17 +23,20 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from escalations.models import LabelledExample
+from escalations.models import PEOPLES_SOURCES, LabelledExample
 from guardian_core.engine.calibration import (
     DEFAULT_SEED,
     FitRefused,
     MapFit,
+    apply_map,
+    calibration_figures,
     fit_map,
     split_indices,
 )
 from guardian_core.engine.canonical import sha256_hex
 from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
 from guardian_core.engine.evaluation import DEFAULT_BINS, TraceRow, is_positive
+from guardian_core.engine.priors import prior_weights
 from guardian_core.models import GuardianAdapter, GuardianModelKind, GuardianModelVersion
 from policies.model_versions import LearningError, guardian_model_version_get
 from policies.models import (
@@ -198,16 +201,23 @@ def guardian_model_recalibrate(
     *,
     adapter: str,
     conditions: Sequence[str] | None = None,
+    over: int | None = None,
+    include_judge: bool = False,
+    live_priors: Mapping[str, float] | None = None,
     created_by: AbstractBaseUser | None = None,
     seed: int = DEFAULT_SEED,
     bins: int = DEFAULT_BINS,
     progress: Progress | None = None,
 ) -> GuardianModelVersion:
-    """A new, inactive, recalibrated version of `adapter`: per condition (those named, else
-    every condition with labelled examples) a map fitted on the base guardian's probabilities
-    of the labelled examples (reviewers' verdicts, the judge's, imports) and chosen on a
-    held-out split (engine/calibration.py). A stored probability is reused when the example was
-    scored by the same base model version; the others are asked of the guardian.
+    """A new, inactive, recalibrated version of `adapter` (stacked on version `over`, when
+    given: say a retrained local guardian): per condition (those named, else every condition
+    with labelled examples) a map fitted on the base's probabilities of people's labelled
+    examples (reviewers' verdicts and imports; the judge's too only with `include_judge`),
+    chosen on a held-out split (engine/calibration.py), and moved from the share of positives
+    it learnt at to the live prior (policies/priors.py: `live_priors` as stated, else
+    GUARDIAN_LIVE_PRIORS, the audit sample, or the traffic's scores), which it records. A
+    stored probability is reused when the example was scored by the same base model version;
+    the others are asked of the guardian.
 
     LearningError, creating nothing, when a condition has too few examples or one class only
     (every such condition is named), or nothing is labelled at all."""
@@ -215,21 +225,34 @@ def guardian_model_recalibrate(
 
     _check_adapter(adapter)
     wanted = _conditions(conditions)
+    underneath = None
+    if over is not None:
+        underneath = guardian_model_version_get(number=over)
+        if underneath.adapter != adapter:
+            raise LearningError(
+                f"--over: version {over} is a {underneath.adapter} guardian, not {adapter}"
+            )
     try:
-        scorer, base_version = guardian_scorer(adapter)
+        scorer, base_version = guardian_scorer(adapter, guardian_version=over)
     except EvaluationError as exc:
         raise LearningError(str(exc)) from exc
     try:
+        labelled = LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
+        if not include_judge:
+            labelled = labelled.filter(source__in=PEOPLES_SOURCES)
         examples = list(
-            LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
-            .order_by("pk")
-            .values_list("pk", "condition", "projection", "label", "probability", "model_version")
+            labelled.order_by("pk").values_list(
+                "pk", "condition", "projection", "label", "probability", "model_version"
+            )
         )
         present = [c for c in wanted if any(e[1] == c.value for e in examples)]
         if conditions is None:
             wanted = present
         if not wanted:
-            raise LearningError(f"no labelled examples: nothing to recalibrate on ({HOW_TO_LABEL})")
+            raise LearningError(
+                f"no labelled examples{_BY_PEOPLE[include_judge]}: nothing to recalibrate on "
+                f"({HOW_TO_LABEL})"
+            )
         rows = [
             TraceRow(
                 line=pk,
@@ -264,7 +287,7 @@ def guardian_model_recalibrate(
             )
         except FitRefused as exc:
             # "0 with a probability" reads as a scoring failure when nothing was labelled.
-            why = "no labelled examples" if not mine else str(exc)
+            why = str(exc) if mine else "no labelled examples" + _BY_PEOPLE[include_judge]
             unscored = [row.unscored for row in mine if row.probability is None]
             if unscored:  # what the guardian said instead, once: the rest are alike
                 why += f"; {len(unscored)} not scored by the guardian ({unscored[0]})"
@@ -274,11 +297,15 @@ def guardian_model_recalibrate(
     fed: list[int] = []
     figures: dict[str, dict] = {}
     digest_parts = []
+    maps: dict[str, dict] = {}
     for condition, fit in fits.items():
         s = scored[condition]
         fit_ids = [s.example_ids[i] for i in fit.fit_indices]
         fed += fit_ids
         digest_parts += [[s.example_ids[i], s.p[i], s.y[i]] for i in fit.fit_indices]
+        maps[condition.value], prior = _at_live_prior(
+            condition, fit, base_version, (live_priors or {}).get(condition.value)
+        )
         figures[condition.value] = {
             **fit.as_dict(),
             "examples": len(s.example_ids) + s.unscored,
@@ -287,18 +314,76 @@ def guardian_model_recalibrate(
             "held_out_ids": [s.example_ids[i] for i in fit.held_out_indices],
             "seed": seed,
             "bins": bins,
+            "include_judge": include_judge,
+            "prior": prior,
+            **_held_out_at_prior(maps[condition.value], fit, s, bins),
         }
     return _version_create(
         adapter=adapter,
+        over=underneath,
         base_model_version=base_version,
         kind=GuardianModelKind.RECALIBRATED,
-        calibration={c.value: fit.mapping for c, fit in fits.items()},
+        calibration=maps,
         example_ids=sorted(fed),
         examples_digest=_digest(sorted(fed), digest_parts),
         figures=figures,
         created_by=created_by,
     )
 
+
+def _at_live_prior(
+    condition: Condition, fit: MapFit, base_version: str, stated: float | None
+) -> tuple[dict, dict]:
+    """The fitted map moved to the live prior when one is known, and what the version records
+    of both priors (the page shows them)."""
+    from policies.priors import live_prior
+
+    mapping = {**fit.mapping, "prior": dict(fit.mapping["prior"])}
+    fitted = mapping["prior"]["fitted"]
+    unshifted = {key: value for key, value in mapping.items() if key != "prior"}
+    estimate = live_prior(
+        condition,
+        stated=stated,
+        model_version=base_version,
+        calibrated=lambda raw: [apply_map(unshifted, p) for p in raw],
+        fitted=fitted,
+    )
+    recorded: dict = {"fitted": fitted, "live": None}
+    if estimate is None:
+        recorded["note"] = (
+            "no live prior known (none stated, too few audit samples labelled, too little "
+            "traffic scored by this base): the map answers at the labelled share"
+        )
+    else:
+        mapping["prior"]["live"] = round(estimate.value, 6)
+        recorded["live"] = estimate.as_dict()
+    return mapping, recorded
+
+
+def _held_out_at_prior(mapping: dict, fit: MapFit, s: _Scored, bins: int) -> dict:
+    """The held-out figures read at the live prior the map answers at (each example weighted,
+    engine/priors.py), raw and mapped; {} when the map records no live prior."""
+    import numpy as np
+
+    live = (mapping.get("prior") or {}).get("live")
+    if live is None:
+        return {}
+    held = list(fit.held_out_indices)
+    p = np.array([s.p[i] for i in held], dtype=float)
+    y = np.array([s.y[i] for i in held], dtype=bool)
+    weights = prior_weights(y, live)
+    mapped = np.array([apply_map(mapping, v) for v in p])
+    return {
+        "before_at_live_prior": calibration_figures(p, y, bins, weights),
+        "after_at_live_prior": calibration_figures(mapped, y, bins, weights),
+    }
+
+
+# What "no labelled examples" means, with or without the judge's labels.
+_BY_PEOPLE = {
+    False: " by people (the judge's labels count only with --include-judge)",
+    True: "",
+}
 
 # Where labelled examples come from, for every refusal that wants more of them.
 HOW_TO_LABEL = "examples come from reviewers' verdicts, or manage.py import_examples FILE"
@@ -370,29 +455,32 @@ MIN_TO_HOLD_OUT = 10
 def guardian_model_retrain_local(
     *,
     conditions: Sequence[str] | None = None,
+    include_judge: bool = False,
     created_by: AbstractBaseUser | None = None,
     seed: int = DEFAULT_SEED,
     bins: int = DEFAULT_BINS,
 ) -> GuardianModelVersion:
     """A new, inactive, retrained version of the local guardian: its bundled corpus plus the
-    labelled examples of each condition (those named, else all with examples), minus a
-    held-out share on which the bundled and the retrained model are compared. No model is
-    stored: the version's guardian retrains from the bundled corpus plus `example_ids` at first
-    use in each process (deterministically; adapters/local.py)."""
+    labelled examples of each condition (those named, else all with examples; people's only
+    unless `include_judge`), minus a held-out share on which the bundled and the retrained
+    model are compared. No model is stored: the version's guardian retrains from the bundled
+    corpus plus `example_ids` at first use in each process (deterministically;
+    adapters/local.py)."""
     import numpy as np
 
     from guardian_core.adapters.local import LocalGuardian, model_for
-    from guardian_core.engine.calibration import calibration_figures
     from training.fit import corpus_examples, train
 
     wanted = _conditions(conditions)
-    examples = list(
-        LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
-        .order_by("pk")
-        .values_list("pk", "condition", "projection", "label")
-    )
+    labelled = LabelledExample.objects.filter(condition__in=[c.value for c in wanted])
+    if not include_judge:
+        # The judge's labels teach the guardian to agree with another model, not with people.
+        labelled = labelled.filter(source__in=PEOPLES_SOURCES)
+    examples = list(labelled.order_by("pk").values_list("pk", "condition", "projection", "label"))
     if not examples:
-        raise LearningError("no labelled examples: nothing to teach the local guardian")
+        raise LearningError(
+            f"no labelled examples{_BY_PEOPLE[include_judge]}: nothing to teach the local guardian"
+        )
     base_version = LocalGuardian().model_version
     taught: list[int] = []
     figures: dict[str, dict] = {}
@@ -407,7 +495,12 @@ def guardian_model_retrain_local(
             fit, held = np.arange(len(mine)), np.array([], dtype=int)
         teach = [mine[i] for i in fit]
         taught += [e[0] for e in teach]
-        entry: dict = {"taught": len(teach), "n_held_out": len(held), "seed": seed}
+        entry: dict = {
+            "taught": len(teach),
+            "n_held_out": len(held),
+            "seed": seed,
+            "include_judge": include_judge,
+        }
         if len(held):
             model = train(
                 condition,

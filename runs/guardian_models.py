@@ -1,7 +1,8 @@
 """The guardian model version a run asks: the active version of its adapter, and the guardian
-that answers as that version (a calibration map over the base adapter, or the local guardian
-retrained on its corpus plus labelled examples). The admins make and activate versions
-(policies/learning.py); runs, shadow trials and the harness only read them through here."""
+that answers as that version (a calibration map over the base adapter or over another version,
+or the local guardian retrained on its corpus plus labelled examples). The admins make and
+activate versions (policies/learning.py); runs, shadow trials and the harness only read them
+through here."""
 
 from collections.abc import Sequence
 
@@ -35,6 +36,9 @@ def versioned_guardian(version: GuardianModelVersion, base: object, *, deadline_
             model_version=version.model_version,
             extra_examples=lambda: teaching_examples(version.example_ids),
         )
+    if version.over_id is not None:
+        # Stacked: the maps sit on the answers of the version underneath, as it answers.
+        base = versioned_guardian(version.over, base, deadline_seconds=deadline_seconds)
     return CalibratedGuardian(
         base,
         version.calibration,

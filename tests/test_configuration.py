@@ -8,6 +8,7 @@ from guardian_core.env import (
     database_from_url,
     env_bool,
     env_int,
+    env_json_priors,
     redact_url,
 )
 from tests.processes import run_manage
@@ -26,6 +27,16 @@ def test_a_whole_number_variable_below_its_minimum_is_refused(monkeypatch):
     monkeypatch.setenv("SESSION_COOKIE_AGE", "5")
     with pytest.raises(ImproperlyConfigured, match="SESSION_COOKIE_AGE=5 is below"):
         env_int("SESSION_COOKIE_AGE", 3600, minimum=60)
+
+
+def test_stated_live_priors_name_every_bad_entry_and_read_good_ones(monkeypatch):
+    monkeypatch.setenv("GUARDIAN_LIVE_PRIORS", '{"integrity": 2, "weather": 0.1}')
+    with pytest.raises(ImproperlyConfigured, match="GUARDIAN_LIVE_PRIORS") as caught:
+        env_json_priors("GUARDIAN_LIVE_PRIORS")
+    assert "integrity: must lie between" in str(caught.value)
+    assert "weather: not a condition" in str(caught.value)
+    monkeypatch.setenv("GUARDIAN_LIVE_PRIORS", '{"integrity": 0.05}')
+    assert env_json_priors("GUARDIAN_LIVE_PRIORS") == {"integrity": 0.05}
 
 
 @pytest.mark.parametrize("value", ["Guardian_App", "app; drop table x", "1app", "a" * 64, "app-1"])

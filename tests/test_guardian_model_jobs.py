@@ -3,6 +3,7 @@ runs (recalibrate or retrain), claimed once, whose refusal or failure is said on
 
 import pytest
 from django.urls import reverse
+from django.utils.html import escape
 
 from demo.examples import demo_examples_ensure
 from demo.setup import demo_policy_version
@@ -84,7 +85,7 @@ def test_a_refused_job_says_why_on_the_page_and_stops_the_polling(client, admin)
     client.force_login(admin)
     partial = client.get(reverse("policies:model_jobs"), HTTP_HX_REQUEST="true")
     assert partial.status_code == 286  # htmx stops polling: nothing is unfinished
-    assert job.error.splitlines()[0] in partial.content.decode()
+    assert escape(job.error.splitlines()[0]) in partial.content.decode()
     assert not GuardianModelVersion.objects.exists()
 
 

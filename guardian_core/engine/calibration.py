@@ -44,6 +44,10 @@ def map_problems(mapping: object) -> list[str]:
     """What is wrong with a stored map; [] when `apply_map` can use it."""
     if not isinstance(mapping, Mapping):
         return ["must be an object"]
+    return _method_problems(mapping) + _prior_problems(mapping)
+
+
+def _method_problems(mapping: Mapping) -> list[str]:
     method = mapping.get("method")
     if method == "platt":
         return [
@@ -63,15 +67,41 @@ def map_problems(mapping: object) -> list[str]:
     return [f"method: must be one of {', '.join(METHODS)}, got {method!r}"]
 
 
+def _prior_problems(mapping: Mapping) -> list[str]:
+    """A map's optional `prior`: the share of positives it was fitted at, and the live prior
+    its answers are moved to (engine/priors.py); both inside (0, 1)."""
+    from guardian_core.engine.priors import prior_problems
+
+    prior = mapping.get("prior")
+    if prior is None:
+        return []
+    if not isinstance(prior, Mapping) or "fitted" not in prior:
+        return ["prior: must be an object with fitted (and optionally live)"]
+    return [
+        f"prior.{key}: {problem}"
+        for key in ("fitted", "live")
+        if key in prior
+        for problem in prior_problems(prior[key])
+    ]
+
+
 def apply_map(mapping: Mapping, p: float) -> float:
-    """The calibrated probability of `p` under `mapping` (one that map_problems accepts)."""
+    """The calibrated probability of `p` under `mapping` (one that map_problems accepts), at
+    the live prior when the map records one: fitted on examples people chose to label, it
+    answers at the share of positives the traffic has (engine/priors.py)."""
     import numpy as np
+
+    from guardian_core.engine.priors import shift_probability
 
     if mapping["method"] == "isotonic":
         value = float(np.interp(p, mapping["x"], mapping["y"]))
     else:
         value = _sigmoid(mapping["a"] * _logit(p) + mapping["b"])
-    return round(min(1.0, max(0.0, value)), DECIMALS)
+    value = min(1.0, max(0.0, value))
+    prior = mapping.get("prior") or {}
+    if "live" in prior:
+        value = shift_probability(value, prior["fitted"], prior["live"])
+    return round(value, DECIMALS)
 
 
 def _logit(p: float | np.ndarray) -> float | np.ndarray:
@@ -176,7 +206,12 @@ def fit_map(
     p = np.asarray(p, dtype=float)
     y = np.asarray(y, dtype=bool)
     fit, held = split_indices(y, seed=seed, held_out_share=held_out_share)
-    maps = {"isotonic": _fit_isotonic(p[fit], y[fit]), "platt": _fit_platt(p[fit], y[fit])}
+    # The share of positives the map learnt at: its answers are right at that prior only.
+    fitted = {"fitted": round(float(y[fit].mean()), DECIMALS)}
+    maps = {
+        "isotonic": {**_fit_isotonic(p[fit], y[fit]), "prior": fitted},
+        "platt": {**_fit_platt(p[fit], y[fit]), "prior": fitted},
+    }
     scores = {}
     for method, mapping in maps.items():
         mapped = np.array([apply_map(mapping, v) for v in p[held]])
@@ -215,17 +250,47 @@ def _fit_platt(p: np.ndarray, y: np.ndarray) -> dict:
     return {"method": "platt", "a": float(model.coef_[0][0]), "b": float(model.intercept_[0])}
 
 
-def calibration_figures(p: np.ndarray, y: np.ndarray, bins: int) -> dict:
-    """n, ECE (`bins` equal-width bins, the harness's), Brier and log-loss of p against y."""
+def calibration_figures(
+    p: np.ndarray, y: np.ndarray, bins: int, weights: np.ndarray | None = None
+) -> dict:
+    """n, ECE (`bins` equal-width bins, the harness's), Brier and log-loss of p against y;
+    with `weights` (engine/priors.py prior_weights), each example counts by its weight, so the
+    figures are read at another share of positives than the examples hold."""
     import numpy as np
     from sklearn.metrics import brier_score_loss, log_loss
 
     from guardian_core.engine.evaluation import expected_calibration_error, reliability_curve
 
-    curve = reliability_curve(p, y, bins=bins)
+    if weights is None:
+        curve = reliability_curve(p, y, bins=bins)
+        ece = expected_calibration_error(curve, len(p))
+    else:
+        ece = weighted_ece(p, y, weights, bins)
     return {
         "n": len(p),
-        "ece": expected_calibration_error(curve, len(p)),
-        "brier": float(brier_score_loss(y, p, pos_label=True)),
-        "log_loss": float(log_loss(y, np.clip(p, EPS, 1 - EPS), labels=[False, True])),
+        "ece": ece,
+        "brier": float(brier_score_loss(y, p, pos_label=True, sample_weight=weights)),
+        "log_loss": float(
+            log_loss(y, np.clip(p, EPS, 1 - EPS), labels=[False, True], sample_weight=weights)
+        ),
     }
+
+
+def weighted_ece(p: np.ndarray, y: np.ndarray, weights: np.ndarray, bins: int) -> float:
+    """ECE over the harness's equal-width bins with each example counted by its weight."""
+    import numpy as np
+
+    p, y, weights = np.asarray(p, float), np.asarray(y, float), np.asarray(weights, float)
+    index = np.minimum(np.floor(p * bins).astype(int), bins - 1)
+    total = weights.sum()
+    if not total:
+        return 0.0
+    ece = 0.0
+    for k in range(bins):
+        w = weights[index == k]
+        mass = w.sum()
+        if mass:
+            inside = index == k
+            gap = abs(float(np.dot(w, p[inside]) - np.dot(w, y[inside]))) / mass
+            ece += mass / total * gap
+    return float(ece)

@@ -2,11 +2,13 @@
 per condition fitted on the labelled examples, as a new guardian model version."""
 
 import json
+import math
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from guardian_core.engine.calibration import DEFAULT_SEED, HELD_OUT_SHARE
 from guardian_core.engine.conditions import Condition
+from guardian_core.engine.priors import prior_table
 from guardian_core.models import GuardianAdapter, GuardianModelVersion
 from policies.learning import (
     LearningError,
@@ -40,6 +42,26 @@ class Command(BaseCommand):
             choices=GuardianAdapter.values,
             help="the guardian adapter the map sits on (default local)",
         )
+        parser.add_argument(
+            "--over",
+            type=int,
+            metavar="N",
+            help="stack the maps on guardian model version N of the same adapter (say a "
+            "retrained local guardian) instead of the adapter as it ships",
+        )
+        parser.add_argument(
+            "--live-prior",
+            action="append",
+            default=[],
+            metavar="CONDITION=SHARE",
+            help="the traffic's share of positives for a condition, e.g. integrity=0.05 "
+            "(repeatable); else GUARDIAN_LIVE_PRIORS, the audit sample or the traffic's scores",
+        )
+        parser.add_argument(
+            "--include-judge",
+            action="store_true",
+            help="learn from the second-tier judge's labels too (default: people's only)",
+        )
         parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the split's seed")
         parser.add_argument(
             "--activate",
@@ -53,6 +75,9 @@ class Command(BaseCommand):
             version = guardian_model_recalibrate(
                 adapter=options["model"],
                 conditions=options["condition"],
+                over=options["over"],
+                include_judge=options["include_judge"],
+                live_priors=_live_priors(options["live_prior"]),
                 seed=options["seed"],
                 progress=_progress_bar(self.stderr),
             )
@@ -67,10 +92,30 @@ class Command(BaseCommand):
         )
 
 
+def _live_priors(pairs: list[str]) -> dict[str, float]:
+    """--live-prior CONDITION=SHARE flags as {condition: prior}; CommandError names every bad
+    one."""
+    table, problems = {}, []
+    for pair in pairs:
+        name, sep, share = pair.partition("=")
+        try:
+            table[name.strip()] = float(share) if sep else math.nan
+        except ValueError:
+            problems.append(f"{pair}: the share must be a number")
+    try:
+        stated = prior_table(table)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise CommandError("--live-prior: " + "; ".join(problems), returncode=2)
+    return stated
+
+
 def version_summary(version: GuardianModelVersion) -> dict:
     return {
         "number": version.number,
         "model_version": version.model_version,
+        "over": version.over.number if version.over_id else None,
         "adapter": version.adapter,
         "kind": version.kind,
         "base_model_version": version.base_model_version,

@@ -43,6 +43,9 @@ def _figure_rows(version: GuardianModelVersion) -> list[dict]:
     rows = []
     for condition, figures in (version.figures or {}).items():
         before, after = figures.get("before") or {}, figures.get("after") or {}
+        prior = figures.get("prior") or {}
+        live_before = figures.get("before_at_live_prior") or {}
+        live_after = figures.get("after_at_live_prior") or {}
         rows.append(
             {
                 "condition": condition,
@@ -50,9 +53,22 @@ def _figure_rows(version: GuardianModelVersion) -> list[dict]:
                 "held_out": after.get("n", figures.get("n_held_out", 0)),
                 "ece": (before.get("ece"), after.get("ece")),
                 "brier": (before.get("brier"), after.get("brier")),
+                "prior_fitted": prior.get("fitted"),
+                "prior_live": prior.get("live"),
+                "prior_source": PRIOR_SOURCES.get((prior.get("live") or {}).get("source"), ""),
+                "prior_note": prior.get("note", ""),
+                "ece_live": (live_before.get("ece"), live_after.get("ece")),
             }
         )
     return rows
+
+
+# How a version's live prior was known, in the admins' words (policies/priors.py).
+PRIOR_SOURCES = {
+    "stated": "stated by an admin",
+    "audit_sample": "the audit sample people labelled",
+    "traffic_em": "the guardian's scores on recent traffic (EM)",
+}
 
 
 JOBS_SHOWN = 10
@@ -84,7 +100,7 @@ def _polling(jobs: list[GuardianModelJob]) -> bool:
 
 def _jobs() -> list[GuardianModelJob]:
     return list(
-        GuardianModelJob.objects.select_related("version", "created_by").order_by("-pk")[
+        GuardianModelJob.objects.select_related("version", "over", "created_by").order_by("-pk")[
             :JOBS_SHOWN
         ]
     )
@@ -97,12 +113,16 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
     from the labelled examples (POST), with the latest such jobs."""
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
+        over = request.POST.get("over", "").strip()
         fields = {
             "kind": request.POST.get("kind", ""),
             "adapter": request.POST.get("adapter", ""),
             "conditions": request.POST.getlist("conditions"),
+            "over": int(over) if over.isdigit() else None,
         }
         errors = guardian_model_job_problems(**fields)
+        if over and not over.isdigit():
+            errors.setdefault("over", []).append("Give a version number.")
         missing = adapter_setup_missing(fields["adapter"])
         if missing:
             errors.setdefault("adapter", []).append(
@@ -193,7 +213,7 @@ def guardian_model_versions(request: HttpRequest) -> HttpResponse:
 @require_GET
 def guardian_model_detail_page(request: HttpRequest, version_id: int) -> HttpResponse:
     version = get_object_or_404(
-        GuardianModelVersion.objects.select_related("created_by"), pk=version_id
+        GuardianModelVersion.objects.select_related("created_by", "over"), pk=version_id
     )
     return render(
         request,

@@ -468,7 +468,7 @@ def guardian_model_retrain_local(
     adapters/local.py)."""
     import numpy as np
 
-    from guardian_core.adapters.local import LocalGuardian, model_for
+    from guardian_core.adapters.local import LocalGuardian, model_for, retrained_model_remember
     from training.fit import corpus_examples, train
 
     wanted = _conditions(conditions)
@@ -484,6 +484,7 @@ def guardian_model_retrain_local(
     base_version = LocalGuardian().model_version
     taught: list[int] = []
     figures: dict[str, dict] = {}
+    fitted: dict[Condition, object] = {}
     for condition in wanted:
         mine = [e for e in examples if e[1] == condition.value]
         if not mine:
@@ -517,8 +518,9 @@ def guardian_model_retrain_local(
             entry["after"] = calibration_figures(
                 _compared(condition, model.answers(projections)), labels, bins
             )
+            fitted[condition] = model
         figures[condition.value] = entry
-    return _version_create(
+    version = _version_create(
         adapter=GuardianAdapter.LOCAL,
         base_model_version=base_version,
         kind=GuardianModelKind.RETRAINED,
@@ -528,6 +530,11 @@ def guardian_model_retrain_local(
         figures=figures,
         created_by=created_by,
     )
+    # Fitted on the corpus plus exactly the examples the version teaches, in id order: the
+    # model its guardian would fit at first use in this process (a recalibration next).
+    for condition, model in fitted.items():
+        retrained_model_remember(version.model_version, condition, model)
+    return version
 
 
 def _trace(example: tuple) -> dict:
@@ -550,21 +557,33 @@ def _compared(condition: Condition, answers: list) -> np.ndarray:
 
 
 def guardian_model_job_problems(
-    *, kind: str, adapter: str, conditions: Sequence[str] = ()
+    *, kind: str, adapter: str, conditions: Sequence[str] = (), over: int | None = None
 ) -> dict[str, list[str]]:
-    """Every bad field of a job request: an unknown kind, adapter or condition, or a
-    retraining of anything but the local guardian; {} when it may be queued."""
+    """Every bad field of a job request: an unknown kind, adapter or condition, a retraining
+    of anything but the local guardian, or a version to stack on that is not one of the
+    adapter's (or with a kind that does not stack); {} when it may be queued."""
     problems: dict[str, list[str]] = {}
     if kind not in GuardianModelJobKind.values:
         problems["kind"] = [f"Choose one of: {', '.join(GuardianModelJobKind.values)}."]
     if adapter not in GuardianAdapter.values:
         problems["adapter"] = [f"Choose one of: {', '.join(GuardianAdapter.values)}."]
-    elif kind == GuardianModelJobKind.RETRAIN and adapter != GuardianAdapter.LOCAL:
+    elif kind in _RETRAINING and adapter != GuardianAdapter.LOCAL:
         problems["adapter"] = ["Only the local guardian can be retrained here."]
     unknown = [c for c in conditions if c not in Condition.__members__.values()]
     if unknown:
         problems["conditions"] = [f"Unknown: {', '.join(unknown)}."]
+    if over is not None:
+        under = GuardianModelVersion.objects.filter(number=over).first()
+        if kind != GuardianModelJobKind.RECALIBRATE:
+            problems["over"] = ["Only a recalibration sits on another version."]
+        elif under is None:
+            problems["over"] = [f"There is no guardian model version {over}."]
+        elif under.adapter != adapter:
+            problems["over"] = [f"Version {over} is a {under.adapter} guardian, not {adapter}."]
     return problems
+
+
+_RETRAINING = (GuardianModelJobKind.RETRAIN, GuardianModelJobKind.RETRAIN_RECALIBRATE)
 
 
 def guardian_model_job_start(
@@ -572,12 +591,15 @@ def guardian_model_job_start(
     kind: str,
     adapter: str,
     conditions: Sequence[str] = (),
+    over: int | None = None,
     created_by: AbstractBaseUser | None = None,
 ) -> GuardianModelJob:
     """Ask a worker for a new guardian model version (runs/queue's broker, after commit).
 
     Raises ValidationError naming every bad field (guardian_model_job_problems)."""
-    problems = guardian_model_job_problems(kind=kind, adapter=adapter, conditions=conditions)
+    problems = guardian_model_job_problems(
+        kind=kind, adapter=adapter, conditions=conditions, over=over
+    )
     if problems:
         raise ValidationError(problems)
     with transaction.atomic():
@@ -585,6 +607,7 @@ def guardian_model_job_start(
             kind=kind,
             adapter=adapter,
             conditions=list(dict.fromkeys(conditions)),
+            over=GuardianModelVersion.objects.get(number=over) if over is not None else None,
             created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
         )
         # By name, as runs/queue.py sends its tasks: the tasks module imports this one. The
@@ -601,27 +624,41 @@ def guardian_model_job_run(*, job_id: int) -> str:
     """Run a queued job: claim it (a duplicate message finds nothing to claim), make the
     version, record what came of it. Returns the job's status afterwards; a refusal of the
     learning loop (too few examples, a guardian that cannot answer) is the job's error, said in
-    the loop's words."""
+    the loop's words. Retrain-then-recalibrate records the recalibrated version; when only the
+    retraining succeeded, the retrained one, and the error says why the map is missing."""
     claimed = GuardianModelJob.objects.filter(
         pk=job_id, status=GuardianModelJobStatus.QUEUED
     ).update(status=GuardianModelJobStatus.RUNNING, started_at=timezone.now())
     if not claimed:
         return "skipped"
-    job = GuardianModelJob.objects.select_related("created_by").get(pk=job_id)
+    job = GuardianModelJob.objects.select_related("created_by", "over").get(pk=job_id)
     conditions = job.conditions or None
+    version = None
     try:
-        if job.kind == GuardianModelJobKind.RETRAIN:
+        if job.kind in _RETRAINING:
             version = guardian_model_retrain_local(conditions=conditions, created_by=job.created_by)
-        else:
+        if job.kind != GuardianModelJobKind.RETRAIN:
+            under = version or job.over
             version = guardian_model_recalibrate(
-                adapter=job.adapter, conditions=conditions, created_by=job.created_by
+                adapter=job.adapter,
+                conditions=conditions,
+                over=under.number if under else None,
+                created_by=job.created_by,
             )
     except LearningError as exc:
-        return _job_end(job, error=str(exc))
+        return _job_end(job, version=version, error=_after(version, str(exc)))
     except Exception as exc:  # recorded for the admin; the worker goes on with other work
         logger.exception("guardian model job %s failed", job_id)
-        return _job_end(job, error=f"{type(exc).__name__}: {exc}"[:2000])
+        return _job_end(
+            job, version=version, error=_after(version, f"{type(exc).__name__}: {exc}"[:2000])
+        )
     return _job_end(job, version=version)
+
+
+def _after(retrained: GuardianModelVersion | None, error: str) -> str:
+    if retrained is None:
+        return error
+    return f"retrained as version {retrained.number}; recalibrating over it failed: {error}"
 
 
 def _job_end(job: GuardianModelJob, *, version=None, error: str = "") -> str:

@@ -103,6 +103,9 @@ class MonitoringCursor(models.Model):
 class GuardianModelJobKind(models.TextChoices):
     RECALIBRATE = "recalibrate", "Recalibrate (a map over an adapter's answers)"
     RETRAIN = "retrain", "Retrain the local guardian"
+    # The stacked path: retrained on people's labels, then a map over the retrained version's
+    # answers at the live prior (a retrained model is no better calibrated than its corpus).
+    RETRAIN_RECALIBRATE = "retrain_recalibrate", "Retrain the local guardian, then recalibrate it"
 
 
 class GuardianModelJobStatus(models.TextChoices):
@@ -123,6 +126,10 @@ class GuardianModelJob(models.Model):
     kind = models.CharField(max_length=20, choices=Kind)
     adapter = models.CharField(max_length=20, choices=GuardianAdapter)
     conditions = models.JSONField(default=list, blank=True)  # [] = every one it can
+    # A recalibration stacked on this version instead of the adapter as it ships.
+    over = models.ForeignKey(
+        GuardianModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     status = models.CharField(max_length=20, choices=Status, default=Status.QUEUED)
     version = models.ForeignKey(
         GuardianModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -146,6 +153,11 @@ class GuardianModelJob(models.Model):
             models.CheckConstraint(
                 condition=~Q(kind=GuardianModelJobKind.RETRAIN) | Q(adapter=GuardianAdapter.LOCAL),
                 name="guardian_model_job_retrains_the_local_guardian_only",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=GuardianModelJobKind.RETRAIN_RECALIBRATE)
+                | Q(adapter=GuardianAdapter.LOCAL),
+                name="guardian_model_job_retrain_recalibrate_local_only",
             ),
         ]
 

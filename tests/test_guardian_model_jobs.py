@@ -1,7 +1,10 @@
 """An admin asks for a new guardian model version from the guardian models page: a job a worker
 runs (recalibrate or retrain), claimed once, whose refusal or failure is said on the page."""
 
+import io
+
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 from django.utils.html import escape
 
@@ -142,3 +145,101 @@ def test_a_poll_after_a_job_made_a_version_tells_the_versions_table_to_refresh(c
     table = client.get(reverse("policies:model_versions"), HTTP_HX_REQUEST="true")
     assert f"version {made.number}" in table.content.decode()
     assert "<html" not in table.content.decode()
+
+
+@pytest.mark.django_db
+def test_retrain_then_recalibrate_is_one_job_and_the_map_sits_on_the_retrained_version(
+    client, admin, django_capture_on_commit_callbacks
+):
+    demo_policy_version()
+    demo_examples_ensure()
+    client.force_login(admin)
+    page = client.get(reverse("policies:models")).content.decode()
+    assert 'value="retrain_recalibrate"' in page
+    with django_capture_on_commit_callbacks():
+        client.post(
+            reverse("policies:models"),
+            {"kind": "retrain_recalibrate", "adapter": "local", "conditions": ["integrity"]},
+        )
+    job = GuardianModelJob.objects.get()
+    assert guardian_model_job_run(job_id=job.pk) == "done"
+    job.refresh_from_db()
+    top = job.version
+    assert top.kind == "recalibrated"
+    assert top.over is not None
+    assert top.over.kind == "retrained"
+    assert top.base_model_version == top.over.model_version
+    assert top.model_version.endswith(f"/train-{top.over.number}/cal-{top.number}")
+    assert (top.is_active, top.over.is_active) == (False, False)
+
+
+@pytest.mark.django_db
+def test_a_versions_page_offers_a_recalibration_on_top_of_it(
+    client, admin, django_capture_on_commit_callbacks
+):
+    from tests.factories import make_guardian_model_version
+
+    under = make_guardian_model_version()
+    client.force_login(admin)
+    page = client.get(reverse("policies:model_detail", args=[under.pk])).content.decode()
+    assert f"Recalibrate on top of version {under.number}" in page
+    assert f'name="over" value="{under.number}"' in page
+    with django_capture_on_commit_callbacks():
+        response = client.post(
+            reverse("policies:models"),
+            {"kind": "recalibrate", "adapter": "local", "over": str(under.number)},
+        )
+    assert response.status_code == 302
+    job = GuardianModelJob.objects.get()
+    assert (job.kind, job.over) == ("recalibrate", under)
+    listed = client.get(reverse("policies:models")).content.decode()
+    assert f"Job {job.pk}: Recalibrate (a map over an adapter&#x27;s answers) over Local" in listed
+    assert f"version {under.number}" in listed
+
+
+@pytest.mark.django_db
+def test_a_version_to_stack_on_must_exist_be_the_adapters_and_go_with_a_recalibration(
+    client, admin
+):
+    from tests.factories import make_guardian_model_version
+
+    local = make_guardian_model_version()
+    client.force_login(admin)
+    cases = [
+        ({"kind": "recalibrate", "adapter": "local", "over": "99999"}, "no guardian model version"),
+        ({"kind": "recalibrate", "adapter": "http", "over": str(local.number)}, "not http"),
+        (
+            {"kind": "retrain", "adapter": "local", "over": str(local.number)},
+            "Only a recalibration",
+        ),
+        ({"kind": "recalibrate", "adapter": "local", "over": "two"}, "Give a version number."),
+    ]
+    for fields, problem in cases:
+        response = client.post(reverse("policies:models"), fields)
+        assert response.status_code == 400, fields
+        assert problem in response.content.decode(), fields
+        assert 'href="#id_over"' in response.content.decode()
+    assert not GuardianModelJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_train_local_guardian_recalibrate_makes_both_versions_from_the_command_line():
+    demo_policy_version()
+    demo_examples_ensure()
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "train_local_guardian",
+        "--condition",
+        "integrity",
+        "--recalibrate",
+        "--live-prior",
+        "integrity=0.05",
+        stdout=out,
+        stderr=err,
+    )
+    retrained, top = GuardianModelVersion.objects.order_by("number")
+    assert (retrained.kind, top.kind, top.over) == ("retrained", "recalibrated", retrained)
+    assert f"retrained as version {retrained.number}" in err.getvalue()
+    text = out.getvalue()
+    assert f"Guardian model version {top.number}: {top.model_version}" in text
+    assert "answers at the live prior 0.050 (95 %: 0.050–0.050; stated)" in text

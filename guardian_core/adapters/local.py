@@ -949,6 +949,17 @@ def retrained_model_for(
     return model
 
 
+def retrained_model_remember(
+    model_version: str, condition: Condition, model: ConditionModel
+) -> None:
+    """Keep `model` as `condition`'s model of retrained version `model_version` in this
+    process: the learning loop has just fitted it on the corpus plus exactly the version's
+    examples, in the order `retrained_model_for` would (training is deterministic), so asking
+    the version next (say, to recalibrate it) does not fit it a second time."""
+    with _TRAINING:
+        _RETRAINED.setdefault((model_version, condition), model)
+
+
 # ---- the guardian --------------------------------------------------------------------------
 
 

@@ -77,7 +77,7 @@ class Command(BaseCommand):
                 conditions=options["condition"],
                 over=options["over"],
                 include_judge=options["include_judge"],
-                live_priors=_live_priors(options["live_prior"]),
+                live_priors=live_priors_option(options["live_prior"]),
                 seed=options["seed"],
                 progress=_progress_bar(self.stderr),
             )
@@ -92,7 +92,7 @@ class Command(BaseCommand):
         )
 
 
-def _live_priors(pairs: list[str]) -> dict[str, float]:
+def live_priors_option(pairs: list[str]) -> dict[str, float]:
     """--live-prior CONDITION=SHARE flags as {condition: prior}; CommandError names every bad
     one."""
     table, problems = {}, []
@@ -130,6 +130,24 @@ def version_summary(version: GuardianModelVersion) -> dict:
 FEW_HELD_OUT = 30
 
 
+def _prior_line(prior: dict, at_live: dict | None) -> str:
+    """Where the map learnt and where it answers: the labelled share, the live prior."""
+    learnt = f"learnt at {prior['fitted']:.3f} positives"
+    live = prior.get("live")
+    if not live:
+        return f"{learnt}; answers there too: {prior.get('note', 'no live prior known')}"
+    source = {"stated": "stated", "audit_sample": "audit sample", "traffic_em": "traffic, EM"}
+    line = (
+        f"{learnt}; answers at the live prior {live['value']:.3f} (95 %: {live['low']:.3f}–"
+        f"{live['high']:.3f}; {source.get(live['source'], live['source'])}"
+        + (f", n={live['n']}" if live["n"] else "")
+        + ")"
+    )
+    if at_live:
+        line += f"; held-out ECE at it {at_live['ece']:.3f}"
+    return line
+
+
 def version_table(version: GuardianModelVersion) -> str:
     """The version and, per condition, the held-out figures before → after."""
     state = (
@@ -158,6 +176,9 @@ def version_table(version: GuardianModelVersion) -> str:
         )
         if f["n_held_out"] < FEW_HELD_OUT:
             out.append(f"{'':<13}  on {f['n_held_out']} held-out rows: read as a rough sign")
+        prior = f.get("prior")
+        if prior:
+            out.append(f"{'':<13}  {_prior_line(prior, f.get('after_at_live_prior'))}")
     out += [
         "",
         "Figures are on the held-out examples only (none of them fed the version); ECE over "

@@ -1,5 +1,6 @@
-"""`manage.py train_local_guardian [--condition C ...] [--activate]`: the local guardian
-retrained on its bundled corpus plus the labelled examples, as a new guardian model version."""
+"""`manage.py train_local_guardian [--condition C ...] [--recalibrate] [--activate]`: the local
+guardian retrained on its bundled corpus plus the labelled examples, as a new guardian model
+version (and, with --recalibrate, a map over it at the live prior as another)."""
 
 import json
 
@@ -10,9 +11,14 @@ from guardian_core.engine.conditions import Condition
 from policies.learning import (
     LearningError,
     guardian_model_activate,
+    guardian_model_recalibrate,
     guardian_model_retrain_local,
 )
-from policies.management.commands.recalibrate import version_summary, version_table
+from policies.management.commands.recalibrate import (
+    live_priors_option,
+    version_summary,
+    version_table,
+)
 
 
 class Command(BaseCommand):
@@ -30,15 +36,48 @@ class Command(BaseCommand):
             choices=[c.value for c in Condition],
             help="a condition to teach (repeatable; default: every one with examples)",
         )
+        parser.add_argument(
+            "--recalibrate",
+            action="store_true",
+            help="then fit a map per condition over the retrained version's answers, at the "
+            "live prior (as `recalibrate --over N` does): the version printed is that one",
+        )
+        parser.add_argument(
+            "--live-prior",
+            action="append",
+            default=[],
+            metavar="CONDITION=SHARE",
+            help="with --recalibrate: the traffic's share of positives for a condition, e.g. "
+            "integrity=0.05 (repeatable)",
+        )
+        parser.add_argument(
+            "--include-judge",
+            action="store_true",
+            help="learn from the second-tier judge's labels too (default: people's only)",
+        )
         parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the split's seed")
-        parser.add_argument("--activate", action="store_true", help="activate it at once")
+        parser.add_argument(
+            "--activate", action="store_true", help="activate it (the last one made) at once"
+        )
         parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
     def handle(self, *args, **options) -> None:
         try:
             version = guardian_model_retrain_local(
-                conditions=options["condition"], seed=options["seed"]
+                conditions=options["condition"],
+                include_judge=options["include_judge"],
+                seed=options["seed"],
             )
+            if options["recalibrate"]:
+                self.stderr.write(f"retrained as version {version.number}; recalibrating it")
+                version = guardian_model_recalibrate(
+                    adapter=version.adapter,
+                    conditions=options["condition"],
+                    over=version.number,
+                    include_judge=options["include_judge"],
+                    live_priors=live_priors_option(options["live_prior"]),
+                    seed=options["seed"],
+                )
             if options["activate"]:
                 version = guardian_model_activate(number=version.number)
         except LearningError as exc:

@@ -144,6 +144,43 @@ COLUMNS = (
 )
 
 
+def _interval(pair: list | None, digits: int = 3) -> str:
+    return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]" if pair else "[—]"
+
+
+def correlated_errors_lines(report: dict) -> list[str]:
+    """Per condition whose rows say whether the actor was wrong (`actor_wrong`): the guardian's
+    miss rate on actor-wrong rows, its fire rate on actor-right ones, the difference of miss
+    rates (wrong − right) and phi(missed, wrong), each with its interval, and the reading."""
+    measured = {
+        name: c["correlated_errors"]
+        for name, c in report["conditions"].items()
+        if c.get("correlated_errors")
+    }
+    if not measured:
+        return []
+    confidence = next(iter(measured.values()))["confidence"]
+    out = [
+        "",
+        f"Correlated errors (rows with actor_wrong; {confidence:.0%} intervals: Wilson for the "
+        "rates, a bootstrap over runs for the difference and phi):",
+    ]
+    for name, e in measured.items():
+        out.append(
+            f"  {name}: actor wrong on {e['wrong']} rows, guardian missed "
+            f"{_f(e['miss_rate_on_wrong'])} {_interval(e['miss_interval_on_wrong'])}; "
+            f"actor right on {e['right']} rows, guardian fired {_f(e['fire_rate_on_right'])} "
+            f"{_interval(e['fire_interval_on_right'])}; miss-rate difference (wrong − right) "
+            f"{_f(e['difference'])} {_interval(e['difference_interval'])}; "
+            f"phi(missed, wrong) {_f(e['phi'])} {_interval(e['phi_interval'])}; "
+            f"{e['runs']} runs"
+        )
+        out.append(f"    {e['sentence']}")
+        if e["caution"]:
+            out.append(f"    Caution: {e['caution']}")
+    return out
+
+
 def report_table(report: dict) -> str:
     """The report for a person: a line per condition, each reliability curve, then every
     malformed line and unscored row by line number."""
@@ -190,6 +227,7 @@ def report_table(report: dict) -> str:
         "and the most likely class where risk or drift rows carry distributions. f.stop is a "
         "share of the negatives, f.cont of the positives; cost is per example.",
     ]
+    out += correlated_errors_lines(report)
     for name, c in report["conditions"].items():
         if not c["reliability"]:
             continue

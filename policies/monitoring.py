@@ -193,7 +193,7 @@ def monitoring_catch_up(*, limit: int = FOLD_BATCH, now: datetime | None = None)
 
 # Ended runs folded per transaction, and at most per page view (beat folds the rest).
 RUN_FOLD_BATCH = 500
-PAGE_RUN_FOLD_LIMIT = RUN_FOLD_BATCH
+PAGE_RUN_FOLD_LIMIT = 100
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 

@@ -26,6 +26,12 @@ Definitions, in DESIGN.md's words, stated once:
   *is* the run's success, not an alarm about the actor, so "missed where the actor was
   wrong" has no meaning for it.
 
+A bias to keep in mind when reading the figures: people see the turns something escalated, so
+a rejection mostly lands on a turn the guardian (or the gate) flagged, which leans the figures
+towards "the guardian catches the actor's errors". The turns before a rejected one and the runs
+that failed or were cancelled are labelled whatever the guardian did; an audit sample of
+turns nothing escalated is the unbiased source.
+
 Per condition the turns make a 2 × 2 table (actor wrong/right × guardian flagged/missed), and
 the runs they came from are kept apart (a `Table` per run): turns of one run share its ending,
 so they are not independent draws, and the intervals that compare resample runs, not turns.

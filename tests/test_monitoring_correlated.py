@@ -191,9 +191,7 @@ def test_few_turns_carry_a_caution_and_run_text_is_never_shown_raw(
     assert "Caution: Too few turns to tell: 6 actor-wrong turns from 2 runs" in section
     assert "<script>alert" not in body
     # Conditions whose probability no decision logged are shown, empty.
-    assert "<strong>drift</strong>: Too few turns to tell whether independence holds (0 turns)" in (
-        body
-    )
+    assert "<strong>drift</strong>: No turn to measure yet.</li>" in body
 
 
 def test_the_page_reads_day_rows_whatever_the_number_of_ended_runs(

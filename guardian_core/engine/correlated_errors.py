@@ -297,12 +297,13 @@ def correlated_errors(
         phi_interval = _percentiles(b_phi, confidence)
 
     too_few = total.wrong < MIN_TURNS or total.right < MIN_TURNS or runs_with_wrong < MIN_RUNS
+    # No turn at all: there is no figure to be cautious about.
     caution = (
         f"Too few turns to tell: {total.wrong} actor-wrong turns from {runs_with_wrong} "
         f"run{'s' if runs_with_wrong != 1 else ''} and {total.right} actor-right turns; "
         f"at least {MIN_TURNS} of each, the wrong ones from {MIN_RUNS} runs or more, are "
         "needed before a difference means anything."
-        if too_few
+        if too_few and total.turns
         else ""
     )
     reading, sentence = _reading(too_few, difference_interval, total, miss_wrong, miss_right)
@@ -338,6 +339,8 @@ def _reading(
     miss_wrong: float | None,
     miss_right: float | None,
 ) -> tuple[Reading, str]:
+    if not total.turns:
+        return Reading.TOO_FEW, "No turn to measure yet."
     if too_few or interval is None:
         return Reading.TOO_FEW, (
             f"Too few turns to tell whether independence holds ({total.turns} turns)."

@@ -153,6 +153,7 @@ def test_no_turns_no_figures():
     assert report.difference is None
     assert report.phi is None
     assert report.reading == Reading.TOO_FEW
+    assert (report.sentence, report.caution) == ("No turn to measure yet.", "")
     assert report.as_dict()["reading"] == "too_few"
 
 

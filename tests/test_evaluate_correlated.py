@@ -132,3 +132,34 @@ def test_goal_reached_rows_are_not_measured_for_correlated_errors(active_version
     lines = [_row("goal_reached", FLAGGED, wrong=False, run=r) for r in range(3)]
     report = traces_evaluate(lines=lines)
     assert report["conditions"]["goal_reached"]["correlated_errors"] is None
+
+
+def test_on_positive_rows_the_overlap_of_errors_shows_where_the_overall_figure_hides_it(
+    active_version, tmp_path
+):
+    lines = []
+    for run in range(40):
+        # Injected outputs: missed where the actor was wrong, caught where it was right.
+        lines.append(_row("integrity", MISSED, wrong=True, run=run, label=True))
+        lines.append(_row("integrity", FLAGGED, wrong=False, run=run, label=True))
+        # Clean outputs: flagged where the actor was wrong, let through where it was right.
+        lines += [_row("integrity", FLAGGED, wrong=True, run=run) for _ in range(3)]
+        lines += [_row("integrity", MISSED, wrong=False, run=run) for _ in range(3)]
+    report = traces_evaluate(lines=lines)["conditions"]["integrity"]
+
+    overall, positives = report["correlated_errors"], report["correlated_errors_on_positives"]
+    assert overall["difference"] == pytest.approx(0.25 - 0.75)
+    assert overall["reading"] == "catches"
+    assert (positives["wrong"], positives["right"]) == (40, 40)
+    assert positives["miss_rate_on_wrong"] == 1.0
+    assert positives["miss_rate_on_right"] == 0.0
+    assert positives["reading"] == "dependent"
+
+    path = tmp_path / "traces.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = io.StringIO()
+    call_command("evaluate", "--traces", str(path), stdout=out)
+    assert (
+        "    On the 80 positive rows only (every miss an error): missed 1.000 where the actor "
+        "was wrong, 0.000 where it was right; difference 1.000 [1.000, 1.000]"
+    ) in out.getvalue()

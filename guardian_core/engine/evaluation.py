@@ -31,7 +31,10 @@ Conventions, stated once:
 - Correlated errors (engine/correlated_errors.py): over the scored rows that say whether the
   actor was wrong (`actor_wrong`, true or false), the guardian flagged a row when its
   probability is in the band or above it, and missed it below; rows of one `run` are resampled
-  together. Absent (None) for goal_reached, and when no scored row says.
+  together. Absent (None) for goal_reached, and when no scored row says. The same figures
+  over the positive rows only (`correlated_errors_on_positives`): there every miss is the
+  guardian's error, so a higher miss rate where the actor was wrong is their errors overlapping
+  with the truth held fixed.
 """
 
 from __future__ import annotations
@@ -386,6 +389,11 @@ def condition_report(
             condition, p, y, threshold, prices=prices, review_share=review_share
         ),
         "correlated_errors": correlated_errors_of(condition, scored, threshold),
+        # The same over the rows whose label is positive: with the truth held fixed, a miss is
+        # always the guardian's error, so a difference here is an overlap of errors proper.
+        "correlated_errors_on_positives": correlated_errors_of(
+            condition, [r for r in scored if is_positive(condition, r.label)], threshold
+        ),
     }
     return ConditionReport(condition, len(scored), unscored, positives, figures)
 
@@ -579,6 +587,7 @@ def _empty_figures() -> dict:
         "reliability": [],
         "policy": None,
         "correlated_errors": None,
+        "correlated_errors_on_positives": None,
     }
 
 

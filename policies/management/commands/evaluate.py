@@ -152,20 +152,20 @@ def correlated_errors_lines(report: dict) -> list[str]:
     """Per condition whose rows say whether the actor was wrong (`actor_wrong`): the guardian's
     miss rate on actor-wrong rows, its fire rate on actor-right ones, the difference of miss
     rates (wrong − right) and phi(missed, wrong), each with its interval, and the reading."""
-    measured = {
-        name: c["correlated_errors"]
+    measured = [
+        (name, e, c.get("correlated_errors_on_positives"))
         for name, c in report["conditions"].items()
-        if c.get("correlated_errors")
-    }
+        if (e := c.get("correlated_errors"))
+    ]
     if not measured:
         return []
-    confidence = next(iter(measured.values()))["confidence"]
+    confidence = measured[0][1]["confidence"]
     out = [
         "",
         f"Correlated errors (rows with actor_wrong; {confidence:.0%} intervals: Wilson for the "
         "rates, a bootstrap over runs for the difference and phi):",
     ]
-    for name, e in measured.items():
+    for name, e, positives in measured:
         out.append(
             f"  {name}: actor wrong on {e['wrong']} rows, guardian missed "
             f"{_f(e['miss_rate_on_wrong'])} {_interval(e['miss_interval_on_wrong'])}; "
@@ -178,6 +178,15 @@ def correlated_errors_lines(report: dict) -> list[str]:
         out.append(f"    {e['sentence']}")
         if e["caution"]:
             out.append(f"    Caution: {e['caution']}")
+        if positives:
+            out.append(
+                f"    On the {positives['wrong'] + positives['right']} positive rows only (every "
+                f"miss an error): missed {_f(positives['miss_rate_on_wrong'])} where the actor "
+                f"was wrong, {_f(positives['miss_rate_on_right'])} where it was right; "
+                f"difference {_f(positives['difference'])} "
+                f"{_interval(positives['difference_interval'])}"
+                + (" (too few to tell)" if positives["reading"] == "too_few" else "")
+            )
     return out
 
 

@@ -161,5 +161,6 @@ def test_on_positive_rows_the_overlap_of_errors_shows_where_the_overall_figure_h
     call_command("evaluate", "--traces", str(path), stdout=out)
     assert (
         "    On the 80 positive rows only (every miss an error): missed 1.000 where the actor "
-        "was wrong, 0.000 where it was right; difference 1.000 [1.000, 1.000]"
+        "was wrong, 0.000 where it was right; difference 1.000 [1.000, 1.000]: their errors "
+        "overlap beyond noise"
     ) in out.getvalue()

@@ -144,6 +144,14 @@ COLUMNS = (
 )
 
 
+POSITIVES_READING = {
+    "too_few": " (too few to tell)",
+    "dependent": ": their errors overlap beyond noise",
+    "catches": ": the guardian misses less where the actor is wrong, beyond noise",
+    "no_difference": ": no difference beyond noise",
+}
+
+
 def _interval(pair: list | None, digits: int = 3) -> str:
     return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]" if pair else "[—]"
 
@@ -185,7 +193,7 @@ def correlated_errors_lines(report: dict) -> list[str]:
                 f"was wrong, {_f(positives['miss_rate_on_right'])} where it was right; "
                 f"difference {_f(positives['difference'])} "
                 f"{_interval(positives['difference_interval'])}"
-                + (" (too few to tell)" if positives["reading"] == "too_few" else "")
+                + POSITIVES_READING[positives["reading"]]
             )
     return out
 

@@ -67,7 +67,12 @@ class MonitoringDay(models.Model):
 
     `counts` maps a condition to its turns' probabilities in monitoring.BINS equal bins;
     `fine` maps a condition to {round(p · monitoring.LIVE_SCALE): turns}, which the suggested
-    thresholds price exactly. Written only by monitoring.monitoring_catch_up."""
+    thresholds price exactly. Written only by monitoring.monitoring_catch_up.
+
+    `runs` counts the runs that ended on the day (by `Run.finished_at`) and `correlated` maps a
+    condition to {per-run table "wf,wm,rf,rm": runs} (engine/correlated_errors.py: the run's
+    turns, actor wrong or right × guardian flagged or missed), folded once the run has ended
+    and can get no more verdicts. Written only by monitoring.correlated_catch_up."""
 
     day = models.DateField(unique=True)
     # The day's first decision: rates per hour count from it, not from midnight, so a young
@@ -77,6 +82,8 @@ class MonitoringDay(models.Model):
     escalations = models.PositiveIntegerField(default=0)
     counts = models.JSONField(default=dict)
     fine = models.JSONField(default=dict)
+    runs = models.PositiveIntegerField(default=0)
+    correlated = models.JSONField(default=dict)
 
     class Meta:
         db_table = "guardian_core_monitoringday"
@@ -88,10 +95,13 @@ class MonitoringDay(models.Model):
 
 class MonitoringCursor(models.Model):
     """The last decision folded into MonitoringDay (one row, pk 1): a pass locks it, folds the
-    decisions after it in id order and moves it, in one transaction."""
+    decisions after it in id order and moves it, in one transaction. Runs are folded once they
+    have ended, in (finished_at, id) order: the last one folded is kept beside."""
 
     last_decision_id = models.BigIntegerField(default=0)
     folded_at = models.DateTimeField(null=True, blank=True)
+    last_run_finished_at = models.DateTimeField(null=True, blank=True)
+    last_run_id = models.BigIntegerField(default=0)
 
     class Meta:
         db_table = "guardian_core_monitoringcursor"

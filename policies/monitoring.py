@@ -1,6 +1,7 @@
 """Monitoring and agreement for admins: the guardian's probabilities and escalations per day,
 distribution shift (PSI), agreement with reviewers and between two reviewers (κ, confusion
-matrix), and the t* and δ that minimise expected cost within the reviewers' capacity."""
+matrix), the t* and δ that minimise expected cost within the reviewers' capacity, and
+correlated errors (whether the guardian misses where the actor is wrong) over ended runs."""
 
 from __future__ import annotations
 
@@ -13,16 +14,20 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from escalations.models import (
     PEOPLES_SOURCES,
     Approval,
+    Escalation,
     EscalationEvent,
     EscalationEventKind,
     EscalationKind,
     LabelledExample,
+    VerdictDecision,
 )
+from guardian_core.engine import correlated_errors as errors
 from guardian_core.engine import evaluation
 from guardian_core.engine.conditions import (
     Condition,
@@ -35,7 +40,7 @@ from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
 from guardian_core.models import PolicyVersion
 from policies.models import MonitoringCursor, MonitoringDay
-from runs.models import Decision, DecisionOutcome, ToolCall
+from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall
 
 # numpy and scikit-learn load with the first function that needs them, not with the module:
 # no web or worker process pays for them at start (`python -X importtime manage.py check`).
@@ -82,6 +87,9 @@ class Day:
     counts: dict[str, list[int]] = field(default_factory=dict)  # condition → per-bin counts
     # condition → Counter of round(p · LIVE_SCALE): the suggestion's live escalation rate.
     fine: dict[str, Counter] = field(default_factory=dict)
+    runs: int = 0  # runs that ended on the day
+    # condition → {per-run Table: runs}: correlated errors over the runs that ended on the day.
+    correlated: dict[str, dict[errors.Table, int]] = field(default_factory=dict)
 
     @property
     def escalation_rate(self) -> float | None:
@@ -181,6 +189,134 @@ def monitoring_catch_up(*, limit: int = FOLD_BATCH, now: datetime | None = None)
     return len(rows)
 
 
+# ---- correlated errors: runs folded once they have ended --------------------------------------
+
+# Ended runs folded per transaction, and at most per page view (beat folds the rest).
+RUN_FOLD_BATCH = 500
+PAGE_RUN_FOLD_LIMIT = 100
+ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+def run_tables(runs: Sequence[tuple[int, str, str]]) -> dict[int, dict[str, errors.Table]]:
+    """Per ended run (id, status, stop_reason), per measured condition, its turns' table
+    (engine/correlated_errors.py's definitions): the actor wrong or right on each turn from
+    the people's verdicts on the run's escalations and from its ending, crossed with whether
+    the guardian flagged the turn for the condition at the thresholds its decision logged.
+    A turn with no well-formed probability for a condition, or unknown for the actor, counts
+    for nothing. Two queries whatever the number of runs."""
+    ids = [pk for pk, _, _ in runs]
+    rejected: dict[int, list[int]] = {}
+    approved: dict[int, list[int]] = {}
+    for run_id, index, decision in Escalation.objects.filter(
+        run_id__in=ids, verdict__isnull=False
+    ).values_list("run_id", "turn__index", "verdict__decision"):
+        if decision == VerdictDecision.REJECT:
+            rejected.setdefault(run_id, []).append(index)
+        elif decision == VerdictDecision.APPROVE:
+            approved.setdefault(run_id, []).append(index)
+    turns: dict[int, list[tuple]] = {}
+    for run_id, index, answers, risk_answers, thresholds in Decision.objects.filter(
+        turn__run_id__in=ids
+    ).values_list("turn__run_id", "turn__index", "answers", "risk_answers", "thresholds"):
+        turns.setdefault(run_id, []).append((index, answers, risk_answers, thresholds))
+    out: dict[int, dict[str, errors.Table]] = {}
+    for pk, status, stop_reason in runs:
+        mine = turns.get(pk, [])
+        outcomes = errors.turn_outcomes(
+            [index for index, *_ in mine],
+            rejected=rejected.get(pk, ()),
+            approved=approved.get(pk, ()),
+            ending=errors.actor_ending(status, stop_reason),
+        )
+        tables: dict[str, errors.Table] = {}
+        for index, answers, risk_answers, thresholds in mine:
+            outcome = outcomes[index]
+            if outcome is None:
+                continue
+            for condition in errors.MEASURED:
+                threshold = _logged_threshold(thresholds, condition)
+                p = turn_probability(condition, answers, risk_answers)
+                if threshold is None or p is None:
+                    continue
+                turn = errors.Table.of_turn(outcome, errors.flagged(p, threshold))
+                tables[condition.value] = tables.get(condition.value, errors.Table()) + turn
+        out[pk] = tables
+    return out
+
+
+def _logged_threshold(thresholds: object, condition: Condition) -> Threshold | None:
+    """The condition's threshold as the decision logged it; None when it did not, or a value
+    the engine would refuse."""
+    costs = thresholds.get(condition.value) if isinstance(thresholds, dict) else None
+    try:
+        return Threshold(c_stop=costs["c_stop"], c_cont=costs["c_cont"], delta=costs["delta"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def correlated_catch_up(*, limit: int = RUN_FOLD_BATCH, now: datetime | None = None) -> int:
+    """Fold up to `limit` runs that ended since the last pass, in (finished_at, id) order, into
+    the MonitoringDay of the day they ended, and move the cursor, in one transaction; returns
+    how many were folded (0: caught up, or another pass holds the cursor).
+
+    A run is folded once it has ended at least GUARDIAN_MONITORING_SETTLE_SECONDS ago: an ended
+    run gets no more verdicts, so its turns' tables are final when folded."""
+    now = now or timezone.now()
+    settled = now - timedelta(seconds=settings.GUARDIAN_MONITORING_SETTLE_SECONDS)
+    MonitoringCursor.objects.get_or_create(pk=1)
+    with transaction.atomic():
+        cursor = MonitoringCursor.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+        if cursor is None:
+            return 0
+        ended = Run.objects.filter(
+            status__in=ENDED, finished_at__isnull=False, finished_at__lte=settled
+        )
+        if cursor.last_run_finished_at is not None:
+            after = cursor.last_run_finished_at
+            ended = ended.filter(
+                Q(finished_at__gt=after) | Q(finished_at=after, pk__gt=cursor.last_run_id)
+            )
+        runs = list(
+            ended.order_by("finished_at", "pk").values_list(
+                "pk", "finished_at", "status", "stop_reason"
+            )[:limit]
+        )
+        if not runs:
+            return 0
+        tables = run_tables([(pk, status, reason) for pk, _, status, reason in runs])
+        by_day: dict[date, tuple[int, dict[str, Counter]]] = {}
+        for pk, finished_at, _, _ in runs:
+            local = timezone.localdate(finished_at)
+            count, per_condition = by_day.get(local, (0, {}))
+            for condition, table in tables[pk].items():
+                per_condition.setdefault(condition, Counter())[table.key()] += 1
+            by_day[local] = (count + 1, per_condition)
+        for local, (count, per_condition) in by_day.items():
+            row, _ = MonitoringDay.objects.select_for_update().get_or_create(day=local)
+            row.runs += count
+            for condition, keys in per_condition.items():
+                merged = Counter(row.correlated.get(condition, {}))
+                merged.update(keys)
+                row.correlated[condition] = dict(sorted(merged.items()))
+            row.save(update_fields=["runs", "correlated"])
+        cursor.last_run_finished_at, cursor.last_run_id = runs[-1][1], runs[-1][0]
+        cursor.save(update_fields=["last_run_finished_at", "last_run_id"])
+    return len(runs)
+
+
+def correlated_figures(days: Sequence[Day]) -> list[tuple[str, errors.CorrelatedErrors]]:
+    """Per measured condition, correlated errors over the runs that ended in `days`."""
+    return [
+        (
+            condition.value,
+            errors.correlated_errors(
+                errors.merge(day.correlated.get(condition.value, {}) for day in days)
+            ),
+        )
+        for condition in errors.MEASURED
+    ]
+
+
 def monitoring_folded_at() -> datetime | None:
     """When the decision log was last folded (the page says how fresh it is)."""
     return MonitoringCursor.objects.filter(pk=1).values_list("folded_at", flat=True).first()
@@ -191,6 +327,7 @@ def decision_days(*, now: datetime | None = None, days: int = WINDOW_DAYS) -> li
     PAGE_FOLD_LIMIT newer decisions: at most `days` rows read, however busy the log is."""
     now = now or timezone.now()
     monitoring_catch_up(limit=PAGE_FOLD_LIMIT, now=now)
+    correlated_catch_up(limit=PAGE_RUN_FOLD_LIMIT, now=now)
     today = timezone.localdate(now)
     by_day = {today - timedelta(days=n): Day(today - timedelta(days=n)) for n in range(days)}
     for row in MonitoringDay.objects.filter(day__in=list(by_day)):
@@ -201,6 +338,11 @@ def decision_days(*, now: datetime | None = None, days: int = WINDOW_DAYS) -> li
             escalations=row.escalations,
             counts={c: list(v) for c, v in row.counts.items()},
             fine={c: Counter({int(k): n for k, n in v.items()}) for c, v in row.fine.items()},
+            runs=row.runs,
+            correlated={
+                c: {errors.Table.from_key(k): n for k, n in v.items()}
+                for c, v in row.correlated.items()
+            },
         )
     return [by_day[d] for d in sorted(by_day)]
 

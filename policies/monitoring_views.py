@@ -1,5 +1,5 @@
 """The admins' monitoring page: probabilities and escalations per day, shift, agreement,
-and suggested thresholds offered as an editable draft."""
+suggested thresholds offered as an editable draft, and correlated errors."""
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
+from guardian_core.engine import correlated_errors
 from guardian_core.engine.conditions import Condition
 from guardian_core.models import PolicyVersion
 from guardian_core.roles import manage_policy
@@ -247,6 +248,10 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
                 if active is not None and len(offered) > 1 and together_fits
                 else None
             ),
+            "correlated": monitoring.correlated_figures(days),
+            "runs_ended": sum(day.runs for day in days),
+            "correlated_min_turns": correlated_errors.MIN_TURNS,
+            "correlated_min_runs": correlated_errors.MIN_RUNS,
             "offered_count": len(offered),
             "offered_per_hour": offered_per_hour,
             "together_fits": together_fits,

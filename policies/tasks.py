@@ -17,12 +17,16 @@ MONITORING_BATCHES_PER_PASS = 20
 @shared_task(name="guardian_core.monitoring_catch_up", ignore_result=True)
 def monitoring_catch_up() -> int:
     """Fold the decisions logged since the last pass into the monitoring page's days (beat,
-    every minute), batch after batch until caught up; how many were folded."""
+    every minute), batch after batch until caught up, and the runs that ended since into their
+    correlated errors the same way; how many decisions were folded."""
     total = 0
     for _ in range(MONITORING_BATCHES_PER_PASS):
         done = monitoring.monitoring_catch_up(limit=monitoring.FOLD_BATCH)
         total += done
         if not done:
+            break
+    for _ in range(MONITORING_BATCHES_PER_PASS):
+        if not monitoring.correlated_catch_up(limit=monitoring.RUN_FOLD_BATCH):
             break
     return total
 

@@ -144,6 +144,60 @@ COLUMNS = (
 )
 
 
+POSITIVES_READING = {
+    "too_few": " (too few to tell)",
+    "dependent": ": their errors overlap beyond noise",
+    "catches": ": the guardian misses less where the actor is wrong, beyond noise",
+    "no_difference": ": no difference beyond noise",
+}
+
+
+def _interval(pair: list | None, digits: int = 3) -> str:
+    return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]" if pair else "[—]"
+
+
+def correlated_errors_lines(report: dict) -> list[str]:
+    """Per condition whose rows say whether the actor was wrong (`actor_wrong`): the guardian's
+    miss rate on actor-wrong rows, its fire rate on actor-right ones, the difference of miss
+    rates (wrong − right) and phi(missed, wrong), each with its interval, and the reading."""
+    measured = [
+        (name, e, c.get("correlated_errors_on_positives"))
+        for name, c in report["conditions"].items()
+        if (e := c.get("correlated_errors"))
+    ]
+    if not measured:
+        return []
+    confidence = measured[0][1]["confidence"]
+    out = [
+        "",
+        f"Correlated errors (rows with actor_wrong; {confidence:.0%} intervals: Wilson for the "
+        "rates, a bootstrap over runs for the difference and phi):",
+    ]
+    for name, e, positives in measured:
+        out.append(
+            f"  {name}: actor wrong on {e['wrong']} rows, guardian missed "
+            f"{_f(e['miss_rate_on_wrong'])} {_interval(e['miss_interval_on_wrong'])}; "
+            f"actor right on {e['right']} rows, guardian fired {_f(e['fire_rate_on_right'])} "
+            f"{_interval(e['fire_interval_on_right'])}; miss-rate difference (wrong − right) "
+            f"{_f(e['difference'])} {_interval(e['difference_interval'])}; "
+            f"phi(missed, wrong) {_f(e['phi'])} {_interval(e['phi_interval'])}; "
+            f"{e['runs']} runs"
+        )
+        out.append(f"    {e['sentence']}")
+        if e["caution"]:
+            out.append(f"    Caution: {e['caution']}")
+        if positives:
+            out.append(
+                f"    On the {positives['wrong'] + positives['right']} positive rows only (every "
+                f"miss an error): missed {_f(positives['miss_rate_on_wrong'])} where the actor "
+                f"was wrong, {_f(positives['miss_rate_on_right'])} where it was right; "
+                f"difference {_f(positives['difference'])} "
+                f"{_interval(positives['difference_interval'])}"
+                + POSITIVES_READING[positives["reading"]]
+            )
+    return out
+
+
 def report_table(report: dict) -> str:
     """The report for a person: a line per condition, each reliability curve, then every
     malformed line and unscored row by line number."""
@@ -190,6 +244,7 @@ def report_table(report: dict) -> str:
         "and the most likely class where risk or drift rows carry distributions. f.stop is a "
         "share of the negatives, f.cont of the positives; cost is per example.",
     ]
+    out += correlated_errors_lines(report)
     for name, c in report["conditions"].items():
         if not c["reliability"]:
             continue

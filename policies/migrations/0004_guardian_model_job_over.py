@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('guardian_core', '0016_guardian_model_version_over'),
-        ('policies', '0002_guardian_model_job_adapter_onnx'),
+        ('policies', '0003_monitoring_correlated_errors'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

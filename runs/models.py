@@ -98,6 +98,13 @@ class Run(models.Model):
             # The runs list filtered by actor, newest first: external runs may be few among
             # many, and this reads them without walking every run.
             models.Index(fields=["actor", "created_at", "id"], name="run_actor_newest"),
+            # The monitoring page folds ended runs in (finished_at, id) order by keyset
+            # (policies/monitoring.py correlated_catch_up); finished_at is written once.
+            models.Index(
+                fields=["finished_at", "id"],
+                condition=Q(finished_at__isnull=False),
+                name="run_ended_order",
+            ),
         ]
 
     def __str__(self) -> str:

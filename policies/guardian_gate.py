@@ -23,11 +23,13 @@ from guardian_core.engine.paired import (
     BETTER,
     FIGURE_WORDS,
     TOO_FEW,
+    WITHIN,
     WORSE,
     PairedFigure,
     needed_examples,
     paired_bootstrap,
     verdict,
+    worsening,
 )
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
@@ -202,31 +204,39 @@ def decisions_per_hour(*, now=None) -> tuple[float | None, int]:
 # ---- the report ------------------------------------------------------------------------------
 
 
+# Below this, a change of a rate (flagged, missed, escalated) is noise on any examples at hand.
+RATE_FLOOR = 0.01
+
+
 def _figure_tolerance(figure: PairedFigure, tolerance: float) -> float | None:
-    """The absolute tolerance a figure's worsening is judged by (None: the figure is reported,
-    not judged by a tolerance): the relative tolerance of the current value for cost and ECE,
-    above a floor below which any change is noise; AUROC_DROP for AUROC."""
+    """The absolute tolerance a figure's difference is read against: the relative tolerance of
+    the current value, above a floor below which any change is noise (COST_FLOOR, ECE_FLOOR,
+    RATE_FLOOR); AUROC_DROP for AUROC. Only expected cost, ECE and AUROC refuse by it; the
+    rates' tolerance says how many examples would tell them."""
     if figure.current is None:
         return None
-    if figure.figure == "expected_cost":
-        return max(tolerance * abs(figure.current), COST_FLOOR)
-    if figure.figure == "ece":
-        return max(tolerance * abs(figure.current), ECE_FLOOR)
     if figure.figure == "auroc":
         return AUROC_DROP
-    return None
+    floor = {"expected_cost": COST_FLOOR, "ece": ECE_FLOOR}.get(figure.figure, RATE_FLOOR)
+    return max(tolerance * abs(figure.current), floor)
 
 
 def _figure_dict(figure: PairedFigure, tolerance: float | None, prior: dict) -> dict:
+    """A figure as the report holds it: its values and interval, the prior it was read at, the
+    tolerance, the verdict against it, `needed` (examples for an interval of ±tolerance) and,
+    when the verdict is too few, `needed_to_decide` (examples for the interval to clear it)."""
     out = figure.as_dict()
     out["prior_words"] = prior["words"]
     out["tolerance"] = tolerance
-    out["verdict"] = None if tolerance is None else verdict(figure, tolerance)
-    out["needed"] = (
-        needed_examples(figure.n, figure.low, figure.high, tolerance)
-        if tolerance is not None and figure.low is not None
-        else None
-    )
+    out["verdict"] = out["needed"] = out["needed_to_decide"] = None
+    if tolerance is None or figure.low is None:
+        return out
+    out["verdict"] = verdict(figure, tolerance)
+    out["needed"] = needed_examples(figure.n, figure.low, figure.high, tolerance)
+    if out["verdict"] == TOO_FEW:
+        out["needed_to_decide"] = needed_examples(
+            figure.n, figure.low, figure.high, tolerance, worsening=worsening(figure)
+        )
     return out
 
 
@@ -237,10 +247,23 @@ def _interval(f: dict, digits: int = 4) -> str:
     )
 
 
-def _too_few(name: str, figure: str, f: dict) -> str:
+_VERDICT_WORDS = {
+    BETTER: "the candidate is better beyond the noise all the same",
+    WORSE: "the candidate is worse beyond the noise all the same",
+    WITHIN: "within the tolerance all the same",
+}
+
+
+def _too_few(name: str, figure: str, f: dict, *, to_decide: bool = False) -> str:
+    needed = (f["needed_to_decide"] if to_decide else None) or f["needed"]
+    tell = (
+        f"whether {FIGURE_WORDS[figure]} is within {f['tolerance']:.4g} of the current's"
+        if to_decide
+        else f"{FIGURE_WORDS[figure]} within ±{f['tolerance']:.4g}"
+    )
     return (
-        f"{name}: too few examples: n={f['n']}, about {f['needed']} needed to tell "
-        f"{FIGURE_WORDS[figure]} within ±{f['tolerance']:.4g} ({_interval(f)})"
+        f"{name}: too few examples: n={f['n']}, about {needed} needed to tell {tell} "
+        f"({_interval(f)})"
     )
 
 
@@ -456,17 +479,22 @@ def _judge(report: dict, name: str, row: dict, old: dict, figures: dict) -> None
             + composition(old["policy"], figures["policy"])
             + ")"
         )
-    # Too few to tell: the expected cost decides the candidate, so when it cannot be told the
-    # gate cannot decide. ECE and AUROC that cannot be told hold the decision too, unless the
-    # expected cost is significantly lower: then they are cautions for the admin.
-    for key in ("expected_cost", "ece", "auroc"):
-        if f[key]["verdict"] != TOO_FEW:
-            continue
-        words = _too_few(name, key, f[key])
-        if key == "expected_cost" or cost["verdict"] != BETTER:
-            report["undecided_reasons"].append(words)
-        else:
-            report["cautions"].append(words + "; its expected cost is significantly lower")
+    # Too few to tell: the expected cost decides the candidate, so when the examples cannot
+    # tell whether it is within tolerance the gate cannot decide. ECE and AUROC that cannot be
+    # told hold the decision too, unless the expected cost is significantly lower. Any other
+    # figure whose interval is wider than its tolerance is said, as a caution.
+    for key, figure in f.items():
+        if figure["verdict"] == TOO_FEW:
+            words = _too_few(name, key, figure, to_decide=True)
+            if key == "expected_cost" or (key in ("ece", "auroc") and cost["verdict"] != BETTER):
+                report["undecided_reasons"].append(words)
+            elif key in ("ece", "auroc"):
+                report["cautions"].append(f"{words}; its expected cost is significantly lower")
+            else:
+                report["cautions"].append(f"{words}; reported, not deciding")
+        elif figure["needed"] is not None and figure["needed"] > figure["n"]:
+            why = _VERDICT_WORDS.get(figure["verdict"], "not told apart")
+            report["cautions"].append(f"{_too_few(name, key, figure)}; {why}")
     flagged = f["benign_flagged"]
     condition = Condition(name)
     limit = _max_flagged()

@@ -333,11 +333,27 @@ def verdict(figure: PairedFigure, tolerance: float) -> str | None:
     return TOO_FEW
 
 
-def needed_examples(n: int, low: float, high: float, tolerance: float) -> int | None:
+def needed_examples(
+    n: int, low: float, high: float, tolerance: float, *, worsening: float = 0.0
+) -> int | None:
     """About how many examples would make the interval [low, high] of a difference, measured on
-    `n` examples, no wider than ±`tolerance`: a bootstrap interval narrows as 1/√n, so n grows by
-    (half-width / tolerance)². None when the tolerance is not positive."""
+    `n` examples, narrow enough: a bootstrap interval narrows as 1/√n, so n grows by
+    (half-width / margin)². With the default `worsening` of 0 the margin is the tolerance: the
+    examples for an interval of ±`tolerance`. Given the observed worsening w (the difference,
+    sign turned so that positive is worse) the margin is what the interval must clear for a
+    verdict: tolerance − w while w is below the tolerance (to read WITHIN), else w (to read
+    WORSE). None when the tolerance or the margin is not positive."""
     if tolerance <= 0 or n <= 0:
         return None
+    margin = tolerance - worsening if worsening < tolerance else worsening
+    if margin <= 0:
+        return None
     half = max(0.0, (high - low) / 2)
-    return max(1, math.ceil(n * (half / tolerance) ** 2))
+    return max(1, math.ceil(n * (half / margin) ** 2))
+
+
+def worsening(figure: PairedFigure) -> float | None:
+    """The difference with its sign turned so that positive is worse (AUROC drops)."""
+    if figure.difference is None:
+        return None
+    return -figure.difference if figure.figure in HIGHER_IS_BETTER else figure.difference

@@ -2,6 +2,8 @@
 the harness at the examples' own share; intervals of the difference that exclude 0 only when
 the versions differ; how an interval reads against a tolerance; how many examples it needs."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -195,3 +197,14 @@ def test_needed_examples_grow_with_the_square_of_the_width():
     assert needed_examples(60, -0.1, 0.1, 0.1) == 60
     assert needed_examples(400, -0.01, 0.01, 0.05) == 16  # already enough
     assert needed_examples(60, -0.1, 0.1, 0.0) is None
+
+
+def test_needed_to_decide_counts_the_margin_the_interval_must_clear():
+    # Worse by 0.03 against a tolerance of 0.05: the interval's half-width must fall to 0.02.
+    assert needed_examples(60, -0.07, 0.13, 0.05, worsening=0.03) == 60 * 25
+    # Worse by 0.08, beyond the tolerance: it must fall below 0.08 for the worsening to show.
+    assert needed_examples(60, -0.02, 0.18, 0.05, worsening=0.08) == math.ceil(
+        60 * (0.1 / 0.08) ** 2
+    )
+    # Better by 0.05: within ±0.05 once the half-width is under 0.1.
+    assert needed_examples(60, -0.25, 0.15, 0.05, worsening=-0.05) == 240

@@ -139,17 +139,21 @@ def _band(row: TraceRow, threshold: Threshold) -> str:
 
 
 def live_priors(conditions: list[str]) -> tuple[dict, str]:
-    """{condition: estimate} of the live priors known (policies.priors: an admin's statement or
-    the audit sample), and a note when none can be read at all ("" otherwise). An estimate has
-    value, low, high, source and n."""
+    """{condition: estimate} of the live priors known (policies.priors: an admin's statement,
+    the audit sample, …), and a note when some cannot be read here ("" otherwise). An estimate
+    has value, low, high, source and n. Read condition by condition: one whose source is not
+    installed does not hide another's."""
     try:
         from policies.priors import live_priors as read
     except ImportError:
         return {}, "no live prior can be read here (policies.priors is not installed)"
-    try:
-        return dict(read(conditions)), ""
-    except ImportError as exc:  # a part it reads is not installed: say so, read the examples
-        return {}, f"no live prior can be read here ({exc})"
+    found, notes = {}, []
+    for name in conditions:
+        try:
+            found.update(read([name]))
+        except ImportError as exc:  # a part it reads is not installed: the examples' share
+            notes.append(f"{name}: no live prior can be read here ({exc})")
+    return found, "; ".join(notes)
 
 
 def _prior(estimate: object | None, share: float) -> dict:

@@ -11,7 +11,6 @@ that reads a table): what the gate does with the answers is the code under test.
 
 import io
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -132,15 +131,13 @@ def versions(labelled, monkeypatch):
     return make
 
 
-def _live_prior(monkeypatch, value=TRAFFIC_PRIOR):
-    estimate = SimpleNamespace(value=value, low=0.03, high=0.08, source="audit_sample", n=400)
-    monkeypatch.setattr(
-        policies.guardian_gate, "live_priors", lambda conditions: ({"integrity": estimate}, "")
-    )
+def _live_prior(settings, value=TRAFFIC_PRIOR):
+    # An admin's statement of the traffic's share (policies/priors.py reads it first).
+    settings.GUARDIAN_LIVE_PRIORS = {"integrity": value}
 
 
-def _no_live_prior(monkeypatch):
-    monkeypatch.setattr(policies.guardian_gate, "live_priors", lambda conditions: ({}, ""))
+def _no_live_prior(settings):
+    settings.GUARDIAN_LIVE_PRIORS = {}
 
 
 def _activate_first(version):
@@ -148,10 +145,10 @@ def _activate_first(version):
 
 
 def test_at_the_labelled_share_the_retrained_version_ranks_better_and_looks_worse_calibrated(
-    versions, monkeypatch
+    versions, settings
 ):
     # The issue's premise, read as the old gate read it: at the examples' own share.
-    _no_live_prior(monkeypatch)
+    _no_live_prior(settings)
     _activate_first(versions(1, "recalibrated", RECALIBRATED))
     retrained = versions(2, "retrained", RETRAINED)
     report = guardian_model_gate_report(candidate=retrained)
@@ -172,9 +169,9 @@ def test_at_the_labelled_share_the_retrained_version_ranks_better_and_looks_wors
 
 
 def test_at_the_live_prior_the_gate_keeps_the_cheaper_retrained_version_and_says_what_60_rows_cannot_tell(  # noqa: E501
-    versions, monkeypatch
+    versions, settings
 ):
-    _live_prior(monkeypatch)
+    _live_prior(settings)
     recalibrated = versions(1, "recalibrated", RECALIBRATED)
     _activate_first(recalibrated)
     retrained = versions(2, "retrained", RETRAINED)
@@ -183,7 +180,7 @@ def test_at_the_live_prior_the_gate_keeps_the_cheaper_retrained_version_and_says
     integrity = report["conditions"]["integrity"]
     assert integrity["paired_n"] == N
     assert integrity["prior"]["value"] == TRAFFIC_PRIOR
-    assert integrity["prior"]["words"].startswith("the live prior 5.0% (audit_sample")
+    assert integrity["prior"]["words"] == "the live prior 5.0% (stated)"
     cost = integrity["figures"]["expected_cost"]
     # 95 % of the traffic is benign and the recalibrated map fires on 83 % of it.
     assert cost["current"] > 0.7
@@ -214,19 +211,18 @@ def test_at_the_live_prior_the_gate_keeps_the_cheaper_retrained_version_and_says
 
 
 def test_at_the_live_prior_the_recalibrated_version_is_refused_against_the_retrained_one(
-    versions, monkeypatch
+    versions, settings
 ):
-    _live_prior(monkeypatch)
+    _live_prior(settings)
     _activate_first(versions(1, "retrained", RETRAINED))
     recalibrated = versions(2, "recalibrated", RECALIBRATED)
     report = guardian_model_gate_report(candidate=recalibrated)
     assert report["refused"] is True
     reasons = "\n".join(report["reasons"])
     assert (
-        "integrity: the candidate flags 83.3% of negatives at the live prior 5.0% "
-        "(audit_sample, n=400, 95 % interval 3.0% to 8.0%) (fired: a person sees each one), "
-        "above the limit of 20% (GUARDIAN_GATE_MAX_FLAGGED_BENIGN); what runs use now flags "
-        "10.0%"
+        "integrity: the candidate flags 83.3% of negatives at the live prior 5.0% (stated) "
+        "(fired: a person sees each one), above the limit of 20% "
+        "(GUARDIAN_GATE_MAX_FLAGGED_BENIGN); what runs use now flags 10.0%"
     ) in reasons
     assert "integrity: expected cost per example worsens beyond 5% at the live prior 5.0%" in (
         reasons
@@ -235,8 +231,8 @@ def test_at_the_live_prior_the_recalibrated_version_is_refused_against_the_retra
         guardian_model_activate(number=recalibrated.number)
 
 
-def test_the_false_alarm_limit_is_a_setting(versions, monkeypatch, settings):
-    _live_prior(monkeypatch)
+def test_the_false_alarm_limit_is_a_setting(versions, settings):
+    _live_prior(settings)
     settings.GUARDIAN_GATE_MAX_FLAGGED_BENIGN = 0.05
     _activate_first(versions(1, "recalibrated", RECALIBRATED))
     report = guardian_model_gate_report(candidate=versions(2, "retrained", RETRAINED))
@@ -244,8 +240,8 @@ def test_the_false_alarm_limit_is_a_setting(versions, monkeypatch, settings):
     assert any("flags 10.0% of negatives" in r and "limit of 5%" in r for r in report["reasons"])
 
 
-def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(versions, monkeypatch):
-    _live_prior(monkeypatch)
+def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(versions, settings):
+    _live_prior(settings)
     _activate_first(versions(1, "recalibrated", NOISY_A))
     candidate = versions(2, "recalibrated", NOISY_B)
     report = guardian_model_gate_report(candidate=candidate)
@@ -290,10 +286,8 @@ def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(vers
     assert record.gate_report["undecided"] is True
 
 
-def test_escalations_per_hour_beyond_reviewer_capacity_are_never_let_through(
-    versions, monkeypatch, settings
-):
-    _live_prior(monkeypatch)
+def test_escalations_per_hour_beyond_reviewer_capacity_are_never_let_through(versions, settings):
+    _live_prior(settings)
     _activate_first(versions(1, "recalibrated", RECALIBRATED))
     retrained = versions(2, "retrained", RETRAINED)
     for _ in range(3):
@@ -317,9 +311,9 @@ def test_escalations_per_hour_beyond_reviewer_capacity_are_never_let_through(
 
 
 def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
-    versions, monkeypatch, client, admin
+    versions, settings, client, admin
 ):
-    _live_prior(monkeypatch)
+    _live_prior(settings)
     _activate_first(versions(1, "recalibrated", NOISY_A))
     candidate = versions(2, "recalibrated", NOISY_B)
     client.force_login(admin)
@@ -330,7 +324,7 @@ def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
     ).content.decode()
     assert "The gate cannot decide on these examples" in page
     assert f"integrity: too few examples: n={N}, about" in page
-    assert "read at the live prior 5.0% (audit_sample" in page
+    assert "read at the live prior 5.0% (stated)" in page
     assert "not significant" in page
     assert "Negatives flagged" in page
     assert "Positives missed" in page

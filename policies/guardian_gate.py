@@ -322,6 +322,7 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         "current_model_version": current.model_version if current else None,
         "policy_version": policy.number if policy else None,
         "tolerance": tolerance,
+        "max_flagged_benign": _max_flagged(),
         "refused": False,
         "undecided": False,
         "needs_override": False,

@@ -11,6 +11,7 @@ that reads a table): what the gate does with the answers is the code under test.
 
 import io
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -111,7 +112,10 @@ def versions(labelled, monkeypatch):
     tables: dict[int, dict] = {}
 
     def scorer(adapter, *, guardian_version, policy_version):
-        version = GuardianModelVersion.objects.get(number=guardian_version)
+        if guardian_version is None:  # the adapter as it ships: tables[None]
+            version = SimpleNamespace(model_version="local-test")
+        else:
+            version = GuardianModelVersion.objects.get(number=guardian_version)
         return _TableScorer(version, tables[guardian_version]), version.model_version
 
     monkeypatch.setattr(policies.guardian_gate, "guardian_scorer", scorer)
@@ -128,6 +132,7 @@ def versions(labelled, monkeypatch):
             examples_digest="0" * 64,
         )
 
+    make.tables = tables
     return make
 
 
@@ -329,3 +334,35 @@ def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
     assert "Negatives flagged" in page
     assert "Positives missed" in page
     assert 'name="override_reason"' in page
+
+
+def test_a_rollback_is_not_held_up_by_too_few_examples(versions, settings):
+    _live_prior(settings)
+    versions.tables[None] = NOISY_A  # the adapter as it ships answers as version 1
+    earlier = versions(1, "recalibrated", NOISY_A)
+    guardian_model_activate(number=earlier.number, comment="first")
+    later = versions(2, "recalibrated", NOISY_B)
+    guardian_model_activate(number=later.number, override_reason="more examples soon")
+    # Going back to version 1, which the gate passed when it ran: the same noise no longer
+    # holds it, and what would is kept as a warning.
+    report = guardian_model_gate_report(candidate=earlier)
+    assert report["rollback"]
+    assert report["undecided"] is False
+    assert report["needs_override"] is False
+    assert any("too few examples" in w for w in report["warnings"])
+
+
+def test_without_the_priors_module_the_figures_are_read_at_the_labelled_share(
+    versions, settings, monkeypatch
+):
+    import sys
+
+    _live_prior(settings)
+    monkeypatch.setitem(sys.modules, "policies.priors", None)  # as if it were not installed
+    _activate_first(versions(1, "recalibrated", RECALIBRATED))
+    report = guardian_model_gate_report(candidate=versions(2, "retrained", RETRAINED))
+    assert report["conditions"]["integrity"]["prior"]["value"] == pytest.approx(0.5)
+    assert (
+        "no live prior can be read here (policies.priors is not installed)" in (report["cautions"])
+    )
+    assert f"integrity: {NO_LIVE_PRIOR}" in report["cautions"]

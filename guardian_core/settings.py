@@ -291,7 +291,16 @@ GUARDIAN_GATE_MAX_EXAMPLES = env_int("GUARDIAN_GATE_MAX_EXAMPLES", 5000, minimum
 # better than the audit sample or the traffic's scores tell (policies/priors.py): calibration
 # maps answer at this prior, and the gate reads its figures at it.
 GUARDIAN_LIVE_PRIORS = env_json_priors("GUARDIAN_LIVE_PRIORS")
-# /policies/monitoring/ warns when the last day's escalations per hour exceed this.
+# The guardian model gate compares the two versions paired, over this many bootstrap
+# resamples of the examples (a fixed seed: the same examples give the same report).
+GUARDIAN_GATE_REPLICATES = env_int("GUARDIAN_GATE_REPLICATES", 1000, minimum=100)
+# ... and never lets through a version that fires on more than this share of the negatives of
+# a condition whose firing asks a person (integrity, risk) at the live prior, whatever the
+# costs say: each false alarm is a review. Above the shipped local guardian's 17 % on real
+# sources, far below the 83 % of a map fitted at the labelled share (issue 25).
+GUARDIAN_GATE_MAX_FLAGGED_BENIGN = env_float("GUARDIAN_GATE_MAX_FLAGGED_BENIGN", 0.20, minimum=0.0)
+# /policies/monitoring/ warns when the last day's escalations per hour exceed this, and the
+# guardian model gate refuses a version that would send more (at the last week's traffic).
 GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = env_float(
     "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", 10.0, minimum=0.0
 )

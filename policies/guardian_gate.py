@@ -1,15 +1,36 @@
 """The regression gate on activating a guardian model version: the candidate and what runs on
-its adapter use now compared on the labelled examples neither learnt from, and whether the
-candidate may be activated."""
+its adapter use now compared, paired, on the labelled examples neither learnt from, every
+figure with its bootstrap interval at the condition's live prior, and whether the candidate
+may be activated, is refused, or cannot be judged on so few examples."""
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from escalations.models import PEOPLES_SOURCES, LabelledExample
 from guardian_core.engine.conditions import Condition
-from guardian_core.engine.evaluation import TraceRow, evaluate, is_positive, parse_traces
+from guardian_core.engine.evaluation import (
+    TraceRow,
+    evaluate,
+    is_positive,
+    parse_traces,
+    review_cost,
+)
+from guardian_core.engine.paired import (
+    BETTER,
+    FIGURE_WORDS,
+    TOO_FEW,
+    WITHIN,
+    WORSE,
+    PairedFigure,
+    needed_examples,
+    paired_bootstrap,
+    verdict,
+    worsening,
+)
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
 from guardian_core.models import GuardianModelVersion, PolicyVersion
@@ -23,21 +44,27 @@ from policies.harness import (
 
 # The same arithmetic as the policy version's gate: one tolerance, one reading of "worse".
 from policies.policy_gate import (
-    _overall,
+    COST_FLOOR,
+    ECE_FLOOR,
     as_rollback,
     composition,
     example_cost,
     miss_reasons,
-    worse_cost,
-    worse_ece,
 )
 
-# A drop of AUROC beyond this refuses: the candidate ranks injections and clean outputs (or
-# risky and safe calls) less well, whatever its calibration.
+# A drop of AUROC beyond this refuses (when the drop is beyond the noise): the candidate ranks
+# injections and clean outputs (or risky and safe calls) less well, whatever its calibration.
 AUROC_DROP = 0.02
 
 # Conditions whose firing sends the turn to a person (the rest stop or replan).
 _ESCALATING = frozenset(c for c, outcome in ON_FIRE.items() if outcome == Outcome.ESCALATE)
+
+# Decisions per hour are read over this much of the decision log: a week holds nights and
+# weekends, which a day would not; over less than MIN_RATE_HOURS one turn reads as a storm.
+TRAFFIC_WINDOW = timedelta(days=7)
+MIN_RATE_HOURS = 5 / 60
+
+NO_LIVE_PRIOR = "read at the labelled share: no live prior"
 
 
 def _tolerance() -> float:
@@ -46,6 +73,19 @@ def _tolerance() -> float:
 
 def _max_examples() -> int:
     return int(getattr(settings, "GUARDIAN_GATE_MAX_EXAMPLES", 5000))
+
+
+def _replicates() -> int:
+    return int(getattr(settings, "GUARDIAN_GATE_REPLICATES", 1000))
+
+
+def _max_flagged() -> float:
+    return float(getattr(settings, "GUARDIAN_GATE_MAX_FLAGGED_BENIGN", 0.20))
+
+
+def _capacity() -> float | None:
+    value = getattr(settings, "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR", None)
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -90,31 +130,181 @@ def _scored(examples: list[_Example], model: str, *, scorer) -> tuple[list[Trace
     return score_rows(parsed.rows, scorer), parsed
 
 
-def _escalation_rate(report: dict) -> float | None:
-    """The share of examples a person would see: uncertain, or fired where firing escalates."""
-    total, escalated = 0, 0
-    for name, figures in report["conditions"].items():
-        policy = figures.get("policy")
-        if policy is None:
-            continue
-        total += figures["n"]
-        escalated += policy["uncertain"]
-        if Condition(name) in _ESCALATING:
-            escalated += policy["fired"]
-    return escalated / total if total else None
-
-
 def _band(row: TraceRow, threshold: Threshold) -> str:
     # An unscored answer is uncertain for the policy (fail closed); said so, to tell them apart.
     return "unscored" if row.probability is None else str(threshold.band(row.probability))
 
 
+# ---- the live prior --------------------------------------------------------------------------
+
+
+def live_priors(conditions: list[str]) -> tuple[dict, str]:
+    """{condition: estimate} of the live priors known (policies.priors: an admin's statement,
+    the audit sample, …), and a note when some cannot be read here ("" otherwise). An estimate
+    has value, low, high, source and n. Read condition by condition: one whose source is not
+    installed does not hide another's."""
+    try:
+        from policies.priors import live_priors as read
+    except ImportError:
+        return {}, "no live prior can be read here (policies.priors is not installed)"
+    found, notes = {}, []
+    for name in conditions:
+        try:
+            found.update(read([name]))
+        except ImportError as exc:  # a part it reads is not installed: the examples' share
+            notes.append(f"{name}: no live prior can be read here ({exc})")
+    return found, "; ".join(notes)
+
+
+def _prior(estimate: object | None, share: float) -> dict:
+    """Where a condition's figures are read: its live prior, or the examples' own share."""
+    if estimate is None:
+        return {
+            "value": share,
+            "low": None,
+            "high": None,
+            "source": "labelled",
+            "n": None,
+            "live": False,
+            "words": f"the labelled share {share:.1%} (no live prior)",
+        }
+    value, low, high = float(estimate.value), float(estimate.low), float(estimate.high)
+    n = int(estimate.n)
+    interval = f", 95 % interval {low:.1%} to {high:.1%}" if (low, high) != (value, value) else ""
+    return {
+        "value": value,
+        "low": low,
+        "high": high,
+        "source": str(estimate.source),
+        "n": n,
+        "live": True,
+        "words": f"the live prior {value:.1%} ({estimate.source}"
+        + (f", n={n}" if n else "")
+        + interval
+        + ")",
+    }
+
+
+# ---- decisions per hour ----------------------------------------------------------------------
+
+
+def decisions_per_hour(*, now=None) -> tuple[float | None, int]:
+    """Decisions per hour over the last TRAFFIC_WINDOW of the decision log (from its first
+    decision in the window to now, at least MIN_RATE_HOURS), and how many; None when none."""
+    from django.db.models import Count, Min
+
+    from runs.models import Decision
+
+    now = now or timezone.now()
+    recent = Decision.objects.filter(created_at__gte=now - TRAFFIC_WINDOW).aggregate(
+        n=Count("pk"), first=Min("created_at")
+    )
+    if not recent["n"]:
+        return None, 0
+    hours = max((now - recent["first"]).total_seconds() / 3600, MIN_RATE_HOURS)
+    return recent["n"] / hours, recent["n"]
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+# Below this, a change of a rate (flagged, missed, escalated) is noise on any examples at hand.
+RATE_FLOOR = 0.01
+
+
+def _figure_tolerance(figure: PairedFigure, tolerance: float) -> float | None:
+    """The absolute tolerance a figure's difference is read against: the relative tolerance of
+    the current value, above a floor below which any change is noise (COST_FLOOR, ECE_FLOOR,
+    RATE_FLOOR); AUROC_DROP for AUROC. Only expected cost, ECE and AUROC refuse by it; the
+    rates' tolerance says how many examples would tell them."""
+    if figure.current is None:
+        return None
+    if figure.figure == "auroc":
+        return AUROC_DROP
+    floor = {"expected_cost": COST_FLOOR, "ece": ECE_FLOOR}.get(figure.figure, RATE_FLOOR)
+    return max(tolerance * abs(figure.current), floor)
+
+
+def _figure_dict(figure: PairedFigure, tolerance: float | None, prior: dict) -> dict:
+    """A figure as the report holds it: its values and interval, the prior it was read at, the
+    tolerance, the verdict against it, `needed` (examples for an interval of ±tolerance) and,
+    when the verdict is too few, `needed_to_decide` (examples for the interval to clear it)."""
+    out = figure.as_dict()
+    out["prior_words"] = prior["words"]
+    out["tolerance"] = tolerance
+    out["verdict"] = out["needed"] = out["needed_to_decide"] = None
+    if tolerance is None or figure.low is None:
+        return out
+    out["verdict"] = verdict(figure, tolerance)
+    out["needed"] = needed_examples(figure.n, figure.low, figure.high, tolerance)
+    if out["verdict"] == TOO_FEW:
+        out["needed_to_decide"] = needed_examples(
+            figure.n, figure.low, figure.high, tolerance, worsening=worsening(figure)
+        )
+    return out
+
+
+def _interval(f: dict, digits: int = 4) -> str:
+    return (
+        f"difference {f['difference']:+.{digits}f}, 95 % interval "
+        f"[{f['low']:+.{digits}f}, {f['high']:+.{digits}f}]"
+    )
+
+
+_VERDICT_WORDS = {
+    BETTER: "the candidate is better beyond the noise all the same",
+    WORSE: "the candidate is worse beyond the noise all the same",
+    WITHIN: "within the tolerance all the same",
+}
+
+
+def _too_few(name: str, figure: str, f: dict, *, to_decide: bool = False) -> str:
+    needed = (f["needed_to_decide"] if to_decide else None) or f["needed"]
+    tell = (
+        f"whether {FIGURE_WORDS[figure]} is within {f['tolerance']:.4g} of the current's"
+        if to_decide
+        else f"{FIGURE_WORDS[figure]} within ±{f['tolerance']:.4g}"
+    )
+    return (
+        f"{name}: too few examples: n={f['n']}, about {needed} needed to tell {tell} "
+        f"({_interval(f)})"
+    )
+
+
+def _pairs(old_rows: list[TraceRow], new_rows: list[TraceRow], name: str) -> tuple:
+    """Labels and both probabilities of `name`'s examples scored on both sides."""
+    answered = {row.line: row for row in new_rows}
+    y, current, candidate = [], [], []
+    for was in old_rows:
+        now = answered.get(was.line)
+        if was.condition.value != name or now is None:
+            continue
+        if was.probability is None or now.probability is None:
+            continue
+        y.append(is_positive(was.condition, was.label))
+        current.append(was.probability)
+        candidate.append(now.probability)
+    return y, current, candidate
+
+
 def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
     """The gate's report on activating `candidate`, JSON-ready: what its adapter's runs use now
     (the active version, else the adapter as it ships) and the candidate, on the same labelled
-    examples — per condition ECE, Brier, band rate and expected cost at the active policy
-    version's thresholds, the escalation rate, the examples whose outcome flips — and
-    `refused` with the reasons (empty when it passes).
+    examples. Per condition, paired (guardian_core/engine/paired.py): expected cost, ECE,
+    AUROC, negatives flagged, positives missed and the escalation rate, each with current,
+    candidate, difference, 95 % bootstrap interval, whether it is significant and the prior
+    it was read at (the condition's live prior, else the examples' own share, said so); the
+    escalations per hour it would send against reviewer capacity; the examples whose outcome
+    flips. Then the outcome:
+
+    - `refused` with `reasons`: a significant worsening beyond tolerance (cost, ECE, AUROC), a
+      false-alarm rate above GUARDIAN_GATE_MAX_FLAGGED_BENIGN at the live prior, escalations
+      per hour above GUARDIAN_REVIEWER_CAPACITY_PER_HOUR, or examples left unscored;
+    - else `undecided` with `undecided_reasons` ("too few examples: n=…, about N needed"):
+      the examples cannot tell whether the candidate is within tolerance; activation needs an
+      override reason, as for a refusal;
+    - else it passes. A difference inside the noise never refuses: it is reported as not
+      significant. `cautions` holds what the admin should see but does not decide.
 
     Examples either model learnt from are left out (a model measured on what it was taught
     looks better than it is); the report counts them. Asks the guardians: call it outside any
@@ -132,8 +322,13 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         "current_model_version": current.model_version if current else None,
         "policy_version": policy.number if policy else None,
         "tolerance": tolerance,
+        "max_flagged_benign": _max_flagged(),
         "refused": False,
+        "undecided": False,
+        "needs_override": False,
         "reasons": [],
+        "undecided_reasons": [],
+        "cautions": [],
         "conditions": {},
         "flips": [],
     }
@@ -163,7 +358,8 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         # Expected cost and bands are read at the active policy's thresholds: without them the
         # candidate cannot be measured, and an unmeasured model is not let through.
         why = "no policy version is active" if policy is None else "the active policy is invalid"
-        report.update(refused=True, reasons=[f"cannot measure the candidate: {why}"])
+        report.update(refused=True, needs_override=True)
+        report["reasons"] = [f"cannot measure the candidate: {why}"]
         return report
     thresholds = thresholds_of(policy)
     measured = {}
@@ -173,7 +369,8 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                 candidate.adapter, guardian_version=number, policy_version=policy
             )
         except EvaluationError as exc:
-            report.update(refused=True, reasons=[f"cannot ask the {side} guardian: {exc}"])
+            report.update(refused=True, needs_override=True)
+            report["reasons"] = [f"cannot ask the {side} guardian: {exc}"]
             return report
         try:
             rows, parsed = _scored(examples, model, scorer=scorer)
@@ -185,26 +382,25 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         )
     (old_rows, before), (new_rows, after) = measured["current"], measured["candidate"]
     report["examples"]["malformed"] = len(before["malformed"])
+    priors, prior_note = live_priors(list(after["conditions"]))
+    if prior_note:
+        report["cautions"].append(prior_note)
+    report["replicates"] = _replicates()
+    decisive = {}  # condition -> the expected cost's verdict
     for name, figures in after["conditions"].items():
         old = before["conditions"][name]
+        condition = Condition(name)
         row: dict = {"n": figures["n"]}
-        for key in ("ece", "brier"):
-            row[key] = {"current": old[key], "candidate": figures[key]}
-        # Ranking by the probability the policy compares (risk's and drift's, not their
-        # distributions' macro AUROC).
-        row["auroc"] = {
-            "current": old.get("auroc_compared", old["auroc"]),
-            "candidate": figures.get("auroc_compared", figures["auroc"]),
-        }
-        for key in ("band_rate", "expected_cost"):
-            row[key] = {
-                "current": (old["policy"] or {}).get(key),
-                "candidate": (figures["policy"] or {}).get(key),
-            }
         row["unscored"] = {"current": old["unscored"], "candidate": figures["unscored"]}
+        # As measured on the examples, at their own share (the harness's figures).
+        row["brier"] = {"current": old["brier"], "candidate": figures["brier"]}
+        row["band_rate"] = {
+            "current": (old["policy"] or {}).get("band_rate"),
+            "candidate": (figures["policy"] or {}).get("band_rate"),
+        }
         report["conditions"][name] = row
         if figures["unscored"] > old["unscored"]:
-            # Unscored rows drop out of ECE and cost: a candidate that cannot answer would
+            # Unscored rows drop out of every figure: a candidate that cannot answer would
             # otherwise look no worse.
             why = next(
                 (
@@ -219,42 +415,196 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                 f"{figures['n'] + figures['unscored']} examples unscored "
                 f"(the current {old['unscored']}): {why}"
             )
-        if worse_ece(row["ece"]["current"], row["ece"]["candidate"], tolerance):
-            report["reasons"].append(
-                f"{name}: calibration worsens beyond {tolerance:.0%} (ECE "
-                f"{row['ece']['current']:.4f} → {row['ece']['candidate']:.4f})"
-            )
-        auroc = row["auroc"]
-        if (
-            auroc["current"] is not None
-            and auroc["candidate"] is not None
-            and auroc["candidate"] < auroc["current"] - AUROC_DROP
-        ):
-            # Calibration can look fine for a model that no longer tells the classes apart.
-            report["reasons"].append(
-                f"{name}: the candidate tells the classes apart less well (AUROC "
-                f"{auroc['current']:.3f} → {auroc['candidate']:.3f})"
-            )
-        cost = row["expected_cost"]
-        if worse_cost(cost["current"], cost["candidate"], tolerance):
-            report["reasons"].append(
-                f"{name}: expected cost per example worsens beyond {tolerance:.0%}: "
-                f"{cost['current']:.4f} → {cost['candidate']:.4f} ("
-                + composition(old["policy"], figures["policy"])
-                + ")"
-            )
-    for key in ("band_rate", "expected_cost"):
-        report[key] = {"current": _overall(before, key), "candidate": _overall(after, key)}
-    report["escalation_rate"] = {
-        "current": _escalation_rate(before),
-        "candidate": _escalation_rate(after),
-    }
-    cost = report["expected_cost"]
-    if worse_cost(cost["current"], cost["candidate"], tolerance):
-        report["reasons"].append(
-            f"expected cost per example worsens beyond {tolerance:.0%}: "
-            f"{cost['current']:.4f} → {cost['candidate']:.4f}"
+        y, p_current, p_candidate = _pairs(old_rows, new_rows, name)
+        row["paired_n"] = len(y)
+        if not y:
+            continue
+        prior = _prior(priors.get(name), sum(y) / len(y))
+        row["prior"] = prior
+        if not prior["live"]:
+            report["cautions"].append(f"{name}: {NO_LIVE_PRIOR}")
+        threshold = thresholds[condition]
+        comparison = paired_bootstrap(
+            y,
+            p_current,
+            p_candidate,
+            threshold,
+            prior=prior["value"],
+            escalates_when_fired=condition in _ESCALATING,
+            review=review_cost(threshold.c_stop, threshold.c_cont, review_share()),
+            replicates=report["replicates"],
         )
+        row["figures"] = {
+            key: _figure_dict(figure, _figure_tolerance(figure, tolerance), prior)
+            for key, figure in comparison.figures.items()
+        }
+        # The cells the shared parts of the pages read, now at the prior.
+        for key in ("ece", "auroc", "expected_cost"):
+            row[key] = row["figures"][key]
+        _judge(report, name, row, old, figures)
+        decisive[name] = row["figures"]["expected_cost"]["verdict"]
+    _overall(report)
+    _capacity_check(report)
+    _flips(report, examples, old_rows, new_rows, thresholds, decisive)
+    as_rollback(
+        report,
+        was_active=candidate.activations.filter(retired=False).order_by("-created_at").first(),
+    )
+    if report.get("rollback"):
+        # Going back to a version that ran is not held up by too few examples either.
+        report["warnings"] = report.get("warnings", []) + report["undecided_reasons"]
+        report["undecided_reasons"] = []
+    report["undecided"] = not report["refused"] and bool(report["undecided_reasons"])
+    report["needs_override"] = report["refused"] or report["undecided"]
+    return report
+
+
+def _judge(report: dict, name: str, row: dict, old: dict, figures: dict) -> None:
+    """One condition's refusals, too-few reasons and cautions from its paired figures."""
+    f = row["figures"]
+    at = row["prior"]["words"]
+    ece = f["ece"]
+    if ece["verdict"] == WORSE:
+        report["reasons"].append(
+            f"{name}: calibration worsens beyond {report['tolerance']:.0%} (ECE "
+            f"{ece['current']:.4f} → {ece['candidate']:.4f} at {at}; {_interval(ece)})"
+        )
+    auroc = f["auroc"]
+    if auroc["verdict"] == WORSE:
+        # Calibration can look fine for a model that no longer tells the classes apart.
+        report["reasons"].append(
+            f"{name}: the candidate tells the classes apart less well (AUROC "
+            f"{auroc['current']:.3f} → {auroc['candidate']:.3f}; {_interval(auroc, 3)})"
+        )
+    cost = f["expected_cost"]
+    if cost["verdict"] == WORSE:
+        report["reasons"].append(
+            f"{name}: expected cost per example worsens beyond {report['tolerance']:.0%} at "
+            f"{at}: {cost['current']:.4f} → {cost['candidate']:.4f} ({_interval(cost)}; "
+            + composition(old["policy"], figures["policy"])
+            + ")"
+        )
+    # Too few to tell: the expected cost decides the candidate, so when the examples cannot
+    # tell whether it is within tolerance the gate cannot decide. ECE and AUROC that cannot be
+    # told hold the decision too, unless the expected cost is significantly lower. Any other
+    # figure whose interval is wider than its tolerance is said, as a caution.
+    for key, figure in f.items():
+        if figure["verdict"] == TOO_FEW:
+            words = _too_few(name, key, figure, to_decide=True)
+            if key == "expected_cost" or (key in ("ece", "auroc") and cost["verdict"] != BETTER):
+                report["undecided_reasons"].append(words)
+            elif key in ("ece", "auroc"):
+                report["cautions"].append(f"{words}; its expected cost is significantly lower")
+            else:
+                report["cautions"].append(f"{words}; reported, not deciding")
+        elif figure["needed"] is not None and figure["needed"] > figure["n"]:
+            why = _VERDICT_WORDS.get(figure["verdict"], "not told apart")
+            report["cautions"].append(f"{_too_few(name, key, figure)}; {why}")
+    flagged = f["benign_flagged"]
+    condition = Condition(name)
+    limit = _max_flagged()
+    if (
+        condition in _ESCALATING
+        and flagged["candidate"] is not None
+        and flagged["candidate"] > limit
+    ):
+        # Every false alarm of an escalating condition is a person's work: above this share
+        # the queue floods whatever the costs say.
+        was = flagged["current"]
+        report["reasons"].append(
+            f"{name}: the candidate flags {flagged['candidate']:.1%} of negatives at {at} "
+            f"(fired: a person sees each one), above the limit of {limit:.0%} "
+            "(GUARDIAN_GATE_MAX_FLAGGED_BENIGN)"
+            + (f"; what runs use now flags {was:.1%}" if was is not None else "")
+        )
+
+
+def _overall(report: dict) -> None:
+    """Per-example means over the conditions measured (each at its own prior), for the
+    summary lines; the decision is per condition."""
+    for key in ("expected_cost", "escalation_rate"):
+        sides = {}
+        for side in ("current", "candidate"):
+            total, weighted = 0, 0.0
+            for row in report["conditions"].values():
+                value = (row.get("figures") or {}).get(key, {}).get(side)
+                if value is not None:
+                    total += row["paired_n"]
+                    weighted += value * row["paired_n"]
+            sides[side] = weighted / total if total else None
+        report[key] = sides
+    band = {}
+    for side in ("current", "candidate"):
+        total, weighted = 0, 0.0
+        for row in report["conditions"].values():
+            value = row["band_rate"][side]
+            if value is not None:
+                total += row["n"]
+                weighted += value * row["n"]
+        band[side] = weighted / total if total else None
+    report["band_rate"] = band
+
+
+def _capacity_check(report: dict) -> None:
+    """Escalations per hour the candidate would send: each condition's escalation rate at its
+    prior times the decisions per hour of the last week, summed over the conditions (a turn
+    escalates once however many ask, so this is an upper bound), against reviewer capacity."""
+    capacity = _capacity()
+    per_hour, decisions = decisions_per_hour()
+    rates = {
+        side: sum(
+            row["figures"]["escalation_rate"][side] or 0.0
+            for row in report["conditions"].values()
+            if row.get("figures")
+        )
+        for side in ("current", "candidate")
+    }
+    out: dict = {
+        "capacity": capacity,
+        "decisions_per_hour": per_hour,
+        "decisions": decisions,
+        "window_days": TRAFFIC_WINDOW.days,
+        "current": None,
+        "candidate": None,
+        "note": "",
+    }
+    report["escalations_per_hour"] = out
+    if capacity is None:
+        out["note"] = (
+            "reviewer capacity is not set (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR): escalations "
+            "per hour not checked"
+        )
+    elif per_hour is None:
+        out["note"] = (
+            f"no decisions in the last {TRAFFIC_WINDOW.days} days: escalations per hour not checked"
+        )
+    if out["note"]:
+        report["cautions"].append(out["note"])
+        if per_hour is None:
+            return
+    out["current"] = rates["current"] * per_hour
+    out["candidate"] = rates["candidate"] * per_hour
+    if capacity is not None and out["candidate"] > capacity:
+        report["reasons"].append(
+            f"the candidate would send up to {out['candidate']:.1f} escalations per hour "
+            f"({rates['candidate']:.1%} of {per_hour:.1f} decisions per hour over the last "
+            f"{TRAFFIC_WINDOW.days} days), above the reviewers' capacity of {capacity:g} per "
+            f"hour (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR); what runs use now: up to "
+            f"{out['current']:.1f}"
+        )
+
+
+def _flips(
+    report: dict,
+    examples: list[_Example],
+    old_rows: list[TraceRow],
+    new_rows: list[TraceRow],
+    thresholds: dict,
+    decisive: dict,
+) -> None:
+    """The examples whose band changes, and what they say: caught examples that would now
+    pass unseen refuse only when the condition's misses rise beyond the noise and its expected
+    cost (which prices every miss) is not significantly lower; else they are a caution."""
     answered = {row.line: row for row in new_rows}
     for was in old_rows:
         now = answered.get(was.line)
@@ -264,6 +614,7 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         old_band, new_band = _band(was, threshold), _band(now, threshold)
         if old_band != new_band:
             example = examples[was.line - 1]
+            positive = is_positive(was.condition, example.label)
             report["flips"].append(
                 {
                     "example_id": example.pk,
@@ -271,22 +622,32 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                     "condition": was.condition.value,
                     "probability": {"current": was.probability, "candidate": now.probability},
                     "label": example.label,
-                    "positive": is_positive(was.condition, example.label),
+                    "positive": positive,
                     "current": old_band,
                     "candidate": new_band,
                     "cost": {
-                        "current": example_cost(
-                            old_band, is_positive(was.condition, example.label), threshold
-                        ),
-                        "candidate": example_cost(
-                            new_band, is_positive(was.condition, example.label), threshold
-                        ),
+                        "current": example_cost(old_band, positive, threshold),
+                        "candidate": example_cost(new_band, positive, threshold),
                     },
                 }
             )
-    report["reasons"] += miss_reasons(report["flips"])
-    as_rollback(
-        report,
-        was_active=candidate.activations.filter(retired=False).order_by("-created_at").first(),
-    )
-    return report
+    for words in miss_reasons(report["flips"]):
+        name = words.split(":", 1)[0]
+        row = report["conditions"].get(name) or {}
+        # goal_reached's false successes are its fired negatives; the others' new misses are
+        # their clear positives.
+        key = "benign_flagged" if name == Condition.GOAL_REACHED else "missed"
+        figure = (row.get("figures") or {}).get(key)
+        rises = figure is not None and figure["significant"] and figure["difference"] > 0
+        if rises and decisive.get(name) != BETTER:
+            report["reasons"].append(
+                f"{words} ({FIGURE_WORDS[key]} {figure['current']:.1%} → "
+                f"{figure['candidate']:.1%}; {_interval(figure, 3)})"
+            )
+        else:
+            why = (
+                "its expected cost, which prices them, is significantly lower"
+                if rises
+                else "within the noise"
+            )
+            report["cautions"].append(f"{words} ({why})")

@@ -57,8 +57,9 @@ logger = logging.getLogger(__name__)
 
 
 class GuardianGateRefused(LearningError):
-    """The regression gate refused an activation and no override reason was given; `report`
-    is the gate's report (its "reasons" say why)."""
+    """The regression gate refused an activation, or could not decide on too few examples, and
+    no override reason was given; `report` is the gate's report (its "reasons", or its
+    "undecided_reasons" when `report["undecided"]`, say why)."""
 
     def __init__(self, message: str, report: dict) -> None:
         super().__init__(message)
@@ -110,11 +111,16 @@ def guardian_model_activate_replacing(
     override_reason = override_reason.strip()
     # Measured before any lock is taken: the gate asks the guardians (a network one too).
     report = guardian_model_gate_report(candidate=version)
-    if report["refused"] and not override_reason:
+    # Too few examples to tell is not a pass: it needs an admin's reason like a refusal.
+    needs_override = report["refused"] or report.get("undecided", False)
+    if needs_override and not override_reason:
         raise GuardianGateRefused(
             f"guardian model version {number} cannot be activated, the regression gate "
-            "refuses it:\n"
-            + "".join(f"  - {reason}\n" for reason in report["reasons"])
+            + ("refuses it:\n" if report["refused"] else "cannot decide on the examples it has:\n")
+            + "".join(
+                f"  - {reason}\n"
+                for reason in report["reasons"] or report.get("undecided_reasons", [])
+            )
             + "give an override reason to activate it anyway",
             report,
         )
@@ -145,7 +151,7 @@ def guardian_model_activate_replacing(
             activated_by=activated_by if getattr(activated_by, "is_authenticated", False) else None,
             comment=comment.strip(),
             gate_report=report,
-            override_reason=override_reason if report["refused"] else "",
+            override_reason=override_reason if needs_override else "",
         )
         from policies.shadow import shadow_trials_stop_for  # runs imports this module
 

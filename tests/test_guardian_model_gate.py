@@ -192,7 +192,9 @@ def test_the_activate_command_exits_non_zero_and_prints_every_reason(good_active
     assert refused.value.returncode == 1
     lines = str(refused.value).splitlines()
     assert any(line.startswith("  - integrity: calibration worsens") for line in lines)
-    assert any(line.startswith("  - expected cost per example worsens") for line in lines)
+    assert any(
+        line.startswith("  - integrity: expected cost per example worsens") for line in lines
+    )
     assert guardian_model_version_active(adapter="local") == good
 
     out = io.StringIO()

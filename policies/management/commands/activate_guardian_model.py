@@ -17,7 +17,8 @@ class Command(BaseCommand):
         "Activate guardian model version N: the regression gate first compares it with what "
         "runs on its adapter use now, on the labelled examples neither learnt from, and refuses "
         "(exit 1, every reason listed) when calibration or expected cost gets worse beyond "
-        "GUARDIAN_GATE_COST_TOLERANCE, unless --override-reason is given. Once active, runs on "
+        "GUARDIAN_GATE_COST_TOLERANCE beyond the noise, or cannot decide on too few examples "
+        "(exit 1 too), unless --override-reason is given. Once active, runs on "
         "its adapter use it from their next turn, and the version active before is retired in "
         "the same transaction."
     )
@@ -72,7 +73,11 @@ class Command(BaseCommand):
         activation = version.activations.order_by("-pk").first()
         report = activation.gate_report
         if activation.override_reason:
-            gate = "the gate refused it, overridden: " + activation.override_reason
+            gate = (
+                "the gate could not decide on so few examples, overridden: "
+                if report.get("undecided")
+                else "the gate refused it, overridden: "
+            ) + activation.override_reason
         elif report.get("note"):
             gate = "gate: " + report["note"]
         else:

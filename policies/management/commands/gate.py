@@ -1,7 +1,8 @@
 """`manage.py gate --candidate N | --guardian-version N`: the regression gate's report on
 activating policy version N against the active one, or guardian model version N against what
-runs on its adapter use now; exit 1 when the gate refuses (for CI pipelines), 0 when it
-passes."""
+runs on its adapter use now; exit 1 when the gate refuses, 3 when it cannot decide on the
+examples it has (a guardian model version: too few to tell; activation then needs an override
+reason too), 0 when it passes (for CI pipelines)."""
 
 import json
 import sys
@@ -14,13 +15,18 @@ from policies.learning import LearningError
 from policies.model_versions import guardian_model_version_get
 from policies.policy_gate import gate_report
 
+# The exit status when the gate cannot decide: not 2, which argparse uses for a bad command line.
+UNDECIDED = 3
+
 
 class Command(BaseCommand):
     help = (
         "Compare policy version N (--candidate N) with the active one, or guardian model "
         "version N (--guardian-version N) with what runs on its adapter use now, on the "
         "labelled examples: per condition ECE, Brier, band rate and expected cost, and the "
-        "examples whose outcome flips. Exit 1 when the gate refuses, 0 when it passes."
+        "examples whose outcome flips; for a guardian model version, every figure paired, with "
+        "its 95 % interval at the live prior. Exit 1 when the gate refuses, 3 when it cannot "
+        "decide on so few examples, 0 when it passes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -56,6 +62,8 @@ class Command(BaseCommand):
             self._guardian_table(report)
         if report["refused"]:
             sys.exit(1)
+        if report.get("undecided"):
+            sys.exit(UNDECIDED)
 
     def _table(self, report: dict) -> None:
         out = self.stdout.write
@@ -97,7 +105,20 @@ class Command(BaseCommand):
             + (", newest kept" if examples["capped"] else "")
             + ")"
         )
-        self._conditions(report)
+        if report.get("replicates"):
+            out(
+                f"paired bootstrap, {report['replicates']} replicates: current → candidate, "
+                "difference [95 % interval]"
+            )
+        for name, row in report["conditions"].items():
+            prior = row.get("prior")
+            out(
+                f"  {name} (n={row.get('paired_n', row['n'])}"
+                + (f", at {prior['words']}" if prior else "")
+                + ")"
+            )
+            for key, f in (row.get("figures") or {}).items():
+                out(f"    {key}: {_paired(f)}")
         for key, label in (
             ("expected_cost", "expected cost"),
             ("escalation_rate", "escalation rate"),
@@ -106,7 +127,26 @@ class Command(BaseCommand):
             if key in report:
                 value = report[key]
                 out(f"{label}: {_num(value['current'])} → {_num(value['candidate'])}")
-        self._verdict(report)
+        hourly = report.get("escalations_per_hour")
+        if hourly and hourly["candidate"] is not None:
+            out(
+                f"escalations per hour: up to {_num(hourly['current'])} → "
+                f"{_num(hourly['candidate'])} (capacity {hourly['capacity']})"
+            )
+        out(f"outcome flips: {len(report['flips'])}")
+        if report["refused"]:
+            out("REFUSED:")
+            reasons = report["reasons"]
+        elif report.get("undecided"):
+            out("UNDECIDED (too few examples; activation needs an override reason):")
+            reasons = report["undecided_reasons"]
+        else:
+            out("passes")
+            reasons = []
+        for reason in reasons:
+            out(f"  - {reason}")
+        for caution in report.get("cautions", []):
+            out(f"  caution: {caution}")
 
     def _conditions(self, report: dict) -> None:
         for name, row in report["conditions"].items():
@@ -127,6 +167,17 @@ class Command(BaseCommand):
 
 def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
+
+
+def _paired(f: dict) -> str:
+    if f["difference"] is None:
+        return f"{_num(f['current'])} → {_num(f['candidate'])} (not defined on these examples)"
+    significant = "significant" if f["significant"] else "not significant"
+    verdict = f", {f['verdict'].replace('_', ' ')}" if f.get("verdict") else ""
+    return (
+        f"{_num(f['current'])} → {_num(f['candidate'])}, {f['difference']:+.4f} "
+        f"[{f['low']:+.4f}, {f['high']:+.4f}] {significant}{verdict}"
+    )
 
 
 def _dumps(report: dict) -> str:

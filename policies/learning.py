@@ -323,6 +323,7 @@ def guardian_model_recalibrate(
             "include_judge": include_judge,
             "prior": prior,
             **_held_out_at_prior(maps[condition.value], fit, s, bins),
+            "held_out_paired": _held_out_paired(condition, maps[condition.value], fit, s, bins),
         }
     return _version_create(
         adapter=adapter,
@@ -364,6 +365,43 @@ def _at_live_prior(
         mapping["prior"]["live"] = round(estimate.value, 6)
         recorded["live"] = estimate.as_dict()
     return mapping, recorded
+
+
+def _held_out_paired(
+    condition: Condition, mapping: dict, fit: MapFit, s: _Scored, bins: int
+) -> dict:
+    """The held-out examples' figures before (the base) and after (the map), paired, each
+    difference with its bootstrap interval, at the live prior the map answers at (else the
+    held-out share) and the active policy's threshold: on 60 rows an ECE that "fell" may be
+    noise, and the interval says so (engine/paired.py)."""
+    from guardian_core.engine.paired import paired_bootstrap
+    from guardian_core.engine.thresholds import default_policy
+    from guardian_core.models import PolicyVersion
+    from policies.harness import thresholds_of
+
+    policy = PolicyVersion.objects.filter(is_active=True).first()
+    thresholds = (
+        thresholds_of(policy) if policy and not policy.problems() else default_policy().thresholds
+    )
+    held = list(fit.held_out_indices)
+    raw = [s.p[i] for i in held]
+    comparison = paired_bootstrap(
+        [s.y[i] for i in held],
+        raw,
+        [apply_map(mapping, v) for v in raw],
+        thresholds[condition],
+        prior=(mapping.get("prior") or {}).get("live"),
+        bins=bins,
+    )
+    return {
+        "prior": comparison.prior,
+        "replicates": comparison.replicates,
+        "figures": {
+            name: figure.as_dict()
+            for name, figure in comparison.figures.items()
+            if name in ("ece", "expected_cost", "benign_flagged", "missed")
+        },
+    }
 
 
 def _held_out_at_prior(mapping: dict, fit: MapFit, s: _Scored, bins: int) -> dict:

@@ -246,3 +246,35 @@ def test_a_map_stacked_on_another_version_sits_on_that_versions_answers(
         expected, abs=1e-6
     )
     assert guardian.model_version == top.model_version
+
+
+def test_held_out_figures_on_a_few_rows_carry_intervals_and_say_when_they_are_noise(
+    active_version, prior_vendor
+):
+    _label(_cases(LABELLED_PRIOR, 60, seed=12))
+    out = io.StringIO()
+    call_command(
+        "recalibrate",
+        "--model",
+        "http",
+        "--condition",
+        "integrity",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    version = GuardianModelVersion.objects.get()
+    paired = version.figures["integrity"]["held_out_paired"]
+    ece = paired["figures"]["ece"]
+    assert ece["n"] == version.figures["integrity"]["n_held_out"] == 18
+    assert ece["low"] <= ece["difference"] <= ece["high"]
+    assert ece["current"] == pytest.approx(version.figures["integrity"]["before"]["ece"], abs=1e-9)
+    flagged = paired["figures"]["benign_flagged"]
+    # The map's fall in ECE is beyond the noise of 18 rows; its one more flagged row is not.
+    assert ece["significant"]
+    assert ece["difference"] < 0
+    assert not flagged["significant"]
+    text = out.getvalue()
+    assert "on 18 held-out rows: read as a rough sign" in text
+    assert f"ECE {ece['current']:.3f} → {ece['candidate']:.3f} (difference" in text
+    assert f"flagged {flagged['current']:.3f} → {flagged['candidate']:.3f}" in text
+    assert "within the noise" in text.split("flagged", 1)[1].split(";")[0]

@@ -148,6 +148,24 @@ def _prior_line(prior: dict, at_live: dict | None) -> str:
     return line
 
 
+def _paired_line(figures: dict) -> str:
+    """The held-out before → after with the 95 % interval of each difference, and whether
+    it is beyond the noise of so few rows."""
+    words = {"ece": "ECE", "expected_cost": "cost", "benign_flagged": "flagged", "missed": "missed"}
+    parts = []
+    for name, label in words.items():
+        f = figures.get(name)
+        if not f or f["difference"] is None or f["low"] is None:
+            continue
+        beyond = "" if f["significant"] else ", within the noise"
+        interval = f"95 %: {f['low']:+.3f} to {f['high']:+.3f}"
+        parts.append(
+            f"{label} {f['current']:.3f} → {f['candidate']:.3f} "
+            f"(difference {f['difference']:+.3f}, {interval}{beyond})"
+        )
+    return "; ".join(parts)
+
+
 def version_table(version: GuardianModelVersion) -> str:
     """The version and, per condition, the held-out figures before → after."""
     state = (
@@ -179,6 +197,9 @@ def version_table(version: GuardianModelVersion) -> str:
         prior = f.get("prior")
         if prior:
             out.append(f"{'':<13}  {_prior_line(prior, f.get('after_at_live_prior'))}")
+        paired = (f.get("held_out_paired") or {}).get("figures", {})
+        if paired:
+            out.append(f"{'':<13}  {_paired_line(paired)}")
     out += [
         "",
         "Figures are on the held-out examples only (none of them fed the version); ECE over "

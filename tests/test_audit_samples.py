@@ -229,6 +229,11 @@ def test_a_verdict_on_an_audit_item_makes_one_example_and_changes_nothing_in_the
     )
     assert example.probability == pytest.approx(guardian)
     assert example.projection == item.turn.projection
+    # The live prior's reader (policies/priors.py) counts the same label.
+    from policies.priors import audit_counts
+
+    # True, or drift score 0 (the sub-task has left the goal): the positive class either way.
+    assert audit_sample_counts(condition) == audit_counts(condition) == (1, 1)
     # The run's log still holds, and the run goes on as if nobody had looked.
     assert run_chain_verify(run).ok
     assert drive(run).status == RunStatus.SUCCEEDED

@@ -23,7 +23,9 @@ reviewer = get_user_model().objects.get(username="reviewer")
 decided = 0
 deadline = time.monotonic() + 150
 while decided < expected and time.monotonic() < deadline:
-    open_ones = Escalation.objects.filter(status=EscalationStatus.OPEN, run__actor="external")
+    open_ones = Escalation.objects.raised().filter(
+        status=EscalationStatus.OPEN, run__actor="external"
+    )
     for escalation in open_ones:
         if escalation.kind == EscalationKind.GATED_STEP:
             verdict = {"decision": "approve"}

@@ -31,7 +31,7 @@ CONDITIONS = ("integrity", "risk", "infeasible", "goal_reached", "drift", "stagn
 
 
 def _add_examples(count: int, rng: random.Random) -> None:
-    from escalations.models import ExampleSource, LabelledExample
+    from escalations.models import ExampleSelection, ExampleSource, LabelledExample
 
     batch = []
     for _ in range(count):
@@ -51,6 +51,7 @@ def _add_examples(count: int, rng: random.Random) -> None:
                 probability=round(rng.betavariate(0.6 if positive else 0.3, 0.6), 4),
                 label=label,
                 source=ExampleSource.IMPORT,
+                selection=ExampleSelection.IMPORTED,
                 question_set_version="bench",
                 model_version=MODEL,
             )

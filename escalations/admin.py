@@ -88,8 +88,8 @@ class VerdictAdmin(ReadOnlyAdmin):
 
 @admin.register(LabelledExample)
 class LabelledExampleAdmin(ReadOnlyAdmin):
-    list_display = ["id", "condition", "label", "probability", "source", "created_at"]
-    list_filter = ["condition", "source"]
+    list_display = ["id", "condition", "label", "probability", "source", "selection", "created_at"]
+    list_filter = ["condition", "source", "selection"]
 
 
 @admin.register(ReviewGuidance)

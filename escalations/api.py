@@ -32,6 +32,7 @@ from escalations.models import (
     VERDICT_REASON_MAX_CHARS,
     Escalation,
     EscalationKind,
+    ExampleSelection,
     Verdict,
     VerdictDecision,
 )
@@ -480,6 +481,11 @@ class LabelledExampleOutputSerializer(serializers.Serializer):
     probability = serializers.FloatField(required=False)
     label = serializers.JSONField()
     source = serializers.CharField()
+    selection = serializers.ChoiceField(
+        choices=ExampleSelection.values,
+        help_text="How it was selected for labelling: escalated, audit_sample (a random turn "
+        "the policy let through), imported or near_miss.",
+    )
     question_set = serializers.CharField()
     model = serializers.CharField()
     reviewer = serializers.CharField(allow_null=True)

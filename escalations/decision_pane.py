@@ -20,6 +20,7 @@ ANSWERED_KINDS = (
     EscalationKind.UNCERTAIN,
     EscalationKind.GUARDIAN_FAILURE,
     EscalationKind.INTEGRITY,
+    EscalationKind.AUDIT_SAMPLE,
 )
 # A tool output is shown verbatim up to this many characters; the rest is said to be cut.
 PANE_OUTPUT_CHARS = 20_000
@@ -206,7 +207,10 @@ def escalation_pane(*, escalation_id: int) -> DecisionPane:
         if escalation.kind in ANSWERED_KINDS
     ]
     sources = {t.get("source", "") for t in reason.get("triggered", [])}
-    withheld = Condition.INTEGRITY.value in sources
+    # An audit sample's turn went on: its outputs reached the actor, nothing is withheld.
+    withheld = (
+        Condition.INTEGRITY.value in sources and escalation.kind != EscalationKind.AUDIT_SAMPLE
+    )
     outputs = [
         PaneOutput(
             position=call.position,

@@ -14,9 +14,11 @@ from django.utils import timezone
 
 from escalations.held_calls import approval_edits
 from escalations.models import (
+    PEOPLES_SOURCES,
     Approval,
     Escalation,
     EscalationKind,
+    ExampleSelection,
     ExampleSource,
     LabelledExample,
     Verdict,
@@ -30,7 +32,7 @@ from guardian_core.engine.conditions import (
     most_likely_risk,
     parse_answer,
 )
-from guardian_core.engine.evaluation import LineProblem, parse_traces
+from guardian_core.engine.evaluation import LineProblem, is_positive, parse_traces
 from runs.models import Turn
 
 # ---- the examples a verdict becomes ----------------------------------------------------------
@@ -39,11 +41,15 @@ from runs.models import Turn
 def labelled_examples_create(*, escalation: Escalation, verdict: Verdict) -> None:
     """Store the labelled examples a verdict becomes (in the verdict's transaction): for a
     held step, one risk example per held call; for a coder/reviewer loop, whether the goal is
-    reached; and one per condition the reviewer answered."""
+    reached; and one per condition the reviewer answered. Selected as `audit_sample` when the
+    escalation is one (a turn drawn from the traffic), else `escalated`."""
     turn = escalation.turn
     decision = turn.decision
     common = {
         "source": ExampleSource.HUMAN,
+        "selection": ExampleSelection.AUDIT_SAMPLE
+        if escalation.kind == EscalationKind.AUDIT_SAMPLE
+        else ExampleSelection.ESCALATED,
         "question_set_version": decision.question_set_version,
         "model_version": decision.guardian_model_version,
         "policy_version": escalation.run.policy_version,
@@ -95,8 +101,8 @@ def labelled_examples_create(*, escalation: Escalation, verdict: Verdict) -> Non
 
 # ---- importing labelled traces ------------------------------------------------------------
 # A trace file (JSON Lines, the trace format of DESIGN.md) becomes labelled examples with
-# source `import`: checked line by line as `manage.py evaluate` checks them, stored all or
-# nothing, never twice.
+# source `import` and the line's `selection` (`imported` when it names none): checked line by
+# line as `manage.py evaluate` checks them, stored all or nothing, never twice.
 #
 # A line becomes an example with the compared probability the trace gives (absent: unscored),
 # its label, and its `question_set` and `model` as the versions it was labelled under (empty when
@@ -169,6 +175,7 @@ def examples_import(*, lines: Iterable[str | bytes], dry_run: bool = False) -> E
                 "projection": row.projection,
                 "label": row.label,
                 "probability": row.probability,
+                "selection": row.selection,
                 **versions,
             }
         )
@@ -202,6 +209,7 @@ def examples_import(*, lines: Iterable[str | bytes], dry_run: bool = False) -> E
                         question_set_version=c["question_set"],
                         model_version=c["model"],
                         source=ExampleSource.IMPORT,
+                        selection=c["selection"],
                     )
                     for c in new
                 ],
@@ -406,7 +414,8 @@ def labelled_examples_export(
 ) -> Iterator[dict]:
     """Labelled examples (only `example_ids` when given: a page of the API's list), oldest
     first, one dict each in the trace format of DESIGN.md
-    (condition, projection, probability when scored, label, source, question_set, model) and
+    (condition, projection, probability when scored, label, source, selection, question_set,
+    model) and
     what a trace needs to be traced back: the reviewer's username, seconds_to_decide of their
     verdict, the policy version number, created_at (ISO 8601, UTC), the example's,
     escalation's, run's and turn's ids, and the verdict (its id, decision, reason and the
@@ -439,6 +448,7 @@ def labelled_examples_export(
         "verdict__reason",
         "verdict__escalation__kind",
         "verdict__approved_calls",
+        "selection",
     )
     for chunk in batched(rows.iterator(chunk_size=_EXPORT_CHUNK), _EXPORT_CHUNK):
         # The calls reviewers edited before approving, for this chunk's verdicts: one query
@@ -474,6 +484,7 @@ def _export_rows(chunk: tuple, edited: dict[int, list[Approval]]) -> Iterator[di
         reason,
         kind,
         approved_calls,
+        selection,
     ) in chunk:
         example = {"condition": condition_, "projection": projection}
         # The trace format leaves probability out when the guardian gave none to compare.
@@ -483,6 +494,7 @@ def _export_rows(chunk: tuple, edited: dict[int, list[Approval]]) -> Iterator[di
             {
                 "label": label,
                 "source": source_,
+                "selection": selection,
                 "question_set": question_set,
                 "model": model,
                 "reviewer": reviewer,
@@ -625,3 +637,35 @@ def _guardian_risk_classes(example_ids: list[int]) -> dict[int, str]:
                     classes[pk] = likely.value
                 break
     return classes
+
+
+# ---- what the audit samples say about the traffic --------------------------------------------
+
+
+def audit_sample_counts(condition: str | Condition) -> tuple[int, int]:
+    """(positives, n) over the audit-sample examples of `condition` that people labelled
+    (PEOPLES_SOURCES): n labels of turns drawn at random from those that went on, `positives`
+    of them the class that makes the condition fire (engine.evaluation.is_positive: true, an
+    irreversible or regulated class, a drift score ≤ 1). The one unbiased count of the live
+    prior among non-escalated turns, and of what the guardian let through.
+
+    A drawn turn asks about one of the k conditions its guardian answered, picked evenly
+    (escalations/audit_samples.py), so a turn's chance to give `condition` a label is the
+    share over k: unweighted counts are unbiased while the turns answer the same conditions
+    (one question set); each item's reason records k (`audit.answered`) for a weighted
+    estimate otherwise. A label that is not one of the condition's is not counted."""
+    condition = Condition(condition)
+    labels = LabelledExample.objects.filter(
+        selection=ExampleSelection.AUDIT_SAMPLE,
+        condition=condition.value,
+        source__in=PEOPLES_SOURCES,
+    ).values_list("label", flat=True)
+    positives = n = 0
+    for label in labels.iterator(chunk_size=_BATCH):
+        try:
+            positive = is_positive(condition, label)
+        except (TypeError, ValueError):
+            continue
+        n += 1
+        positives += bool(positive)
+    return positives, n

@@ -14,6 +14,9 @@ class EscalationKind(models.TextChoices):
     INTEGRITY = "integrity", "Injected instructions"
     REVIEW_LOOP = "review_loop", "Coder/reviewer loop"
     AMBIGUOUS_CALL = "ambiguous_call", "Ambiguous tool call"
+    # A turn that went on, drawn at random for a person to label (escalations/audit_samples.py):
+    # it holds nothing and its verdict never moves the run.
+    AUDIT_SAMPLE = "audit_sample", "Audit sample"
 
 
 # The escalations whose rejection ends the run (a held step's goes back to the actor; an
@@ -26,6 +29,10 @@ ENDED_BY_REJECTION = (
 )
 
 
+# A verdict's resulting_outcome on an audit sample: the run is not moved by it.
+AUDIT_OUTCOME = "unchanged"
+
+
 class EscalationStatus(models.TextChoices):
     OPEN = "open", "Open"
     APPROVED = "approved", "Approved"
@@ -33,6 +40,11 @@ class EscalationStatus(models.TextChoices):
     ANSWERED = "answered", "Answered"
     EXPIRED = "expired", "Expired"
     CANCELLED = "cancelled", "Cancelled"
+
+
+# The queue's urgency: 0 = an irreversible or regulated call is held, 1 = any other item that
+# holds its run, 2 = an audit sample (holds nothing; after everything else).
+URGENCY_HELD, URGENCY_HOLDING, URGENCY_AUDIT = 0, 1, 2
 
 
 def queue_fields(reason: dict, tool_names: dict[int, str]) -> dict:
@@ -44,7 +56,7 @@ def queue_fields(reason: dict, tool_names: dict[int, str]) -> dict:
     tools = dict.fromkeys(tool_names[p] for p in positions if p in tool_names)
     return {
         # The gate holds only irreversible or regulated calls: those go first.
-        "urgency": 0 if held else 1,
+        "urgency": URGENCY_HELD if held else URGENCY_HOLDING,
         "conditions": _wrapped(s for s in sources if s)[:200],
         "tools": _wrapped(tools)[:500],
     }
@@ -55,8 +67,16 @@ def _wrapped(names) -> str:
     return f",{','.join(names)}," if names else ""
 
 
+class EscalationQuerySet(models.QuerySet):
+    def raised(self) -> "EscalationQuerySet":
+        """The escalations the policy raised, which held (or hold) their run: all but audit
+        samples, which ask about a turn that went on and never hold or move it."""
+        return self.exclude(kind=EscalationKind.AUDIT_SAMPLE)
+
+
 class Escalation(models.Model):
-    """A turn held for a person: gated calls to approve, or an uncertain answer to settle."""
+    """A turn held for a person (gated calls to approve, an uncertain answer to settle), or an
+    audit sample: a turn that went on, drawn for a person to label, holding nothing."""
 
     Kind = EscalationKind
 
@@ -70,7 +90,8 @@ class Escalation(models.Model):
     reason = models.JSONField(default=dict, blank=True)
     summary = models.CharField(max_length=300)
     # The queue's order and filters, denormalised from `reason` when the escalation opens so
-    # the queue reads one index: 0 = an irreversible or regulated call is held, 1 = the rest.
+    # the queue reads one index: 0 = an irreversible or regulated call is held, 1 = the rest,
+    # 2 = an audit sample.
     urgency = models.PositiveSmallIntegerField(default=1)
     # ",risk,integrity," and ",issue_refund,": the triggered conditions and the tools held
     # (or ambiguous), comma-wrapped so a filter is a `contains` on ",name,".
@@ -90,13 +111,24 @@ class Escalation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
 
+    objects = EscalationQuerySet.as_manager()
+
     class Meta:
         ordering = ["urgency", "deadline", "id"]
         permissions = [("review_escalation", "Can review escalations")]
         constraints = [
-            # A parked run waits on one question at a time; the resume logic relies on it.
+            # A parked run waits on one question at a time; the resume logic relies on it. An
+            # audit sample parks nothing: it may be open beside the run's one question.
             models.UniqueConstraint(
-                fields=["run"], condition=Q(status="open"), name="one_open_escalation_per_run"
+                fields=["run"],
+                condition=Q(status="open") & ~Q(kind="audit_sample"),
+                name="one_open_escalation_per_run",
+            ),
+            # A turn is drawn for audit at most once: a retried draw finds it taken.
+            models.UniqueConstraint(
+                fields=["turn"],
+                condition=Q(kind="audit_sample"),
+                name="one_audit_sample_per_turn",
             ),
             models.CheckConstraint(
                 condition=Q(status__in=EscalationStatus.values),
@@ -374,6 +406,18 @@ class ExampleSource(models.TextChoices):
     IMPORT = "import", "Imported trace"
 
 
+class ExampleSelection(models.TextChoices):
+    """How an example came to be labelled: what it says about the class prior of its labels
+    (docs/DESIGN.md, "Priors are data"). Only an audit sample is drawn from the traffic as it
+    is; the others over-sample hard cases or come from elsewhere. The trace format's
+    `selection` field (guardian_core/engine/evaluation.py SELECTIONS) carries these values."""
+
+    ESCALATED = "escalated", "Escalated (a verdict on what the policy raised)"
+    AUDIT_SAMPLE = "audit_sample", "Audit sample (a random turn that went on)"
+    IMPORTED = "imported", "Imported"
+    NEAR_MISS = "near_miss", "Near-miss over-sampling"
+
+
 # Labels people gave: reviewers' verdicts and imported labelled traces. The gates, the
 # agreement and the suggested thresholds measure against these only: measured against the
 # judge's labels, a guardian would only show how alike two models are.
@@ -384,12 +428,19 @@ class LabelledExample(models.Model):
     """One example in the trace format of DESIGN.md: what the guardian saw, and the truth."""
 
     Source = ExampleSource
+    Selection = ExampleSelection
 
     condition = models.CharField(max_length=20)
     projection = models.JSONField()
     probability = models.FloatField(null=True, blank=True)
     label = models.JSONField()
     source = models.CharField(max_length=10, choices=Source)
+    # How it was selected for labelling (the judge's labels keep source `judge`, and say here
+    # what the judge labelled). The app's own paths always name it; the default is for rows
+    # made by hand (a shell, a test), which are as much outside traffic as an import.
+    selection = models.CharField(
+        max_length=20, choices=Selection, default=ExampleSelection.IMPORTED
+    )
     question_set_version = models.CharField(max_length=40)
     model_version = models.CharField(max_length=120)
     policy_version = models.ForeignKey(
@@ -419,6 +470,14 @@ class LabelledExample(models.Model):
                 condition=Q(condition__in=[c.value for c in Condition]),
                 name="labelled_example_condition_known",
             ),
+            models.CheckConstraint(
+                condition=Q(selection__in=ExampleSelection.values),
+                name="labelled_example_selection_known",
+            ),
+        ]
+        indexes = [
+            # audit_sample_counts (escalations/examples.py): people's audit labels per condition.
+            models.Index(fields=["selection", "condition"], name="example_selection"),
         ]
 
     def __str__(self) -> str:

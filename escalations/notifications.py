@@ -22,6 +22,7 @@ from escalations.models import (
     Escalation,
     EscalationEvent,
     EscalationEventKind,
+    EscalationKind,
     EscalationStatus,
     NotificationChannel,
     NotificationDelivery,
@@ -150,7 +151,8 @@ def escalation_notify(*, escalation_id: int, event: str) -> NotifyOutcome:
 
     Idempotent: each (escalation, event, channel, target) is one NotificationDelivery row,
     claimed with a conditional update before sending, so a duplicated or retried task never
-    sends a delivery that is already sent. No transaction is held while sending.
+    sends a delivery that is already sent. No transaction is held while sending. An audit
+    sample is never announced: it holds nothing, and waits its turn at the queue's end.
     """
     outcome = NotifyOutcome()
     if event not in NotificationEvent.values:
@@ -158,6 +160,9 @@ def escalation_notify(*, escalation_id: int, event: str) -> NotifyOutcome:
     escalation = Escalation.objects.select_related("run").filter(pk=escalation_id).first()
     if escalation is None:
         outcome.skipped = "no such escalation"
+        return outcome
+    if escalation.kind == EscalationKind.AUDIT_SAMPLE:
+        outcome.skipped = "an audit sample is not announced"
         return outcome
     now = timezone.now()
     if escalation.status != EscalationStatus.OPEN:
@@ -199,7 +204,8 @@ def escalation_notify_due(*, now: datetime | None = None) -> dict[str, list[int]
     now = now or timezone.now()
     horizon = now + timedelta(minutes=settings.GUARDIAN_DEADLINE_WARNING_MINUTES)
     due = (
-        Escalation.objects.filter(
+        Escalation.objects.raised()
+        .filter(
             status=EscalationStatus.OPEN,
             deadline__gt=now,
             deadline__lte=horizon,
@@ -220,7 +226,8 @@ def escalation_notify_due(*, now: datetime | None = None) -> dict[str, list[int]
         transaction.on_commit(lambda pk=pk: _enqueue_warning(pk, now))
     # Only arrivals with no delivery row at all: one that was tried is the task's to retry.
     lost = list(
-        Escalation.objects.filter(
+        Escalation.objects.raised()
+        .filter(
             status=EscalationStatus.OPEN,
             created_at__gte=now - _ARRIVAL_LOOKBACK,
             created_at__lte=now - _ARRIVAL_GRACE,

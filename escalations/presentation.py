@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Escalation, Verdict
+from escalations.models import AUDIT_OUTCOME, Escalation, Verdict
 from escalations.queue import escalation_claim_holder
 from runs.vocabulary import SOURCES, band_words, source_words, summary_words
 
@@ -188,6 +188,7 @@ RUN_NEXT = {
     "stop_success": "its run stops: succeeded",
     "stop_failure": "its run stops: failed",
     "stop_cancelled": "its run stops: cancelled",
+    AUDIT_OUTCOME: "its run is not changed (an audit sample)",
 }
 BULK_DONE = {"approve": "approved", "reject": "rejected"}
 

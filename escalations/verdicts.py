@@ -14,6 +14,7 @@ from escalations.errors import EscalationError
 from escalations.examples import labelled_examples_create
 from escalations.held_calls import HeldCall, escalation_held_calls
 from escalations.models import (
+    AUDIT_OUTCOME,
     ENDED_BY_REJECTION,
     VERDICT_REASON_MAX_CHARS,
     Approval,
@@ -109,7 +110,9 @@ def escalation_resolve(
       decides again with the human answers. A run ends succeeded only with an answer: the
       actor's message must not be empty, and on a guardian failure (the guardian accepted no
       answer on that turn) an outcome of success continues the run instead, so the guardian
-      is asked again on its next turn.
+      is asked again on its next turn. An audit sample is only answered: its label becomes
+      an example selected `audit_sample`, and its run is neither moved, told nor resealed
+      (the verdict's resulting_outcome says "unchanged").
     end_as: how a rejection that ends the run ends it (not a held step's, nor an ambiguous
       call's): "failed" (the default) or "cancelled"; either needs the reason.
     risk_labels: for a held step, the reviewer's own risk class per call: the label of the
@@ -252,12 +255,16 @@ def _resolve(
             reviewer=reviewer,
         )
         labelled_examples_create(escalation=escalation, verdict=verdict)
-        outcome = _move_run(escalation, verdict, submitted.end_as or "failed")
-        if escalation.run.actor == "external":
-            # The caller's webhook hears of it once the verdict is committed (runs/tasks.py).
-            from runs.queue import verdict_webhook_after_commit
+        audit = escalation.kind == EscalationKind.AUDIT_SAMPLE
+        # An audit sample's verdict labels a turn: the run is not moved, nor told.
+        outcome = AUDIT_OUTCOME
+        if not audit:
+            outcome = _move_run(escalation, verdict, submitted.end_as or "failed")
+            if escalation.run.actor == "external":
+                # The caller's webhook hears of it once the verdict is committed.
+                from runs.queue import verdict_webhook_after_commit
 
-            verdict_webhook_after_commit(escalation.pk)
+                verdict_webhook_after_commit(escalation.pk)
         verdict.resulting_outcome = outcome
         verdict.save(update_fields=["resulting_outcome"])
         escalation.status = {
@@ -287,8 +294,10 @@ def _resolve(
             note=note[:2000],
         )
         # The verdict, its approvals and examples and the run's new status, sealed under the
-        # log's key with the run (runs/chain.py); the next decision seals them again.
-        sealing.run_reseal(run_id)
+        # log's key with the run (runs/chain.py); the next decision seals them again. An audit
+        # sample is no part of the run's story (runs/sealing.stories): nothing to seal.
+        if not audit:
+            sealing.run_reseal(run_id)
     return verdict
 
 
@@ -578,6 +587,11 @@ def _problems(escalation, reviewer, decision, reason, answer, approved_calls) ->
         unknown = sorted(set(approved_calls or []) - held)
         if unknown:
             problems.append(f"approved_calls: {unknown} are not held calls of this step")
+    if kind == EscalationKind.AUDIT_SAMPLE and decision != VerdictDecision.ANSWER:
+        problems.append(
+            "decision: an audit sample is answered (give the true answer); it holds nothing "
+            "to approve or reject"
+        )
     if decision == VerdictDecision.REJECT and not reason.strip():
         problems.append("reason: a rejection needs a reason the actor can act on")
     if too_long := verdict_reason_problem(reason):

@@ -34,6 +34,7 @@ from escalations.guidance import review_guidance_delete, review_guidance_list, r
 from escalations.guidance_form import ReviewGuidanceForm
 from escalations.held_calls import approval_edits
 from escalations.models import (
+    AUDIT_OUTCOME,
     VERDICT_REASON_MAX_CHARS,
     Approval,
     Escalation,
@@ -337,6 +338,7 @@ OUTCOME_TEXT = {
     "stop_success": "stops: succeeded",
     "stop_failure": "stops: failed",
     "stop_cancelled": "stops: cancelled",
+    AUDIT_OUTCOME: "is not changed: an audit answer labels the turn, nothing more",
 }
 DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
 # What the run did after a verdict given earlier, as a decided item's record says it. A run
@@ -347,6 +349,7 @@ RECORDED_OUTCOME_TEXT = {
     "stop_success": "stopped: succeeded",
     "stop_failure": "stopped: failed",
     "stop_cancelled": "stopped: cancelled",
+    AUDIT_OUTCOME: "was not changed: an audit answer labels the turn, nothing more",
     "cancelled": "had been cancelled already",
     "succeeded": "had ended already: succeeded",
     "failed": "had ended already: failed",

@@ -178,8 +178,10 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
-    """A finite number no smaller than `minimum`."""
+def env_float(
+    name: str, default: float, *, minimum: float = 0.0, maximum: float | None = None
+) -> float:
+    """A finite number no smaller than `minimum` (and no larger than `maximum` when given)."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -187,6 +189,8 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if maximum is not None and not minimum <= value <= maximum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a number from {minimum} to {maximum}.")
     if not value >= minimum or value == float("inf"):
         raise ImproperlyConfigured(f"{name}={raw!r} must be a finite number ≥ {minimum}.")
     return value

@@ -341,6 +341,13 @@ GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, m
 # After this many consecutive failures to advance, a run is parked for a person.
 GUARDIAN_MAX_ADVANCE_FAILURES = env_int("GUARDIAN_MAX_ADVANCE_FAILURES", 3, minimum=1)
 GUARDIAN_ESCALATION_HOURS = env_int("GUARDIAN_ESCALATION_HOURS", 24, minimum=1)
+# Audit sampling (escalations/audit_samples.py): this share of the turns the policy did not
+# escalate goes to the reviewers' queue as a low-priority item that holds nothing, asking about
+# one condition the guardian answered; the labels are the one unbiased sample of the traffic.
+# 0 sends none, 1 every such turn.
+GUARDIAN_AUDIT_SAMPLE_SHARE = env_float(
+    "GUARDIAN_AUDIT_SAMPLE_SHARE", 0.02, minimum=0.0, maximum=1.0
+)
 # The reviewers' queue. A claim lapses after GUARDIAN_CLAIM_MINUTES without a verdict; the
 # holder may extend an escalation's deadline once, by GUARDIAN_DEADLINE_EXTENSION_MINUTES.
 GUARDIAN_CLAIM_MINUTES = env_int("GUARDIAN_CLAIM_MINUTES", 15, minimum=1)

@@ -12,7 +12,14 @@ from django.db.models import Prefetch
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 
 from escalations.held_calls import approval_edits
-from escalations.models import Approval, Escalation, LabelledExample, Verdict
+from escalations.models import (
+    Approval,
+    Escalation,
+    EscalationKind,
+    ExampleSelection,
+    LabelledExample,
+    Verdict,
+)
 from guardian_core.models import PolicyVersion
 from runs.chain import HASHED_FIELDS, ChainReport
 from runs.log_triggers import log_purge
@@ -379,13 +386,20 @@ def run_import(document: dict) -> Run:
                     **_values(Verdict, data["verdict"]),
                 )
                 for example in data["verdict"].get("examples", []):
+                    values = _values(LabelledExample, example)
+                    # A document from before selections were kept: what its verdict labelled.
+                    values["selection"] = values.get("selection") or (
+                        ExampleSelection.AUDIT_SAMPLE
+                        if escalation.kind == EscalationKind.AUDIT_SAMPLE
+                        else ExampleSelection.ESCALATED
+                    )
                     LabelledExample.objects.create(
                         verdict=verdict,
                         policy_version=PolicyVersion.objects.filter(
                             number=example.get("policy_version")
                         ).first(),
                         labelled_by=_user(example.get("labelled_by")),
-                        **_values(LabelledExample, example),
+                        **values,
                     )
         report = run_chain_verify(run)
         if not report.ok:  # nothing of a document whose log does not hold is kept

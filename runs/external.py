@@ -619,7 +619,10 @@ def external_run_summary(run: Run) -> dict:
     last = Turn.objects.filter(run_id=run.pk).select_related("decision").order_by("-index").first()
     pending = last if last is not None and not turn_decided(last) else None
     open_escalation = (
-        Escalation.objects.filter(run=run, status=EscalationStatus.OPEN).order_by("-pk").first()
+        Escalation.objects.raised()
+        .filter(run=run, status=EscalationStatus.OPEN)
+        .order_by("-pk")
+        .first()
     )
     return {
         "id": run.pk,
@@ -639,7 +642,8 @@ def external_step_answer(turn: Turn) -> dict:
     """A step as the caller sees it, read from the records (so a retry reads the same)."""
     turn = Turn.objects.select_related("run", "decision").filter(pk=turn.pk).get()
     rows = list(ToolCall.objects.filter(turn=turn))
-    escalation = turn.escalations.order_by("-pk").first()
+    # An audit sample of the step is the reviewers' business, not the caller's.
+    escalation = turn.escalations.raised().order_by("-pk").first()
     decision = turn.decision if turn_decided(turn) else None
     return _answer(turn.run, turn, rows=rows, escalation=escalation, decision=decision)
 

@@ -286,7 +286,7 @@ class EscalationWaitApi(APIView):
         responses={200: VerdictSerializer},
     )
     def get(self, request: Request, pk: int) -> Response:
-        escalation = Escalation.objects.select_related("run").filter(pk=pk).first()
+        escalation = Escalation.objects.raised().select_related("run").filter(pk=pk).first()
         if escalation is None or escalation.run.created_by_id != request.user.pk:
             raise Http404
         raw = request.query_params.get("timeout", "0")

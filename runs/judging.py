@@ -11,7 +11,7 @@ re-decision derives it again from the two answers (engine/judge.py).
 
 from collections.abc import Mapping
 
-from escalations.models import ExampleSource, LabelledExample
+from escalations.models import ExampleSelection, ExampleSource, LabelledExample
 from guardian_core.engine.conditions import (
     DRIFT_MISALIGNED_MAX_SCORE,
     Condition,
@@ -59,6 +59,7 @@ def answers_split(logged: Mapping) -> tuple[dict, dict]:
 def judge_examples_record(*, run: Run, record: TurnRecord, policy: Policy) -> int:
     """A labelled example (source judge) per condition the judge settled on this turn: the
     projection both were shown, the judge's probability and its confident side as the label.
+    Selected `escalated`: the judge labels what the policy's band raised, as a reviewer would.
     Returns how many were written."""
     entry_version = run.policy_version.question_set_version
     written = 0
@@ -75,6 +76,7 @@ def judge_examples_record(*, run: Run, record: TurnRecord, policy: Policy) -> in
             probability=probability,
             label=_label(condition, answer, fired),
             source=ExampleSource.JUDGE,
+            selection=ExampleSelection.ESCALATED,
             question_set_version=entry_version,
             model_version=record.judge_model_version,
             policy_version=run.policy_version,

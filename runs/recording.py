@@ -7,7 +7,9 @@ Shared, the same statements either way:
 * turn_finish: the turn's outcome in one short transaction (or, for the common continuing turn
   on PostgreSQL, one statement): the run row (its compact state, status, lease given back,
   seal), the turn's columns, the calls that never ran, the decision sealed under the log's key,
-  any escalation and its notice, and the next turn enqueued after commit.
+  any escalation and its notice, and the next turn enqueued after commit; a turn that did not
+  escalate is drawn for audit (escalations/audit_samples.py), in the same transaction or, for
+  the one-statement turn, right after it.
 * from_json and turn_decided: a JSON column as read by a raw query or the ORM; whether a turn
   has its decision.
 
@@ -37,6 +39,7 @@ from datetime import timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from escalations.audit_samples import audit_sample_open
 from escalations.models import Escalation, EscalationKind, queue_fields
 from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.loop import Proposal, TurnRecord
@@ -339,9 +342,15 @@ def turn_finish(
         if calls is None:
             calls = sealing.turn_calls(turn.pk)
         sealed = sealed_with(_with_results(calls, call_results))
-        if _finish_in_one_statement(run, token, turn, record, fields, now, sealed, call_results):
+        decision_id = _finish_in_one_statement(
+            run, token, turn, record, fields, now, sealed, call_results
+        )
+        if decision_id is not None:
             if enqueue_next:
                 enqueue_after_commit(run.pk)
+            # After the turn's commit, in a statement of its own: most turns are not drawn and
+            # write nothing more. A worker that dies in between loses this turn's draw.
+            _audit_sample(run, turn, decision_id, sealed, now)
             return "continued"
     outcome: Outcome | None = decision.outcome
     changes = {
@@ -416,7 +425,11 @@ def turn_finish(
             # Read back: this path writes calls in several ways (a retried turn, calls that
             # never ran, a class the gate raised, an external step's).
             sealed = sealed_with(sealing.turn_calls(turn.pk), opened)
-        Decision.objects.create(turn=turn, policy_version_id=run.policy_version_id, **sealed)
+        written = Decision.objects.create(
+            turn=turn, policy_version_id=run.policy_version_id, **sealed
+        )
+        if outcome is not None:  # a turn cut short by a cancel is not drawn
+            _audit_sample(run, turn, written.pk, sealed, now)
         if record.judged:
             judging.judge_examples_record(
                 run=run, record=record, policy=mapping.policy_for_run(run)
@@ -434,6 +447,21 @@ def turn_finish(
         elif "seal" not in changes:
             Run.objects.filter(pk=run.pk).update(seal=run_seal(sealed))
     return result
+
+
+def _audit_sample(run: Run, turn: Turn, decision_id: int, sealed: dict, now) -> None:
+    """Draw the decided turn for audit (escalations/audit_samples.py): a turn that escalated
+    is never drawn, and one drawn opens an item that holds nothing."""
+    audit_sample_open(
+        run=run,
+        turn=turn,
+        decision_id=decision_id,
+        content_hash=sealed["content_hash"],
+        outcome=sealed["outcome"],
+        answers=sealed["answers"],
+        reasons=sealed["reasons"],
+        now=now,
+    )
 
 
 def _one_statement_applies(record: TurnRecord, recorder: CallRecorder) -> bool:
@@ -543,11 +571,11 @@ _FINISH_CALLS_SQL = """ calls AS (
 
 def _finish_in_one_statement(
     run, token, turn, record, fields: dict, now, sealed: dict, call_results=()
-) -> bool:
+) -> int | None:
     """Write a continuing turn (_one_statement_applies) with _FINISH_SQL: its columns
     `fields`, its decision `sealed` (runs.chain) and the run's seal, made here in memory for
-    a running run whose last decision this is. False when it wrote nothing (the caller then
-    takes the ORM path, which handles every case)."""
+    a running run whose last decision this is. Returns the decision's id, or None when it
+    wrote nothing (the caller then takes the ORM path, which handles every case)."""
     params = {
         "run_id": run.pk,
         "token": token,
@@ -585,7 +613,8 @@ def _finish_in_one_statement(
         params["calls"] = json.dumps([call.__dict__ for call in call_results])
     with connection.cursor() as cursor:
         cursor.execute(_FINISH_SQL.format(calls=calls), params)
-        return cursor.fetchone() is not None
+        row = cursor.fetchone()
+        return None if row is None else row[0]
 
 
 def _run_outcome_fields(record: TurnRecord, now) -> dict:

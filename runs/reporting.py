@@ -12,7 +12,7 @@ def turn_line(turn: Turn) -> str:
 
 def run_line(run: Run) -> str:
     ending = run.stop_reason or ""
-    escalation = run.escalations.filter(status="open").first()
+    escalation = run.escalations.raised().filter(status="open").first()
     if escalation is not None:
         ending = f"waiting on escalation {escalation.pk} ({escalation.kind}): {escalation.summary}"
     answer = f" — answer: {run.final_answer}" if run.final_answer else ""
@@ -29,7 +29,7 @@ def expectation_problems(run: Run, expect: dict) -> list[str]:
     if "final_answer" in expect and run.final_answer != expect["final_answer"]:
         problems.append(f"final_answer {run.final_answer!r}, expected {expect['final_answer']!r}")
     if "escalation" in expect:
-        kinds = list(run.escalations.filter(status="open").values_list("kind", flat=True))
+        kinds = list(run.escalations.raised().filter(status="open").values_list("kind", flat=True))
         if kinds != [expect["escalation"]]:
             problems.append(f"open escalations {kinds}, expected [{expect['escalation']!r}]")
     if "outcomes" in expect:

@@ -64,12 +64,18 @@ def stories(
 ) -> dict[int, list[dict]]:
     """The escalations of the run (or of one turn), by the index of the turn they were opened
     on, each with its verdict, approvals and labelled examples as chain.story_digest reads
-    them. Four queries, whatever the run's length; none more when there is no escalation."""
+    them. Four queries, whatever the run's length; none more when there is no escalation.
+
+    An audit sample is no part of the story (escalations/audit_samples.py): it is drawn after
+    its turn is sealed, holds nothing, and its verdict moves nothing, so neither the next
+    decision nor the run's seal covers it; its labelled example is kept unchanged by the log's
+    triggers like every other."""
     models = _models(models)
     where = {"turn_id": turn_id} if turn_id is not None else {"run_id": run_id}
     escalations = {
         row["id"]: {**row, "verdict": None, "approvals": [], "examples": []}
         for row in models.Escalation.objects.filter(**where)
+        .exclude(kind="audit_sample")
         .order_by("id")
         .values("id", "turn_id", *chain.ESCALATION_FIELDS, turn_index=m.F("turn__index"))
     }

@@ -378,7 +378,8 @@ def _has_probes(filters: RunFilters) -> bool:
 
 def _with_probes(queryset: QuerySet[Run], filters: RunFilters) -> QuerySet[Run]:
     if filters.escalated:
-        escalated = Exists(Escalation.objects.filter(run_id=OuterRef("pk")))
+        # An audit sample is no escalation of the run: the policy let that turn through.
+        escalated = Exists(Escalation.objects.raised().filter(run_id=OuterRef("pk")))
         queryset = queryset.filter(escalated if filters.escalated == "yes" else ~escalated)
     if filters.tool:
         calls = ToolCall.objects.filter(turn__run_id=OuterRef("pk"), tool=filters.tool)
@@ -431,7 +432,8 @@ def run_list_filtered(
             )
         queryset = _with_probes(queryset, filters)
     escalations = (
-        Escalation.objects.filter(run_id=OuterRef("pk"))
+        Escalation.objects.raised()
+        .filter(run_id=OuterRef("pk"))
         .order_by()
         .values("run_id")
         .annotate(n=Count("id"))

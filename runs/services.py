@@ -117,7 +117,8 @@ def run_start(
 def run_cancel(*, run_id: int) -> bool:
     """Stop a run: no call of it starts after this (runs/ports.py checks the run in the
     statement that starts a call), a call running now is noted as running when the run was
-    cancelled, and its open escalation closes as cancelled."""
+    cancelled, and its open escalation closes as cancelled, with any audit sample still open
+    on its turns (nobody need label a cancelled run's turns)."""
     return retry_on_conflict(lambda: _cancel(run_id))
 
 
@@ -128,10 +129,12 @@ def _cancel(run_id: int) -> bool:
         changed = Run.objects.filter(pk=run_id, status__in=ACTIVE).update(
             status=RunStatus.CANCELLED, stop_reason="cancelled", finished_at=now, updated_at=now
         )
-        Escalation.objects.filter(run_id=run_id, status=EscalationStatus.OPEN).update(
-            status=EscalationStatus.CANCELLED, resolved_at=now
-        )
         if changed:
+            # An open escalation means the run was waiting (active): only a run this cancel
+            # stops closes its items; a finished run's audit samples stay to be labelled.
+            Escalation.objects.filter(run_id=run_id, status=EscalationStatus.OPEN).update(
+                status=EscalationStatus.CANCELLED, resolved_at=now
+            )
             # A call that started before the cancel may still be running (a tool in a worker,
             # or an external run's caller): its record says so. One that starts from now on
             # never does: the run's row is what its start statement checks.

@@ -13,7 +13,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from escalations.models import Escalation, EscalationEvent, EscalationEventKind, EscalationStatus
+from escalations.models import (
+    Escalation,
+    EscalationEvent,
+    EscalationEventKind,
+    EscalationKind,
+    EscalationStatus,
+)
 from runs import sealing
 from runs.external import external_steps_abandoned
 from runs.models import Run, RunStatus
@@ -41,13 +47,17 @@ def run_sweep_stalled(*, now=None) -> list[int]:
 
 
 def _expire_escalations(now) -> None:
-    """An escalation past its deadline resolves to the safe side: nothing runs, the run stops."""
+    """An escalation past its deadline resolves to the safe side: nothing runs, the run stops.
+    An audit sample past its deadline only closes: it never held its run."""
     expired = list(
         Escalation.objects.filter(status=EscalationStatus.OPEN, deadline__lt=now).values_list(
-            "pk", "run_id"
+            "pk", "run_id", "kind"
         )
     )
-    for escalation_id, run_id in expired:
+    for escalation_id, run_id, kind in expired:
+        if kind == EscalationKind.AUDIT_SAMPLE:
+            _expire_audit_sample(escalation_id, now)
+            continue
         with transaction.atomic():
             Run.objects.select_for_update().filter(pk=run_id).first()  # run first: one order
             if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
@@ -67,3 +77,17 @@ def _expire_escalations(now) -> None:
                 )
                 # The escalation's status is part of the seal even when the run had moved.
                 sealing.run_reseal(run_id)
+
+
+def _expire_audit_sample(escalation_id: int, now) -> None:
+    """Close an unanswered audit sample: no run is read, locked, moved or sealed (it is no part
+    of the run's story, runs/sealing.stories)."""
+    with transaction.atomic():
+        if Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN).update(
+            status=EscalationStatus.EXPIRED, resolved_at=now
+        ):
+            EscalationEvent.objects.create(
+                escalation_id=escalation_id,
+                kind=EscalationEventKind.EXPIRED,
+                note="deadline passed unanswered; no label (the run was never held)",
+            )

@@ -238,7 +238,7 @@ def _resume(last: Turn | None) -> _Resume:
     feedback = mapping.feedback_from_json(last.feedback)
     if last.decision.outcome != Outcome.ESCALATE:
         return _Resume(None, None, feedback)
-    escalation = last.escalations.select_related("verdict").order_by("-id").first()
+    escalation = last.escalations.raised().select_related("verdict").order_by("-id").first()
     verdict = getattr(escalation, "verdict", None) if escalation else None
     if verdict is None:
         return _Resume(None, None, feedback)

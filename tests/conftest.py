@@ -58,6 +58,14 @@ def _scripted_adapters_allowed(settings) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_audit_samples_unless_asked(settings) -> None:
+    """No turn is drawn for audit (GUARDIAN_AUDIT_SAMPLE_SHARE, 0.02 by default): the draw
+    hangs on ids and the log's key, so a test counting escalations would fail now and then.
+    The audit sampling tests set their share."""
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 0.0
+
+
+@pytest.fixture(autouse=True)
 def _suite_judge_models_registered(settings) -> None:
     """The judge models the suite's policy versions name are registered, as a deployment
     registers its own (GUARDIAN_JUDGE_MODELS); tests of the check set their own list."""

@@ -546,3 +546,35 @@ def test_a_close_handled_after_the_focus_moved_on_leaves_the_focus_where_it_is(
     expect(shortcuts).to_be_hidden()
     page.wait_for_timeout(200)
     expect(page.locator("#risk_0")).to_be_focused()
+
+
+def test_a_reviewer_answers_an_audit_sample_in_the_browser_and_the_run_is_not_held(
+    live_server, page, reviewer, settings
+):
+    from escalations.models import Escalation, EscalationKind, LabelledExample
+    from runs.services import run_advance
+    from tests.test_audit_samples import reading_run
+
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 1.0
+    run = reading_run()
+    run_advance(run_id=run.pk)
+    item = Escalation.objects.get(run=run, kind=EscalationKind.AUDIT_SAMPLE)
+    condition = item.reason["triggered"][0]["source"]
+
+    sign_in(page, live_server.url, "reviewer")
+    expect(page.get_by_role("heading", name="Open escalations")).to_be_visible()
+    expect(page.locator(f'[data-escalation-id="{item.pk}"]')).to_contain_text("Audit sample")
+    open_pane(page, live_server.url, item)
+    expect(page.locator("main")).to_contain_text("An audit sample")
+    expect(page.get_by_role("button", name=re.compile("Reject"))).to_have_count(0)
+    answer = "3" if condition == "drift" else "no"
+    page.locator(f"#answer_{condition}_{answer}").check()
+    page.get_by_role("button", name=re.compile("Submit the answer")).click()
+    expect(page.locator("#done-title")).to_have_text("Answered")
+    expect(page.locator(".confirmation")).to_contain_text("is not changed")
+
+    example = LabelledExample.objects.get()
+    assert example.selection == "audit_sample"
+    assert example.label == (3 if condition == "drift" else False)
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING

@@ -169,6 +169,7 @@ def test_every_field_of_the_trace_format_and_where_the_example_came_from(reviewe
         "probability": 0.96,
         "label": True,
         "source": "human",
+        "selection": "escalated",
         "question_set": decision.question_set_version,
         "model": decision.guardian_model_version,
         "reviewer": "reviewer",

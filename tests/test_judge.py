@@ -281,6 +281,8 @@ def test_the_judge_settles_an_uncertain_answer_and_the_run_goes_on(judge_at, cli
 
     example = LabelledExample.objects.get(source=ExampleSource.JUDGE)
     assert example.condition == "goal_reached"
+    # The judge labelled what the policy's band raised: selected as an escalation is.
+    assert example.selection == "escalated"
     assert example.label is False
     assert example.probability == pytest.approx(0.03)
     assert example.model_version == JUDGE_MODEL

@@ -80,6 +80,15 @@ POSITIVE_CLASS = {
 }
 
 
+# How a labelled example was selected (DESIGN.md, "Priors are data"; the trace format's
+# optional `selection`): a verdict on what the policy escalated, a random audit sample of turns
+# that went on (the only unbiased one), an import, near-miss over-sampling. A line without it
+# is `imported`; DESIGN.md's shorter spelling `import` reads as `imported`.
+SELECTIONS: tuple[str, ...] = ("escalated", "audit_sample", "imported", "near_miss")
+DEFAULT_SELECTION = "imported"
+_SELECTION_SPELLINGS = {"import": "imported"}
+
+
 @dataclass(frozen=True)
 class LineProblem:
     """Why line `line` (1-based, as an editor counts) is not evaluated."""
@@ -108,6 +117,7 @@ class TraceRow:
     # it belongs to (rows of one run are resampled together): correlated errors only.
     actor_wrong: bool | None = None
     run: str | None = None
+    selection: str = DEFAULT_SELECTION
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,11 @@ def parse_trace_line(line: str, number: int) -> TraceRow | LineProblem:
         problems.append(f"actor_wrong: {_short(actor_wrong)} is not true or false")
     if run is not None and not (isinstance(run, str) or _is_int(run)):
         problems.append(f"run: must be text or an integer, got {_kind(run)}")
+    selection = _selection(data.get("selection", DEFAULT_SELECTION))
+    if selection is None:
+        problems.append(
+            f"selection: {_short(data['selection'])} is not one of {', '.join(SELECTIONS)}"
+        )
     if problems:
         return LineProblem(number, "; ".join(problems))
     row = TraceRow(
@@ -190,8 +205,17 @@ def parse_trace_line(line: str, number: int) -> TraceRow | LineProblem:
         data["label"],
         actor_wrong=actor_wrong,
         run=None if run is None else str(run),
+        selection=selection,
     )
     return row if answer is None else _scored(row, answer)
+
+
+def _selection(given: object) -> str | None:
+    """The trace's `selection` as stored (None when it is not one)."""
+    if not isinstance(given, str):
+        return None
+    given = _SELECTION_SPELLINGS.get(given, given)
+    return given if given in SELECTIONS else None
 
 
 def _projection_problems(projection: object) -> list[str]:

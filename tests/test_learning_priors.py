@@ -278,3 +278,99 @@ def test_held_out_figures_on_a_few_rows_carry_intervals_and_say_when_they_are_no
     assert f"ECE {ece['current']:.3f} → {ece['candidate']:.3f} (difference" in text
     assert f"flagged {flagged['current']:.3f} → {flagged['candidate']:.3f}" in text
     assert "within the noise" in text.split("flagged", 1)[1].split(";")[0]
+
+
+# ---- issue 25's situation end to end: the audit sample sets the prior -------------------------
+
+
+def _escalates(p: float) -> bool:
+    """Integrity at the default policy: t* = 0.10, δ = 0.05; the band and above escalate."""
+    return p >= T_STAR - 0.05
+
+
+def test_the_audit_sample_reaches_the_queue_and_its_labels_set_the_prior_a_map_answers_at(
+    active_version, prior_vendor, reviewer
+):
+    from django.utils import timezone
+
+    from escalations.audit_samples import audit_sample_open
+    from escalations.models import Escalation, EscalationKind, ExampleSelection
+    from escalations.verdicts import escalation_resolve
+    from policies.priors import live_prior
+
+    # What people labelled before: imported, about half injected.
+    _label(_cases(LABELLED_PRIOR, 400, seed=21), source=ExampleSource.IMPORT)
+    # Two weeks of traffic at 5 %: the turns the policy escalated were labelled by their
+    # verdicts; of those it let through, a share was drawn for audit and reviewers answered.
+    traffic = _cases(TRAFFIC_PRIOR, 1000, seed=22)
+    run = make_run(policy_version=active_version, guardian="http")
+    audited = []
+    for index, (projection, label, p) in enumerate(traffic):
+        turn = make_turn(run=run, index=index, projection=projection)
+        decision = make_decision(
+            turn=turn,
+            answers={"integrity": p},
+            guardian_model_version=PIN,
+            outcome="escalate" if _escalates(p) else "continue",
+        )
+        if _escalates(p):
+            Escalation.objects.create(
+                run=run,
+                turn=turn,
+                kind=EscalationKind.UNCERTAIN,
+                status="answered",
+                resolved_at=timezone.now(),
+                summary="integrity uncertain",
+                conditions=",integrity,",
+                deadline=timezone.now(),
+            )
+            LabelledExample.objects.create(
+                condition="integrity",
+                projection=projection,
+                probability=p,
+                label=label,
+                source=ExampleSource.HUMAN,
+                selection=ExampleSelection.ESCALATED,
+                question_set_version=DEFAULT_QUESTION_SET_VERSION,
+                model_version=PIN,
+            )
+            continue
+        item = audit_sample_open(
+            run=run,
+            turn=turn,
+            decision_id=decision.pk,
+            content_hash=decision.content_hash,
+            outcome=decision.outcome,
+            answers=decision.answers,
+            reasons=[],
+            now=timezone.now(),
+            share=0.4,
+        )
+        if item is not None:
+            audited.append((item, label))
+    assert 300 <= len(audited) <= 420
+    queued = Escalation.objects.filter(kind=EscalationKind.AUDIT_SAMPLE, status="open")
+    assert queued.count() == len(audited)  # they reach the queue, and hold nothing
+    for item, label in audited:
+        escalation_resolve(
+            escalation_id=item.pk,
+            reviewer=reviewer,
+            decision="answer",
+            answer={"integrity": label},
+        )
+
+    estimate = live_prior("integrity")
+    truth = float(np.mean([label for _, label, _ in traffic]))
+    assert estimate.source == "audit_sample"
+    assert estimate.low <= truth <= estimate.high
+    assert estimate.value == pytest.approx(truth, abs=0.015)
+
+    version = guardian_model_recalibrate(adapter="http", conditions=["integrity"])
+    mapping = version.calibration["integrity"]
+    assert version.figures["integrity"]["prior"]["live"]["source"] == "audit_sample"
+    fresh = _cases(TRAFFIC_PRIOR, 6000, seed=23)
+    base = _measured({"method": "isotonic", "x": [0.0, 1.0], "y": [0.0, 1.0]}, fresh)
+    recalibrated = _measured(mapping, fresh)
+    # Issue 25's done-when: ECE at the traffic prior ≤ 0.03, benign flagged within 1.5× base.
+    assert recalibrated["ece"] <= 0.03
+    assert recalibrated["flagged"] <= 1.5 * base["flagged"]

@@ -172,3 +172,33 @@ def prior_table(value: object) -> dict[str, float]:
     if problems:
         raise ValueError("; ".join(problems))
     return {str(name): float(prior) for name, prior in value.items()}
+
+
+def traffic_share(
+    audit_positives: int,
+    audit_n: int,
+    *,
+    escalated_share: float,
+    escalated_positives: int,
+    escalated_n: int,
+) -> PriorEstimate:
+    """The traffic's prior from its two parts: the turns escalated with a question about the
+    condition (`escalated_share` of the traffic; people labelled `escalated_n` of them,
+    `escalated_positives` positive) and the rest, which the audit sample draws from. The audit
+    sample alone reads the second part only, and the positives the guardian caught sit in the
+    first: alone it would read low by about the escalated share. The interval moves each part's
+    Wilson bounds together (conservative)."""
+    e = min(1.0, max(0.0, escalated_share))
+    audit = sampled_prior(audit_positives, audit_n)
+    if e == 0.0 or escalated_n == 0:
+        return audit
+    rate = escalated_positives / escalated_n
+    low_e, high_e = wilson_interval(escalated_positives, escalated_n)
+    value = e * rate + (1 - e) * (audit_positives / audit_n if audit_n else 0.0)
+    return PriorEstimate(
+        value=min(PRIOR_MAX, max(PRIOR_MIN, value)),
+        low=e * low_e + (1 - e) * audit.low,
+        high=e * high_e + (1 - e) * audit.high,
+        source="audit_sample",
+        n=audit_n,
+    )

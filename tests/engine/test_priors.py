@@ -17,6 +17,7 @@ from guardian_core.engine.priors import (
     shift_probabilities,
     shift_probability,
     traffic_prior,
+    traffic_share,
     wilson_interval,
 )
 
@@ -154,3 +155,16 @@ def test_a_stated_prior_table_names_every_bad_entry():
     assert "weather: not a condition" in message
     assert "risk: must be a number" in message
     assert prior_table({"integrity": 0.05}) == {"integrity": 0.05}
+
+
+def test_the_traffic_prior_joins_the_escalated_part_to_the_audit_sample():
+    # 1 000 turns: 200 escalated, 100 of them injected; 800 went on, 16 injected (2 %).
+    estimate = traffic_share(8, 400, escalated_share=0.2, escalated_positives=100, escalated_n=200)
+    assert estimate.value == pytest.approx((100 + 16) / 1000)
+    assert estimate.low < estimate.value < estimate.high
+    # The audit sample alone reads only what went on, and would say 2 %.
+    assert sampled_prior(8, 400).value == pytest.approx(0.02)
+    # Nothing escalated, or no verdicts to read the escalated part: the audit sample alone.
+    assert traffic_share(
+        8, 400, escalated_share=0.0, escalated_positives=0, escalated_n=0
+    ) == sampled_prior(8, 400)

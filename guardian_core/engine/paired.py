@@ -27,10 +27,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from guardian_core.engine.thresholds import Threshold
+
+# numpy loads with the first comparison, not with the module: the gate's module is imported by
+# the admins' views, and no web or worker process pays for numpy at start (test_fast_start).
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_REPLICATES = 1000
 DEFAULT_SEED = 0
@@ -118,6 +122,8 @@ def paired_bootstrap(
     resamples from a generator seeded with `seed`. Priced at `threshold`'s costs and `review`
     per example in the band; `escalates_when_fired` says whether firing sends the turn to a
     person (integrity, risk) besides the band."""
+    import numpy as np
+
     y = np.asarray(y, dtype=bool)
     p = {
         "current": np.asarray(current, dtype=float),
@@ -162,6 +168,8 @@ def paired_bootstrap(
 def _counts(rng: np.random.Generator, n: int, draws: int, *, with_sample: bool) -> np.ndarray:
     """How often each example is drawn in each of `draws` resamples of n (rows), after a row
     of ones (the sample itself) when `with_sample`."""
+    import numpy as np
+
     rows = []
     if with_sample:
         rows.append(np.ones((1, n), dtype=np.int32))
@@ -194,6 +202,8 @@ def _per_example(
     review: float,
     bins: int,
 ) -> _PerExample:
+    import numpy as np
+
     t = threshold.t_star
     # Threshold.band, over an array: the same comparisons on the same doubles.
     uncertain = np.abs(p - t) <= threshold.delta
@@ -221,6 +231,8 @@ def _per_example(
 
 def _figures(counts: np.ndarray, y: np.ndarray, prior: float, e: _PerExample) -> dict:
     """Every figure in each resample (rows of `counts`), as arrays; NaN where undefined."""
+    import numpy as np
+
     yf = y.astype(float)
     pos_counts = counts * yf
     neg_counts = counts * (1.0 - yf)
@@ -263,6 +275,8 @@ def _auroc(
     """The AUROC in each resample: the share of (positive, negative) pairs, counted with their
     multiplicities, where the positive scores higher, a tie counting one half (as sklearn's
     roc_auc_score). The prior does not enter: each class is weighted as a whole."""
+    import numpy as np
+
     ordered = counts[:, e.order]
     pos = ordered * yf[e.order]
     neg = ordered - pos
@@ -280,6 +294,8 @@ def _paired(
 ) -> PairedFigure:
     """The point estimates (element 0) and the percentile interval of the differences over
     the replicates (the rest) where both are defined."""
+    import numpy as np
+
     point_current, point_candidate = _finite(current[0]), _finite(candidate[0])
     differences = (candidate - current)[1:]
     differences = differences[np.isfinite(differences)]
@@ -303,7 +319,7 @@ def _paired(
 
 
 def _finite(value: float) -> float | None:
-    return float(value) if np.isfinite(value) else None
+    return float(value) if math.isfinite(value) else None
 
 
 # ---- reading an interval against a tolerance ----------------------------------------------

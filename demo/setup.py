@@ -65,7 +65,9 @@ def demo_integrator_token() -> str:
 
 
 def demo_policy_version() -> PolicyVersion:
-    """The active policy version; version 1 of the demo policy when none is active yet."""
+    """The active policy version: on a migrated database the shipped default, version 1
+    (guardian_core/migrations/0017); the same content made here when the table was emptied
+    (a flushed database), and version 1 when one exists but none is active."""
     active = PolicyVersion.objects.filter(is_active=True).first()
     if active is not None:
         return active
@@ -76,7 +78,7 @@ def demo_policy_version() -> PolicyVersion:
         # Through the service, so the demo version passes the same validation as any other.
         return policy_version_create(
             number=1,
-            label="Demo defaults",
+            label="Shipped defaults",  # what `migrate` makes: the same content
             thresholds={
                 condition.value: threshold.as_dict()
                 for condition, threshold in default_policy().thresholds.items()

@@ -233,6 +233,8 @@ CELERY_BEAT_SCHEDULE = {
     "shadow-trials": {"task": "runs.shadow_trials_catch_up", "schedule": 10.0},
     # The monitoring page's days, folded from the decision log (policies/monitoring.py).
     "monitoring-rollup": {"task": "guardian_core.monitoring_catch_up", "schedule": 60.0},
+    # Guardian model jobs whose worker died, or that no worker picked up (policies/learning.py).
+    "sweep-guardian-model-jobs": {"task": "policies.sweep_guardian_model_jobs", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -338,6 +340,15 @@ if GUARDIAN_DEMO_TRAFFIC_SECONDS > 0:
     }
 # Runs marked running with no worker on them for this long are enqueued again.
 GUARDIAN_STALLED_AFTER_SECONDS = env_int("GUARDIAN_STALLED_AFTER_SECONDS", 60, minimum=1)
+# Guardian model jobs (the guardian models page): a worker running one records a sign of life
+# this often; one silent for four of these died (killed, out of memory, its machine
+# restarted), and the sweeper fails it (policies/learning.py guardian_model_jobs_sweep). A job
+# still running, or still queued with no worker to pick it up, after
+# GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES is failed too.
+GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS = env_int(
+    "GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS", 30, minimum=1
+)
+GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES = env_int("GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES", 60, minimum=1)
 # After this many consecutive failures to advance, a run is parked for a person.
 GUARDIAN_MAX_ADVANCE_FAILURES = env_int("GUARDIAN_MAX_ADVANCE_FAILURES", 3, minimum=1)
 GUARDIAN_ESCALATION_HOURS = env_int("GUARDIAN_ESCALATION_HOURS", 24, minimum=1)

@@ -206,6 +206,8 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
                     bins=data["bins"],
                     rescore=data["rescore"],
                     guardian_version=guardian_version,
+                    # The form's adapters are "as it ships"; a learnt version is its own choice.
+                    base=model is not None,
                 )
             except EvaluationError as error:
                 # What the form cannot know ahead: the version is invalid.

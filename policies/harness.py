@@ -20,7 +20,7 @@ from guardian_core.engine.evaluation import (
     with_answer,
 )
 from guardian_core.engine.thresholds import Threshold
-from guardian_core.models import PolicyVersion
+from guardian_core.models import GuardianModelVersion, PolicyVersion
 from guardian_core.trace_files import EvaluationError
 from policies.model_versions import LearningError, guardian_model_version_get
 
@@ -55,7 +55,16 @@ def policy_version_for_evaluation(number: int | None) -> PolicyVersion:
     if number is None:
         version = PolicyVersion.objects.filter(is_active=True).first()
         if version is None:
-            raise EvaluationError("no policy version is active: name one with --policy")
+            # `migrate` makes the shipped default active on a fresh database; this is one an
+            # admin retired (runs cannot start either) or a database restored without one.
+            known = ", ".join(
+                str(n)
+                for n in PolicyVersion.objects.order_by("number").values_list("number", flat=True)
+            )
+            raise EvaluationError(
+                "no policy version is active, so runs cannot start either: activate one, or "
+                f"name one with --policy (known: {known or 'none'})"
+            )
     else:
         version = PolicyVersion.objects.filter(number=number).first()
         if version is None:
@@ -186,6 +195,31 @@ def guardian_scorer(
     return scorer, scorer.model_version
 
 
+def _scoring_version(
+    model: str | None, guardian_version: int | None, *, base: bool
+) -> tuple[dict, int | None]:
+    """Which guardian model version scores for `model` (see traces_evaluate) and the number to
+    build it as (None: the adapter as it ships)."""
+    adapter = model
+    if guardian_version is not None and adapter is None:
+        adapter = (
+            GuardianModelVersion.objects.filter(number=guardian_version)
+            .values_list("adapter", flat=True)
+            .first()
+        )
+    active = (
+        GuardianModelVersion.objects.filter(adapter=adapter, is_active=True)
+        .values_list("number", flat=True)
+        .first()
+    )
+    if guardian_version is not None:
+        return {"number": guardian_version, "chosen": "named", "active": active}, guardian_version
+    if base or active is None:
+        return {"number": None, "chosen": "base", "active": active}, None
+    # What a run on this adapter answers with now (runs/ports.py build_guardian).
+    return {"number": active, "chosen": "active", "active": active}, active
+
+
 def score_rows(
     rows: Sequence[TraceRow],
     scorer: Scorer,
@@ -237,19 +271,32 @@ def traces_evaluate(
     progress: Progress | None = None,
     guardian_version: int | None = None,
     priced_at: int | None = None,
+    base: bool = False,
 ) -> dict:
     """The harness's report of a trace set as a JSON-ready dict: the engine's report, the
-    policy version it was measured at, and the model that scored rows (None when none did):
-    `model` as it is, or as guardian model version `guardian_version`. Expected costs are
-    priced at policy version `priced_at`'s costs (the measured version's when None) and one
-    review at GUARDIAN_REVIEW_COST_SHARE of the cheaper error."""
+    policy version it was measured at, and the model that scored rows (None when none did).
+
+    `model` scores as its runs answer now: as its adapter's active guardian model version
+    when one is active, else as it ships; with `base`, as it ships whatever is active; as
+    guardian model version `guardian_version` when that is given. `guardian_model` says which
+    ({"number", "chosen": "active" | "named" | "base", "active"}). Expected costs are priced at
+    policy version `priced_at`'s costs (the measured version's when None) and one review at
+    GUARDIAN_REVIEW_COST_SHARE of the cheaper error."""
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise EvaluationError(f"--bins: must be an integer ≥ 1, got {bins!r}")
     if rescore and model is None and guardian_version is None:
         raise EvaluationError("--rescore needs --model: which guardian should score the rows?")
+    if base and guardian_version is not None:
+        raise EvaluationError(
+            "--base scores the adapter as it ships; --guardian-version as a learnt version: "
+            "choose one"
+        )
+    if base and model is None:
+        raise EvaluationError("--base needs --model: which guardian should score as it ships?")
     version = policy_version_for_evaluation(policy_number)
-    scorer, model_version = None, None
+    scorer, model_version, guardian_model = None, None, None
     if model is not None or guardian_version is not None:
+        guardian_model, guardian_version = _scoring_version(model, guardian_version, base=base)
         scorer, model_version = guardian_scorer(
             model, guardian_version=guardian_version, policy_version=version
         )
@@ -275,6 +322,7 @@ def traces_evaluate(
         "priced_at": priced_at or version.number,
         "model": model,
         "model_version": model_version,
+        "guardian_model": guardian_model,
         "rescored": rescore,
         **report,
     }

@@ -12,15 +12,20 @@ and at most one is active per adapter (a database constraint).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from celery import current_app
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from escalations.models import PEOPLES_SOURCES, LabelledExample
@@ -670,25 +675,29 @@ def guardian_model_job_run(*, job_id: int) -> str:
     learning loop (too few examples, a guardian that cannot answer) is the job's error, said in
     the loop's words. Retrain-then-recalibrate records the recalibrated version; when only the
     retraining succeeded, the retrained one, and the error says why the map is missing."""
+    now = timezone.now()
     claimed = GuardianModelJob.objects.filter(
         pk=job_id, status=GuardianModelJobStatus.QUEUED
-    ).update(status=GuardianModelJobStatus.RUNNING, started_at=timezone.now())
+    ).update(status=GuardianModelJobStatus.RUNNING, started_at=now, heartbeat_at=now)
     if not claimed:
         return "skipped"
     job = GuardianModelJob.objects.select_related("created_by", "over").get(pk=job_id)
     conditions = job.conditions or None
     version = None
     try:
-        if job.kind in _RETRAINING:
-            version = guardian_model_retrain_local(conditions=conditions, created_by=job.created_by)
-        if job.kind != GuardianModelJobKind.RETRAIN:
-            under = version or job.over
-            version = guardian_model_recalibrate(
-                adapter=job.adapter,
-                conditions=conditions,
-                over=under.number if under else None,
-                created_by=job.created_by,
-            )
+        with _heartbeat(job_id):
+            if job.kind in _RETRAINING:
+                version = guardian_model_retrain_local(
+                    conditions=conditions, created_by=job.created_by
+                )
+            if job.kind != GuardianModelJobKind.RETRAIN:
+                under = version or job.over
+                version = guardian_model_recalibrate(
+                    adapter=job.adapter,
+                    conditions=conditions,
+                    over=under.number if under else None,
+                    created_by=job.created_by,
+                )
     except LearningError as exc:
         return _job_end(job, version=version, error=_after(version, str(exc)))
     except Exception as exc:  # recorded for the admin; the worker goes on with other work
@@ -706,8 +715,104 @@ def _after(retrained: GuardianModelVersion | None, error: str) -> str:
 
 
 def _job_end(job: GuardianModelJob, *, version=None, error: str = "") -> str:
+    # Unconditional: a job the sweeper failed as too slow that finishes after all says what
+    # it made, the worker's outcome replacing the sweeper's guess.
     status = GuardianModelJobStatus.FAILED if error else GuardianModelJobStatus.DONE
     GuardianModelJob.objects.filter(pk=job.pk).update(
         status=status, version=version, error=error, finished_at=timezone.now()
     )
     return status
+
+
+@contextmanager
+def _heartbeat(job_id: int) -> Iterator[None]:
+    """While the body runs, a thread records the job's sign of life every
+    GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS (fitting blocks the worker's own thread for minutes).
+    The thread dies with the worker, and the silence is what the sweeper reads."""
+    stop = threading.Event()
+    every = settings.GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS
+
+    def beat() -> None:
+        try:
+            while not stop.wait(every):
+                GuardianModelJob.objects.filter(
+                    pk=job_id, status=GuardianModelJobStatus.RUNNING
+                ).update(heartbeat_at=timezone.now())
+        except Exception:  # a missed beat is the sweeper's to judge, not a failed job
+            logger.exception("guardian model job %s: heartbeat stopped", job_id)
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=beat, name=f"guardian-model-job-{job_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+# A running job whose worker gave no sign of life for this many heartbeats died with it.
+SILENT_BEATS = 4
+
+WORKER_DIED = (
+    "The worker stopped while it was making this version (no sign of life since {since} UTC: "
+    "killed, out of memory, or its machine restarted), so it will not finish. Start the "
+    "worker again if it is down, then ask for the version again here."
+)
+TOOK_TOO_LONG = (
+    "Still running after {minutes} minutes (GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES), so it is no "
+    "longer waited for. If its worker does finish, this job says what it made; otherwise ask "
+    "again, for fewer conditions or with a longer timeout."
+)
+NEVER_PICKED_UP = (
+    "No worker picked this job up in {minutes} minutes (GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES): "
+    "is a worker running? Start one, then ask for the version again here."
+)
+
+
+def guardian_model_jobs_sweep(*, now: datetime | None = None) -> list[int]:
+    """Fail the jobs no worker will finish (beat, every minute; policies.tasks), each with an
+    error that says what happened and what to do: a running job whose worker has been silent
+    for SILENT_BEATS heartbeats (it died with the job), one running longer than
+    GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES, and one queued that long with no worker picking it up.
+
+    Failed, not retried: a job that killed its worker (out of memory on a large fit) would
+    kill the next one too; the admin asks again once the worker is up. Each is failed by a
+    conditional update on the condition that found it, so a heartbeat or a worker's own end
+    written in between is never overwritten by a stale read. Returns the ids failed."""
+    now = now or timezone.now()
+    minutes = settings.GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES
+    silent_since = now - timedelta(
+        seconds=SILENT_BEATS * settings.GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS
+    )
+    too_old = now - timedelta(minutes=minutes)
+    running = GuardianModelJob.objects.filter(status=GuardianModelJobStatus.RUNNING)
+    # A job claimed before heartbeats existed has none: its start is its last sign of life.
+    silent = running.annotate(last_sign=Coalesce("heartbeat_at", "started_at")).filter(
+        last_sign__lt=silent_since
+    )
+    failed: list[int] = []
+    for pk, last_sign in silent.values_list("pk", "last_sign"):
+        since = last_sign.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        failed += _job_fail(silent, pk, WORKER_DIED.format(since=since), now)
+    slow = running.filter(started_at__lt=too_old).exclude(pk__in=failed)
+    for pk in slow.values_list("pk", flat=True):
+        failed += _job_fail(slow, pk, TOOK_TOO_LONG.format(minutes=minutes), now)
+    unclaimed = GuardianModelJob.objects.filter(
+        status=GuardianModelJobStatus.QUEUED, created_at__lt=too_old
+    )
+    for pk in unclaimed.values_list("pk", flat=True):
+        failed += _job_fail(unclaimed, pk, NEVER_PICKED_UP.format(minutes=minutes), now)
+    return failed
+
+
+def _job_fail(found: QuerySet, pk: int, error: str, now: datetime) -> list[int]:
+    """Fail job `pk` if `found` (the condition it was found by) still selects it; [pk] when
+    it did, [] when a heartbeat, its worker's end or another sweep came first."""
+    if not found.filter(pk=pk).update(
+        status=GuardianModelJobStatus.FAILED, error=error, finished_at=now
+    ):
+        return []
+    logger.warning("guardian model job %s swept to failed: %s", pk, error.split(" (", 1)[0])
+    return [pk]

@@ -150,6 +150,10 @@ class GuardianModelJob(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # The worker's last sign of life while it runs the job (learning.guardian_model_job_run
+    # writes it every GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS): the sweeper tells a worker that
+    # died from one still fitting by it.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -1,4 +1,5 @@
-"""Celery tasks of the admins' room: the monitoring rollup, shadow trials and guardian model jobs.
+"""Celery tasks of the admins' room: the monitoring rollup, shadow trials, guardian model jobs
+and their sweeper.
 
 Each takes ids (or nothing), calls one service and owns only its schedule. The task names are
 older than this app (they are the broker's, and the beat schedule's, not module paths):
@@ -36,6 +37,13 @@ def run_guardian_model_job(job_id: int) -> str:
     """Make the guardian model version an admin asked for (learning.guardian_model_job_run);
     a duplicate message finds the job claimed and does nothing."""
     return learning.guardian_model_job_run(job_id=job_id)
+
+
+@shared_task(name="policies.sweep_guardian_model_jobs", ignore_result=True)
+def sweep_guardian_model_jobs() -> list[int]:
+    """Fail the guardian model jobs no worker will finish (beat, every minute;
+    learning.guardian_model_jobs_sweep); the ids failed."""
+    return learning.guardian_model_jobs_sweep()
 
 
 @shared_task(name="runs.shadow_trials_catch_up", ignore_result=True)

@@ -18,6 +18,11 @@ _numbers = itertools.count(1000)
 
 
 def make_policy_version(**overrides) -> PolicyVersion:
+    """A version (numbered from 1000); with is_active=True the one active before (on a
+    migrated database the shipped default, version 1) is retired first, as activating does:
+    one is active at a time (a constraint)."""
+    if overrides.get("is_active"):
+        retire_active_policy_version()
     fields = {
         "number": next(_numbers),
         "thresholds": {"integrity": {"c_stop": 1, "c_cont": 9, "t_star": 0.1, "delta": 0.05}},
@@ -26,6 +31,22 @@ def make_policy_version(**overrides) -> PolicyVersion:
     }
     fields.update(overrides)
     return PolicyVersion.objects.create(**fields)
+
+
+def retire_active_policy_version() -> None:
+    """No policy version is active after this: the shipped default that `migrate` made, or
+    whichever a test activated."""
+    PolicyVersion.objects.filter(is_active=True).update(is_active=False)
+
+
+def empty_policy_table() -> None:
+    """No policy version at all, as in a database upgraded from before its first one: the
+    shipped default that `migrate` made goes, with its activation record. For tests that write
+    a version history of their own from v1 (before any run pinned the default)."""
+    from policies.models import PolicyActivation
+
+    PolicyActivation.objects.all().delete()
+    PolicyVersion.objects.all().delete()
 
 
 def make_guardian_model_version(**overrides) -> GuardianModelVersion:

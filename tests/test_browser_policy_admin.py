@@ -14,7 +14,13 @@ from policies.models import PolicyActivation
 from tests.conftest import PERSONA_PASSWORD
 from tests.factories import make_escalation, make_turn
 from tests.test_browser import sign_in
-from tests.test_policy_gate import current, examples, version, worse  # noqa: F401 (fixtures)
+from tests.test_policy_gate import (  # noqa: F401 (fixtures)
+    current,
+    examples,
+    history_from_v1,
+    version,
+    worse,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -124,6 +130,7 @@ def test_an_admin_reads_the_diff_and_overrides_the_refusing_gate_with_the_keyboa
     )
 
 
+@pytest.mark.usefixtures("history_from_v1")  # it numbers its versions from v1
 def test_a_flip_links_to_its_escalation_only_for_a_reader_who_may_open_it(
     live_server, browser, admin, reviewer, django_user_model
 ):

@@ -106,7 +106,7 @@ def test_the_demo_runs_fill_each_role_page_once_the_turns_ran(client, django_use
     pages = {
         "reviewer": ("/escalations/", "ord_4472"),
         "auditor": ("/runs/", "stagnation"),
-        "admin": ("/policies/", "Demo defaults"),
+        "admin": ("/policies/", "Shipped defaults"),
     }
     for username, (url, expected_text) in pages.items():
         client.force_login(django_user_model.objects.get(username=username))

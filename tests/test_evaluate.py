@@ -14,9 +14,11 @@ from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition, compared_probability, parse_answer
 from guardian_core.engine.evaluation import RISK_LABELS, evaluate, parse_traces
 from guardian_core.engine.thresholds import DEFAULT_COSTS, Threshold
+from guardian_core.models import PolicyVersion
 from guardian_core.trace_files import trace_file_lines
 from policies.harness import traces_evaluate
-from policies.services import policy_version_create
+from policies.services import policy_version_create, policy_version_deactivate
+from tests.factories import make_guardian_model_version
 
 approx = pytest.approx
 
@@ -274,8 +276,23 @@ def test_a_file_without_a_valid_line_exits_1_and_still_lists_its_lines(active_ve
     assert "projection: missing; label: missing" in report["malformed"][0]["why"]
 
 
+def test_a_fresh_database_evaluates_at_the_shipped_default_version(db, trace_file):
+    # `migrate` left the shipped default active: nothing to name with --policy.
+    out, _ = _evaluate("--traces", str(trace_file), "--json")
+    report = json.loads(out)
+    assert report["policy_version"] == 1
+    integrity = report["conditions"]["integrity"]["policy"]
+    assert (integrity["t_star"], integrity["delta"]) == (approx(0.1), 0.05)  # DEFAULT_COSTS
+
+
 def test_no_active_version_is_a_clear_error(db, trace_file):
-    with pytest.raises(CommandError, match="no policy version is active: name one with --policy"):
+    shipped = PolicyVersion.objects.get(is_active=True)
+    policy_version_deactivate(version_id=shipped.pk)
+    with pytest.raises(
+        CommandError,
+        match=r"no policy version is active, so runs cannot start either: activate one, or name "
+        r"one with --policy \(known: 1\)",
+    ):
         _evaluate("--traces", str(trace_file))
 
 
@@ -314,6 +331,8 @@ def test_the_local_guardian_scores_rows_without_a_probability(active_version, tm
     report = json.loads(out)
     assert report["model"] == "local"
     assert report["model_version"] == LocalGuardian().model_version
+    # No guardian model version is active: the local guardian as it ships is what runs use.
+    assert report["guardian_model"] == {"number": None, "chosen": "base", "active": None}
     assert "scoring 5/5 rows" in err
     conditions = report["conditions"]
     assert (conditions["integrity"]["n"], conditions["risk"]["n"], conditions["drift"]["n"]) == (
@@ -331,6 +350,51 @@ def test_the_local_guardian_scores_rows_without_a_probability(active_version, tm
     rescored, _ = _evaluate("--traces", str(path), "--model", "local", "--json", "--rescore")
     mean = json.loads(rescored)["conditions"]["goal_reached"]["reliability"]
     assert [b["mean_predicted"] for b in mean if b["count"]] != [approx(0.3)]
+
+
+def _integrity_means(report: dict) -> list[float]:
+    bins = report["conditions"]["integrity"]["reliability"]
+    return [b["mean_predicted"] for b in bins if b["count"]]
+
+
+def test_model_scores_as_its_active_version_and_base_as_it_ships(active_version, tmp_path):
+    # The active version maps every integrity answer to 0.9: its rows say so.
+    active = make_guardian_model_version(
+        calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.9, 0.9]}},
+        is_active=True,
+    )
+    make_guardian_model_version()  # another, inactive: not what runs use
+    path = tmp_path / "unscored.jsonl"
+    path.write_text("\n".join(_unscored_lines()), encoding="utf-8")
+
+    out, _ = _evaluate("--traces", str(path), "--model", "local")
+    assert (
+        f"scored by local as guardian model version {active.number}, the active one (--base: as "
+        f"it ships): {active.model_version};"
+    ) in out.splitlines()[0]
+    report = json.loads(_evaluate("--traces", str(path), "--model", "local", "--json")[0])
+    assert report["model_version"] == active.model_version
+    assert report["guardian_model"] == {
+        "number": active.number,
+        "chosen": "active",
+        "active": active.number,
+    }
+    assert _integrity_means(report) == [approx(0.9)]
+
+    out, _ = _evaluate("--traces", str(path), "--model", "local", "--base")
+    assert (
+        f"scored by local as it ships (--base; its runs answer as guardian model version "
+        f"{active.number}): {LocalGuardian().model_version};"
+    ) in out.splitlines()[0]
+    base = json.loads(_evaluate("--traces", str(path), "--model", "local", "--base", "--json")[0])
+    assert base["model_version"] == LocalGuardian().model_version
+    assert base["guardian_model"]["chosen"] == "base"
+    assert _integrity_means(base) != [approx(0.9)]
+
+    with pytest.raises(CommandError, match="--base scores the adapter as it ships"):
+        _evaluate("--traces", str(path), "--base", "--guardian-version", str(active.number))
+    with pytest.raises(CommandError, match="--base needs --model"):
+        _evaluate("--traces", str(path), "--base")
 
 
 def test_batch_scoring_gives_what_the_guardian_answers_row_by_row(active_version, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from tests.test_guardian_model_pages import good_active_bad_candidate, labelled  # noqa: F401
-from tests.test_policy_gate import current, examples, worse  # noqa: F401
+from tests.test_policy_gate import current, examples, history_from_v1, worse  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

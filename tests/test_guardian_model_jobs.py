@@ -1,18 +1,30 @@
 """An admin asks for a new guardian model version from the guardian models page: a job a worker
-runs (recalibrate or retrain), claimed once, whose refusal or failure is said on the page."""
+runs (recalibrate or retrain), claimed once, whose refusal or failure is said on the page; a job
+whose worker died, or that runs or waits too long, is swept to failed with what happened."""
 
 import io
+from datetime import UTC, timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import escape
 
 from demo.examples import demo_examples_ensure
 from demo.setup import demo_policy_version
 from guardian_core.models import GuardianModelVersion
-from policies.learning import guardian_model_job_run, guardian_model_job_start
+from policies.learning import (
+    NEVER_PICKED_UP,
+    TOOK_TOO_LONG,
+    WORKER_DIED,
+    guardian_model_job_run,
+    guardian_model_job_start,
+    guardian_model_jobs_sweep,
+)
 from policies.models import GuardianModelJob
+from policies.tasks import sweep_guardian_model_jobs
 from tests.processes import start_worker, stop_worker
 from tests.test_worker_runs import clean_queue, wait_for, worker_env
 
@@ -243,3 +255,107 @@ def test_train_local_guardian_recalibrate_makes_both_versions_from_the_command_l
     text = out.getvalue()
     assert f"Guardian model version {top.number}: {top.model_version}" in text
     assert "answers at the live prior 0.050 (95 %: 0.050–0.050; stated)" in text
+
+
+def _running(job, *, started, heartbeat) -> None:
+    GuardianModelJob.objects.filter(pk=job.pk).update(
+        status="running", started_at=started, heartbeat_at=heartbeat
+    )
+
+
+@pytest.mark.django_db
+def test_a_job_whose_worker_went_silent_is_swept_to_failed_and_the_page_says_so(client, admin):
+    now = timezone.now()
+    dead = guardian_model_job_start(kind="retrain", adapter="local", conditions=["integrity"])
+    alive = guardian_model_job_start(kind="recalibrate", adapter="local")
+    # Its worker's last beat was 3 minutes ago (4 beats of 30 s is 2 minutes of silence).
+    _running(dead, started=now - timedelta(minutes=5), heartbeat=now - timedelta(minutes=3))
+    _running(alive, started=now - timedelta(minutes=5), heartbeat=now - timedelta(seconds=20))
+
+    assert sweep_guardian_model_jobs() == [dead.pk]  # the beat's task calls the sweeper
+
+    dead.refresh_from_db()
+    assert (dead.status, dead.version) == ("failed", None)
+    since = (now - timedelta(minutes=3)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    assert dead.error == WORKER_DIED.format(since=since)
+    assert dead.error.startswith("The worker stopped while it was making this version")
+    assert GuardianModelJob.objects.get(pk=alive.pk).status == "running"
+    assert guardian_model_jobs_sweep() == []  # swept once
+    assert guardian_model_job_run(job_id=dead.pk) == "skipped"  # a late redelivery does nothing
+
+    client.force_login(admin)
+    page = client.get(reverse("policies:models")).content.decode()
+    shown = page[page.index(f"Job {dead.pk}:") :]
+    shown = shown[: shown.index("</li>")]
+    assert "<strong>Failed</strong>" in shown
+    assert escape(dead.error) in shown
+    still = page[page.index(f"Job {alive.pk}:") :]
+    assert "<strong>Running</strong>" in still[: still.index("</li>")]
+    assert "last sign of life" in still[: still.index("</li>")]
+
+
+@pytest.mark.django_db
+def test_a_job_running_or_queued_past_the_timeout_is_failed_with_why(settings):
+    settings.GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES = 30
+    now = timezone.now()
+    slow = guardian_model_job_start(kind="recalibrate", adapter="local")
+    _running(slow, started=now - timedelta(minutes=31), heartbeat=now)  # alive, but too long
+    waiting = guardian_model_job_start(kind="recalibrate", adapter="local")
+    fresh = guardian_model_job_start(kind="recalibrate", adapter="local")
+    GuardianModelJob.objects.filter(pk=waiting.pk).update(created_at=now - timedelta(minutes=31))
+
+    assert sorted(guardian_model_jobs_sweep(now=now)) == sorted([slow.pk, waiting.pk])
+
+    slow.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (slow.status, slow.error) == ("failed", TOOK_TOO_LONG.format(minutes=30))
+    assert (waiting.status, waiting.error) == ("failed", NEVER_PICKED_UP.format(minutes=30))
+    assert "is a worker running?" in waiting.error
+    assert GuardianModelJob.objects.get(pk=fresh.pk).status == "queued"
+    assert guardian_model_job_run(job_id=waiting.pk) == "skipped"  # a worker come too late
+
+
+def test_the_sweeper_is_on_the_beat_schedule():
+    from guardian_core.celery import app
+
+    entry = django_settings.CELERY_BEAT_SCHEDULE["sweep-guardian-model-jobs"]
+    assert entry["task"] == "policies.sweep_guardian_model_jobs"
+    assert entry["task"] in app.tasks
+    assert app.tasks[entry["task"]].run is sweep_guardian_model_jobs.run
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_real_worker_is_killed_mid_job_is_swept_and_the_page_says_so(
+    client, admin, clean_queue, settings
+):
+    settings.GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS = 1  # the sweeper's reading of silence
+    demo_policy_version()
+    demo_examples_ensure()
+    worker = start_worker(**worker_env(GUARDIAN_MODEL_JOB_HEARTBEAT_SECONDS="1"))
+    try:
+        job = guardian_model_job_start(kind="retrain", adapter="local", created_by=admin)
+
+        def beating() -> bool:
+            job.refresh_from_db()
+            return job.status == "running" and job.heartbeat_at > job.started_at
+
+        # Killed while it fits, once its worker has beaten at least once.
+        wait_for(beating, timeout=120, what="the worker to run the job", poll=0.05)
+        worker.kill()
+        worker.wait(timeout=20)
+    finally:
+        log = stop_worker(worker)
+    job.refresh_from_db()
+    assert job.status == "running", (job.status, job.error, log)  # nobody will finish it
+    wait_for(lambda: guardian_model_jobs_sweep() == [job.pk], timeout=30, what="the sweep")
+
+    job.refresh_from_db()
+    assert (job.status, job.version) == ("failed", None)
+    assert job.error.startswith("The worker stopped while it was making this version")
+    assert not GuardianModelVersion.objects.exists()
+    client.force_login(admin)
+    partial = client.get(reverse("policies:model_jobs"), HTTP_HX_REQUEST="true")
+    assert partial.status_code == 286  # nothing unfinished: the page stops polling
+    assert "<strong>Failed</strong>" in partial.content.decode()
+    assert escape(job.error) in partial.content.decode()

@@ -13,6 +13,7 @@ from tests.factories import (
     make_run,
     make_tool_call,
     make_turn,
+    retire_active_policy_version,
 )
 
 pytestmark = pytest.mark.django_db
@@ -89,6 +90,7 @@ def test_a_policy_version_used_by_a_run_cannot_change(field, value):
 def test_a_used_policy_version_can_still_be_activated_or_retired():
     version = make_policy_version()
     make_run(policy_version=version)
+    retire_active_policy_version()  # the shipped default: one is active at a time
     PolicyVersion.objects.filter(pk=version.pk).update(is_active=True, label="retired soon")
     PolicyVersion.objects.filter(pk=version.pk).update(is_active=False)
     version.refresh_from_db()
@@ -105,9 +107,15 @@ def test_a_used_policy_version_cannot_be_deleted():
 
 
 def test_only_one_policy_version_is_active():
-    make_policy_version(is_active=True)
+    active = make_policy_version(is_active=True)
     with pytest.raises(IntegrityError):
-        make_policy_version(is_active=True)
+        PolicyVersion.objects.create(
+            number=active.number + 1,
+            thresholds=active.thresholds,
+            question_set=active.question_set,
+            question_set_version=active.question_set_version,
+            is_active=True,
+        )
 
 
 def test_a_run_waits_on_one_open_escalation_at_a_time():

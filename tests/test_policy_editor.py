@@ -21,6 +21,7 @@ from policies.models import PolicyActivation
 from policies.services import GateRefused, policy_version_activate, policy_version_create
 from runs.models import RunStatus
 from runs.services import run_start
+from tests.factories import retire_active_policy_version
 from tests.runs_helpers import drive, reading_scenario, start
 
 pytestmark = pytest.mark.django_db
@@ -182,13 +183,25 @@ def test_the_api_create_with_activate_records_the_comment_and_the_override(clien
     assert record.override_reason == "the labelled injections are from a retired tool"
 
 
-def test_the_first_version_has_nothing_to_compare_and_is_activated():
+def test_a_version_made_while_none_is_active_has_nothing_to_compare_and_is_activated():
+    retire_active_policy_version()  # the shipped default, retired: runs cannot start
     version = _version(activate=True)
 
     assert version.is_active
     report = PolicyActivation.objects.get(version=version).gate_report
     assert report["refused"] is False
     assert report["note"] == "nothing to compare: no version is active"
+
+
+def test_the_first_version_an_admin_makes_is_gated_against_the_shipped_default():
+    shipped = PolicyVersion.objects.get(is_active=True)  # what `migrate` made
+    version = _version(activate=True)
+
+    report = PolicyActivation.objects.get(version=version).gate_report
+    assert report["current"] == shipped.number
+    assert report["candidate"] == version.number
+    shipped.refresh_from_db()
+    assert not shipped.is_active
 
 
 # ---- 2. a version records the one it was copied from ------------------------------------------

@@ -16,8 +16,18 @@ from guardian_core.models import PolicyVersion
 from policies.models import PolicyActivation
 from policies.policy_gate import gate_examples, gate_report
 from policies.services import policy_version_activate, policy_version_create
+from tests.factories import empty_policy_table
 
-pytestmark = pytest.mark.django_db
+
+@pytest.fixture
+def history_from_v1(db) -> None:
+    """Each test writes its versions from v1 and reads the gate's words about them ("v2 against
+    v1"): it starts from an empty policy table, not the shipped default."""
+    empty_policy_table()
+
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("history_from_v1")]
+
 
 COSTS = {
     "integrity": {"c_stop": 1, "c_cont": 9, "delta": 0.05},  # t* = 0.1
@@ -60,7 +70,7 @@ def examples() -> list[LabelledExample]:
 
 
 @pytest.fixture
-def current(examples) -> PolicyVersion:
+def current(examples, history_from_v1) -> PolicyVersion:
     return version(1, activate=True)
 
 

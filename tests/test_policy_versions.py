@@ -14,7 +14,7 @@ from policies.admin import PolicyVersionAdmin
 from policies.services import policy_version_activate, policy_version_create
 from runs.models import Run, RunStatus
 from runs.services import RunError, run_advance, run_start
-from tests.factories import make_run
+from tests.factories import make_run, retire_active_policy_version
 
 pytestmark = pytest.mark.django_db
 
@@ -165,17 +165,19 @@ def test_full_clean_of_a_banana_threshold_names_each_problem_under_its_field():
 
 
 def test_creating_a_version_stores_t_star_computed_from_the_costs():
+    top = max(PolicyVersion.objects.values_list("number", flat=True), default=0)  # v1, shipped
     version = policy_version_create(
         thresholds=thresholds(), question_set=DEMO_QUESTIONS, question_set_version="q2"
     )
     version.refresh_from_db()
     assert version.thresholds["integrity"]["t_star"] == 0.1
     assert version.thresholds["goal_reached"]["t_star"] == 0.8
-    assert version.number == 1
+    assert version.number == top + 1  # the next number
     assert not version.is_active
 
 
 def test_creating_an_invalid_version_stores_nothing():
+    before = list(PolicyVersion.objects.values_list("pk", flat=True))  # the shipped default
     with pytest.raises(ValidationError) as caught:
         policy_version_create(
             thresholds={"integrity": "banana"},
@@ -183,7 +185,7 @@ def test_creating_an_invalid_version_stores_nothing():
             question_set_version="q2",
         )
     assert "thresholds.integrity: must be an object" in str(caught.value)
-    assert not PolicyVersion.objects.exists()
+    assert not PolicyVersion.objects.exclude(pk__in=before).exists()
 
 
 def test_the_demo_policy_version_is_valid_and_active():
@@ -216,6 +218,7 @@ def test_activating_a_version_retires_the_one_active_before():
 
 
 def test_a_run_does_not_start_on_an_invalid_active_version():
+    retire_active_policy_version()  # the shipped default
     stored_without_validation(is_active=True)
     with pytest.raises(RunError) as caught:
         run_start(goal="Refund ord_1", tools=["read_order"], actor="scripted", guardian="scripted")

@@ -19,6 +19,7 @@ from runs.scenarios import scenario_names, scenario_run_start
 from runs.services import run_advance
 from runs.tools import tool_registry, tools_for_run
 from tests.adapters.servers import serve, vendor
+from tests.factories import retire_active_policy_version
 from tests.runs_helpers import drive, start
 
 
@@ -177,6 +178,7 @@ CALM_VENDOR = {
 
 
 def _active_policy_version_with_its_own_wording() -> PolicyVersion:
+    retire_active_policy_version()  # the shipped default: one is active at a time
     return PolicyVersion.objects.create(
         number=7,
         label="Reworded",

@@ -25,9 +25,16 @@ class Command(BaseCommand):
             "--model",
             choices=ALL_MODELS,
             help="the guardian that scores rows without a probability (else they are listed "
-            "as unscored): local in process; http and openai as runs build them from settings "
-            f"(GUARDIAN_HTTP_*, OPENAI_*), asked row by row, {NETWORK_CONCURRENCY} at a time, "
-            "with the policy version's questions",
+            "as unscored), as its runs answer now: as its active guardian model version when "
+            "one is active (--base: as it ships); local in process; http and openai as runs "
+            "build them from settings (GUARDIAN_HTTP_*, OPENAI_*), asked row by row, "
+            f"{NETWORK_CONCURRENCY} at a time, with the policy version's questions",
+        )
+        parser.add_argument(
+            "--base",
+            action="store_true",
+            help="score with the --model adapter as it ships, not as its active guardian model "
+            "version (which is what its runs answer with now, and the default)",
         )
         parser.add_argument(
             "--guardian-version",
@@ -67,6 +74,7 @@ class Command(BaseCommand):
                 rescore=options["rescore"],
                 progress=_progress_bar(self.stderr),
                 guardian_version=options["guardian_version"],
+                base=options["base"],
             )
         except EvaluationError as exc:
             raise CommandError(str(exc), returncode=2) from exc
@@ -198,13 +206,31 @@ def correlated_errors_lines(report: dict) -> list[str]:
     return out
 
 
+def _scored_by(report: dict) -> str:
+    """Which guardian scored, in words: the adapter's active version, one named, or the
+    adapter as it ships (and then whether runs answer otherwise)."""
+    model, chosen = report["model"], report.get("guardian_model") or {}
+    number, active = chosen.get("number"), chosen.get("active")
+    if chosen.get("chosen") == "active":
+        how = f"as guardian model version {number}, the active one (--base: as it ships)"
+    elif chosen.get("chosen") == "named":
+        how = f"as guardian model version {number}" + (
+            ", the active one" if number == active else ""
+        )
+    elif active is not None:
+        how = f"as it ships (--base; its runs answer as guardian model version {active})"
+    else:
+        how = "as it ships (no guardian model version of it is active)"
+    return f"scored by {model} {how}: {report['model_version']}"
+
+
 def report_table(report: dict) -> str:
     """The report for a person: a line per condition, each reliability curve, then every
     malformed line and unscored row by line number."""
     model = report["model"]
     out = [
         f"Policy version {report['policy_version']}; "
-        + (f"scored by {model} ({report['model_version']})" if model else "no model scored rows")
+        + (_scored_by(report) if model else "no model scored rows")
         + f"; {report['bins']} bins; {report['lines']} lines: {report['valid_lines']} valid, "
         f"{len(report['malformed'])} malformed, {report['blank_lines']} blank",
         "",

@@ -13,8 +13,10 @@ def child_env(**overrides: str | None) -> dict[str, str]:
     """This process's environment with `overrides` applied; a None value unsets the variable.
 
     The child reads no .env file (unless GUARDIAN_ENV_FILE is among the overrides): this
-    process already took the developer's .env in, and a variable a test unsets stays unset."""
-    env = {**os.environ, "GUARDIAN_ENV_FILE": ""}
+    process already took the developer's .env in, and a variable a test unsets stays unset.
+    It draws no turn for audit unless told (as conftest's settings: a worker drawing 2 % of
+    the turns would add escalations a test counts now and then)."""
+    env = {"GUARDIAN_AUDIT_SAMPLE_SHARE": "0", **os.environ, "GUARDIAN_ENV_FILE": ""}
     for name, value in overrides.items():
         if value is None:
             env.pop(name, None)

@@ -250,6 +250,18 @@ def test_the_table_shows_each_condition_and_lists_malformed_lines(active_version
     assert "Unscored rows (1):\n  line 16: no probability" in out
 
 
+def test_figures_on_few_rows_carry_their_intervals_and_a_caution(active_version, trace_file):
+    out, _ = _evaluate("--traces", str(trace_file), "--bins", "2")
+    report = json.loads(_evaluate("--traces", str(trace_file), "--bins", "2", "--json")[0])
+    intervals = report["conditions"]["integrity"]["intervals"]
+    low, high = intervals["ece"]
+    assert low <= report["conditions"]["integrity"]["ece"] <= high
+    assert "ece" in intervals["caution"]
+    assert "95 % bootstrap intervals (the rows resampled):" in out
+    assert f"integrity: ECE 0.156 (95 %: {low:.3f}–{high:.3f})" in out
+    assert "on 8 rows, too few to read ECE" in out
+
+
 def test_policy_names_a_version_by_number(active_version, trace_file):
     other = policy_version_create(
         thresholds={c.value: {"c_stop": 1, "c_cont": 1, "delta": 0.1} for c in Condition},

@@ -77,6 +77,10 @@ def test_an_upload_reports_the_harnesss_figures(admin_client, active_version):
     section = html.split('id="condition-integrity"')[1].split("</section>")[0]
     for value in (integrity["ece"], integrity["brier"], integrity["auroc"]):
         assert f"{value:.3f}" in section
+    # Read on 8 rows: each interval beside its figure, and the caution above them.
+    low, high = integrity["intervals"]["ece"]
+    assert f"(95 %: {floatformat(low, 3)}–{floatformat(high, 3)})" in section
+    assert "On 8 rows, too few to read ECE" in section
     # As the page rounds it (a half rounds up, as Django's floatformat does).
     assert floatformat(integrity["policy"]["expected_cost"], 3) in section
     risk = html.split('id="condition-risk"')[1].split("</section>")[0]

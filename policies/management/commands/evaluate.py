@@ -224,6 +224,28 @@ def _scored_by(report: dict) -> str:
     return f"scored by {model} {how}: {report['model_version']}"
 
 
+def interval_lines(report: dict) -> list[str]:
+    """Each condition's ECE, Brier and AUROC with their 95 % bootstrap intervals, and a caution
+    where the rows are too few to read a figure as settled."""
+    lines = []
+    for name, c in report["conditions"].items():
+        intervals = c.get("intervals")
+        if not intervals:
+            continue
+        parts = []
+        for key, label in (("ece", "ECE"), ("brier", "Brier"), ("auroc", "AUROC")):
+            value = c.get("auroc_compared", c["auroc"]) if key == "auroc" else c[key]
+            if value is not None and intervals.get(key):
+                low, high = intervals[key]
+                parts.append(f"{label} {value:.3f} (95 %: {low:.3f}–{high:.3f})")
+        line = f"{name}: " + ", ".join(parts)
+        if intervals["caution"]:
+            words = ", ".join(k.upper() if k != "brier" else "Brier" for k in intervals["caution"])
+            line += f" — on {c['n']} rows, too few to read {words} as settled"
+        lines.append(line)
+    return ["", "95 % bootstrap intervals (the rows resampled):", *lines] if lines else []
+
+
 def report_table(report: dict) -> str:
     """The report for a person: a line per condition, each reliability curve, then every
     malformed line and unscored row by line number."""
@@ -270,6 +292,7 @@ def report_table(report: dict) -> str:
         "and the most likely class where risk or drift rows carry distributions. f.stop is a "
         "share of the negatives, f.cont of the positives; cost is per example.",
     ]
+    out += interval_lines(report)
     out += correlated_errors_lines(report)
     for name, c in report["conditions"].items():
         if not c["reliability"]:

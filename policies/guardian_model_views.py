@@ -58,6 +58,10 @@ def _figure_rows(version: GuardianModelVersion) -> list[dict]:
                 "prior_source": PRIOR_SOURCES.get((prior.get("live") or {}).get("source"), ""),
                 "prior_note": prior.get("note", ""),
                 "ece_live": (live_before.get("ece"), live_after.get("ece")),
+                # The held-out difference's interval, at the prior the figures were read at.
+                "ece_paired": ((figures.get("held_out_paired") or {}).get("figures") or {}).get(
+                    "ece"
+                ),
             }
         )
     return rows

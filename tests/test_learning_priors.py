@@ -374,3 +374,23 @@ def test_the_audit_sample_reaches_the_queue_and_its_labels_set_the_prior_a_map_a
     # Issue 25's done-when: ECE at the traffic prior ≤ 0.03, benign flagged within 1.5× base.
     assert recalibrated["ece"] <= 0.03
     assert recalibrated["flagged"] <= 1.5 * base["flagged"]
+
+
+def test_the_versions_page_shows_both_priors_and_the_held_out_interval(
+    active_version, prior_vendor, client, admin
+):
+    from django.urls import reverse
+
+    _label(_cases(LABELLED_PRIOR, 200, seed=13))
+    version = guardian_model_recalibrate(
+        adapter="http", conditions=["integrity"], live_priors={"integrity": 0.05}
+    )
+    client.force_login(admin)
+    page = client.get(reverse("policies:model_detail", args=[version.pk])).content.decode()
+    figures = version.figures["integrity"]
+    priors = page.split('id="priors-title"')[1].split("</section>")[0]
+    assert f"{figures['prior']['fitted']:.3f}" in priors
+    assert "0.050" in priors
+    assert "stated by an admin" in priors
+    ece = figures["held_out_paired"]["figures"]["ece"]
+    assert f"at prior 0.050: difference 95 % {ece['low']:.3f} to {ece['high']:.3f}" in page

@@ -33,6 +33,25 @@ def make_policy_version(**overrides) -> PolicyVersion:
     return PolicyVersion.objects.create(**fields)
 
 
+def default_costs_policy_version_create() -> PolicyVersion:
+    """The active policy version at the engine's default costs and the HTTP guardian's default
+    questions, made through the service as an admin would (the learning-loop tests' starting
+    point)."""
+    from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+    from guardian_core.engine.thresholds import DEFAULT_COSTS
+    from policies.services import policy_version_create
+
+    return policy_version_create(
+        thresholds={
+            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
+            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
+        },
+        question_set=dict(DEFAULT_QUESTIONS),
+        question_set_version=DEFAULT_QUESTION_SET_VERSION,
+        activate=True,
+    )
+
+
 def retire_active_policy_version() -> None:
     """No policy version is active after this: the shipped default that `migrate` made, or
     whichever a test activated."""

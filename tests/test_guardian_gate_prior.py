@@ -19,15 +19,13 @@ from django.core.management import call_command
 
 import policies.guardian_gate
 from escalations.models import ExampleSource, LabelledExample
-from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
-from guardian_core.engine.thresholds import DEFAULT_COSTS
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 from guardian_core.models import GuardianModelVersion
 from policies.guardian_gate import NO_LIVE_PRIOR, guardian_model_gate_report
 from policies.learning import GuardianGateRefused, guardian_model_activate
 from policies.models import GuardianModelActivation
-from policies.services import policy_version_create
 from runs.guardian_models import guardian_model_version_active
-from tests.factories import make_decision
+from tests.factories import default_costs_policy_version_create, make_decision
 
 pytestmark = pytest.mark.django_db
 
@@ -67,15 +65,7 @@ NOISY_B = {
 
 @pytest.fixture
 def labelled(db):
-    policy_version_create(
-        thresholds={
-            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
-            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
-        },
-        question_set=dict(DEFAULT_QUESTIONS),
-        question_set_version=DEFAULT_QUESTION_SET_VERSION,
-        activate=True,
-    )
+    default_costs_policy_version_create()
     for label, kind in ((True, "positive"), (False, "negative")):
         for i in range(N // 2):
             LabelledExample.objects.create(

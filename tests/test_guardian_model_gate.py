@@ -12,15 +12,14 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError
 
 from escalations.models import ExampleSource, LabelledExample
-from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 from guardian_core.adapters.local import LocalGuardian
-from guardian_core.engine.thresholds import DEFAULT_COSTS
 from guardian_core.models import GuardianModelVersion
 from policies.guardian_gate import guardian_model_gate_report
 from policies.learning import LearningError, guardian_model_activate
 from policies.models import GuardianModelActivation
-from policies.services import policy_version_create
 from runs.guardian_models import guardian_model_version_active
+from tests.factories import default_costs_policy_version_create
 
 pytestmark = pytest.mark.django_db
 
@@ -53,15 +52,7 @@ INJECTED = [
 
 @pytest.fixture
 def active_policy(db):
-    return policy_version_create(
-        thresholds={
-            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
-            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
-        },
-        question_set=dict(DEFAULT_QUESTIONS),
-        question_set_version=DEFAULT_QUESTION_SET_VERSION,
-        activate=True,
-    )
+    return default_costs_policy_version_create()
 
 
 @pytest.fixture

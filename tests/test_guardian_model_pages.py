@@ -8,9 +8,8 @@ from django.urls import reverse
 from escalations.models import ExampleSource, LabelledExample
 from policies.learning import guardian_model_activate
 from policies.models import GuardianModelActivation
-from policies.services import policy_version_create
 from runs.guardian_models import guardian_model_version_active
-from tests.factories import make_guardian_model_version
+from tests.factories import default_costs_policy_version_create, make_guardian_model_version
 from tests.test_guardian_model_gate import ALARMED, BENIGN, IDENTITY, INJECTED
 
 pytestmark = pytest.mark.django_db
@@ -18,18 +17,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def labelled(db):
-    from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
-    from guardian_core.engine.thresholds import DEFAULT_COSTS
+    from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 
-    policy_version_create(
-        thresholds={
-            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
-            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
-        },
-        question_set=dict(DEFAULT_QUESTIONS),
-        question_set_version=DEFAULT_QUESTION_SET_VERSION,
-        activate=True,
-    )
+    default_costs_policy_version_create()
     for texts, label in ((BENIGN, False), (INJECTED, True)):
         for text in texts:
             LabelledExample.objects.create(

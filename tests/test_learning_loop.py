@@ -12,17 +12,16 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
 from escalations.models import ExampleSource, LabelledExample
-from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.engine.conditions import Condition
-from guardian_core.engine.thresholds import DEFAULT_COSTS
 from guardian_core.models import GuardianModelVersion
 from policies.harness import traces_evaluate
 from policies.learning import guardian_model_activate, guardian_model_recalibrate
-from policies.services import policy_version_create
 from runs.guardian_models import guardian_model_version_active, versioned_guardian
 from runs.replay import guardian_replay
 from tests.adapters.servers import completion, serve, vendor
+from tests.factories import default_costs_policy_version_create
 from tests.runs_helpers import drive, start
 
 pytestmark = pytest.mark.django_db
@@ -33,15 +32,7 @@ PIN = "vendor-x-2026-10"
 
 @pytest.fixture
 def active_version(db):
-    return policy_version_create(
-        thresholds={
-            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
-            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
-        },
-        question_set=dict(DEFAULT_QUESTIONS),
-        question_set_version=DEFAULT_QUESTION_SET_VERSION,
-        activate=True,
-    )
+    return default_costs_policy_version_create()
 
 
 def _write(tmp_path, lines, name="traces.jsonl"):

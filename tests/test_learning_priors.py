@@ -11,19 +11,17 @@ import pytest
 from django.core.management import call_command
 
 from escalations.models import ExampleSource, LabelledExample
-from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
+from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 from guardian_core.engine.calibration import apply_map, calibration_figures
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.evaluation import expected_calibration_error, reliability_curve
 from guardian_core.engine.priors import prior_weights
-from guardian_core.engine.thresholds import DEFAULT_COSTS
 from guardian_core.models import GuardianModelVersion
 from policies.learning import LearningError, guardian_model_recalibrate
-from policies.services import policy_version_create
 from runs.guardian_models import versioned_guardian
 from runs.ports import base_guardian
 from tests.adapters.servers import serve, vendor
-from tests.factories import make_decision, make_run, make_turn
+from tests.factories import default_costs_policy_version_create, make_decision, make_run, make_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -34,15 +32,7 @@ LABELLED_PRIOR, TRAFFIC_PRIOR = 0.5, 0.05
 
 @pytest.fixture
 def active_version(db):
-    return policy_version_create(
-        thresholds={
-            c.value: {"c_stop": stop, "c_cont": cont, "delta": delta}
-            for c, (stop, cont, delta) in DEFAULT_COSTS.items()
-        },
-        question_set=dict(DEFAULT_QUESTIONS),
-        question_set_version=DEFAULT_QUESTION_SET_VERSION,
-        activate=True,
-    )
+    return default_costs_policy_version_create()
 
 
 def _raw(x: float) -> float:

@@ -295,6 +295,12 @@ def database_from_url(url: str, *, sqlite_test_name: Path) -> dict:
         # A database host that drops packets would otherwise hold a request (and /healthz)
         # for the operating system's TCP timeout, minutes; a URL's own connect_timeout wins.
         config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+        # Behind PgBouncer in transaction pooling a cursor cannot outlive its transaction's
+        # server connection: the streamed reads (replay, exports, verify_log) then fetch in
+        # chunks from client-side cursors instead (docs/OPERATIONS.md).
+        config["DISABLE_SERVER_SIDE_CURSORS"] = env_bool(
+            "DATABASE_DISABLE_SERVER_SIDE_CURSORS", False
+        )
     # Keep connections open between requests and tasks: Celery closes a connection after every
     # task unless it may live on, and reconnecting costs more than a whole turn's queries.
     config["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 600)

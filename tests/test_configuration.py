@@ -1,5 +1,7 @@
 """Settings come from the environment; a bad value is one clear line naming the variable."""
 
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -173,3 +175,13 @@ def test_every_environment_variable_the_settings_read_is_in_env_example():
     documented = (REPO / ".env.example").read_text()
     assert read, "no variables found: the pattern no longer matches the settings"
     assert sorted(name for name in read if f"{name}=" not in documented) == []
+
+
+def test_behind_a_transaction_pooler_server_side_cursors_can_be_turned_off(monkeypatch):
+    # PgBouncer in transaction pooling cannot keep a named cursor across transactions: the
+    # streamed reads (replay, exports, verify_log) must then use client-side cursors.
+    url = "postgres://app:app@127.0.0.1:5432/guardian"
+    unused = Path("unused.sqlite3")
+    assert database_from_url(url, sqlite_test_name=unused)["DISABLE_SERVER_SIDE_CURSORS"] is False
+    monkeypatch.setenv("DATABASE_DISABLE_SERVER_SIDE_CURSORS", "true")
+    assert database_from_url(url, sqlite_test_name=unused)["DISABLE_SERVER_SIDE_CURSORS"] is True

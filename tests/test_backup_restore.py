@@ -319,3 +319,40 @@ def test_a_missing_pg_client_is_named_with_what_to_install(tmp_path, monkeypatch
         pg_tool("pg_dump")
     with pytest.raises(BackupError, match="no executable pg_restore in"):
         pg_tool("pg_restore", bin_dir=str(tmp_path))
+
+
+TRIGGERS_AND_RIGHTS = """
+SELECT (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'guardian%' AND NOT tgisinternal),
+       (SELECT bool_and(prosecdef) FROM pg_proc WHERE proname IN ('guardian_purge_begin',
+            'guardian_purge_end', 'guardian_purge_record', 'guardian_log_purging')),
+       has_table_privilege('{role}', 'runs_decision', 'SELECT, INSERT'),
+       has_table_privilege('{role}', 'runs_decision', 'TRUNCATE'),
+       has_table_privilege('{role}', 'guardian_purge_log', 'SELECT'),
+       has_function_privilege('{role}', 'guardian_purge_begin(text, text)', 'EXECUTE')
+"""
+
+
+@pytest.mark.postgresql(reason="roles, grants and definer functions are PostgreSQL's")
+def test_a_postgresql_restore_keeps_the_triggers_and_grants_the_app_role_as_migrate_does(
+    restored_database, tmp_path
+):
+    role = "guardian_app"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
+        if cursor.fetchone() is None:
+            pytest.skip(f"no role {role} in this cluster (.ci/services.sh makes it)")
+        cursor.execute(TRIGGERS_AND_RIGHTS.format(role=role))
+        triggers, definer = cursor.fetchone()[:2]
+    backup = tmp_path / "guardian.dump"
+    manage_ok(
+        "backup", str(backup), env={"DATABASE_URL": database_url(settings.DATABASES["default"])}
+    )
+    restored = manage_ok(
+        "restore", str(backup), env={**restored_database, "GUARDIAN_DB_APP_ROLE": role}
+    )
+    assert f"the app's role {role} granted its rights" in restored
+    sql = TRIGGERS_AND_RIGHTS.format(role=role)
+    (row,) = restored_query(restored_database, sql)
+    assert row == (triggers, definer, True, False, False, True)
+    assert triggers >= 10
+    assert definer is True

@@ -16,7 +16,7 @@ import pytest
 from demo.setup import demo_policy_version
 from guardian_core.services import api_token_create
 from runs.models import Run
-from tests.processes import REPO, child_env, run_manage, start_worker, stop_worker
+from tests.processes import REPO, child_env, start_worker, stop_worker
 from tests.runs_helpers import scripted_scenario
 from tests.test_worker_runs import worker_env
 
@@ -24,7 +24,17 @@ PLAIN_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING guardian
 
 
 def _log_from_a_child(code: str, **env: str | None) -> subprocess.CompletedProcess:
-    return run_manage("shell", "-c", code, **env)
+    """Run `code` in a fresh Python process with Django set up (its logging configured)."""
+    setup = "import django; django.setup()\n"
+    return subprocess.run(
+        [sys.executable, "-c", setup + code],
+        cwd=REPO,
+        env=child_env(DJANGO_SETTINGS_MODULE="guardian_core.settings", **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_plain_format_is_the_default_and_writes_the_lines_it_always_wrote():

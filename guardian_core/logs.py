@@ -152,8 +152,12 @@ def task_context_bind(task, args: tuple | None, kwargs: dict | None) -> None:
     clear_contextvars()
     request = getattr(task, "request", None)
     bind_contextvars(task_id=getattr(request, "id", None), task=getattr(task, "name", None))
-    request_id = getattr(request, TASK_HEADER, None) or (
-        (getattr(request, "headers", None) or {}).get(TASK_HEADER)
+    # A task no request enqueued (beat's, a command's) stands for its own: its id, carried on
+    # to what it enqueues (the sweeper's runs), so those lines still lead back to it.
+    request_id = (
+        getattr(request, TASK_HEADER, None)
+        or (getattr(request, "headers", None) or {}).get(TASK_HEADER)
+        or getattr(request, "id", None)
     )
     log_bind(request_id=request_id)
     log_bind(**task_argument_ids(task, args or (), kwargs or {}))

@@ -260,3 +260,59 @@ def test_a_runs_story_is_followed_by_its_id_across_the_web_and_the_worker(admin,
         line["logger"] == "celery.app.trace" and line.get("request_id") == "start-req-0001"
         for line in run_lines
     )
+
+
+# ---- the ids, bound ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_request_id_that_could_forge_a_line_is_replaced_by_a_new_one(client):
+    given = client.get("/healthz", headers={"X-Request-ID": "abc-123.x:y_z"})
+    assert given.headers["X-Request-ID"] == "abc-123.x:y_z"
+    forged = client.get("/healthz", headers={"X-Request-ID": 'x" "run_id": 1'})
+    assert re.fullmatch(r"[0-9a-f]{32}", forged.headers["X-Request-ID"])
+    assert client.get("/healthz").headers["X-Request-ID"] != forged.headers["X-Request-ID"]
+
+
+class _Request:
+    def __init__(self, task_id: str, **headers: str) -> None:
+        self.id, self.headers = task_id, headers
+        for name, value in headers.items():
+            setattr(self, name, value)
+
+
+class _Task:
+    name = "runs.advance_run"
+
+    def __init__(self, request: _Request) -> None:
+        self.request = request
+
+    def run(self, run_id: int, escalation_id: int | None = None, event: str = "") -> None:
+        pass
+
+
+def test_a_task_binds_the_ids_its_arguments_name_and_the_request_id_it_came_with():
+    from structlog.contextvars import get_contextvars
+
+    from guardian_core import logs
+
+    with logs.log_context(request_id="web-1", user_id=3):
+        logs.task_context_bind(_Task(_Request("t-1", guardian_request_id="web-1")), (7,), {})
+        assert get_contextvars() == {
+            "task_id": "t-1",
+            "task": "runs.advance_run",
+            "request_id": "web-1",
+            "run_id": 7,
+        }
+        headers: dict = {}
+        logs.task_publish_headers(headers)  # what this task enqueues carries the same id
+        assert headers == {"guardian_request_id": "web-1"}
+        logs.task_context_clear()
+        # A task run in its caller's process gives the caller its context back.
+        assert get_contextvars() == {"request_id": "web-1", "user_id": 3}
+    # Beat's task: no request sent it, so it stands for its own, and names its escalation.
+    logs.task_context_bind(_Task(_Request("beat-9")), (), {"run_id": 4, "escalation_id": 5})
+    assert get_contextvars()["request_id"] == "beat-9"
+    assert (get_contextvars()["run_id"], get_contextvars()["escalation_id"]) == (4, 5)
+    logs.task_context_clear()
+    assert get_contextvars() == {}

@@ -1,5 +1,6 @@
 """Verdicts: a person resolves an escalation, and what the verdict does to its run."""
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,10 +35,13 @@ from guardian_core.engine.conditions import DRIFT_SCORES, Condition, RiskClass
 from guardian_core.engine.judge import decide_judged
 from guardian_core.engine.policy import Outcome, history_needed
 from guardian_core.engine.tools import action_hash, validate_call
+from guardian_core.logs import log_context
 from runs import judging, mapping, sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
 from runs.tools import run_tools
+
+logger = logging.getLogger(__name__)
 
 # Every way of resolving (the command, the admin, the reviewers' queue, the API) calls
 # escalation_resolve: one verdict per escalation, its approvals, the labelled examples it
@@ -135,7 +139,23 @@ def escalation_resolve(
         seen_hashes=seen_hashes,
         end_as=end_as,
     )
-    return retry_on_conflict(lambda: _resolve(escalation_id, reviewer, submitted))
+    run_id = Escalation.objects.filter(pk=escalation_id).values_list("run_id", flat=True).first()
+    with log_context(run_id=run_id, escalation_id=escalation_id):
+        verdict = retry_on_conflict(lambda: _resolve(escalation_id, reviewer, submitted))
+        if verdict is not None:
+            logger.info(
+                "verdict on escalation %s (run %s): %s, %s",
+                escalation_id,
+                run_id,
+                verdict.decision,
+                verdict.resulting_outcome,
+                extra={
+                    "decision": verdict.decision,
+                    "resulting_outcome": verdict.resulting_outcome,
+                    "reviewer_id": verdict.reviewer_id,
+                },
+            )
+        return verdict
 
 
 def escalation_resolve_bulk(

@@ -15,6 +15,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from guardian_core.logs import log_bind
 from guardian_core.models import ApiToken
 from guardian_core.services import token_digest
 
@@ -85,6 +86,8 @@ class BearerTokenAuthentication(BaseAuthentication):
         now = timezone.now()
         if found.last_used_at is None or found.last_used_at < now - LAST_USED_GRANULARITY:
             ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
+        # The request's lines from here on say whose token it was (guardian_core/logs.py).
+        log_bind(user_id=found.user.pk)
         return found.user, found
 
     # No authenticate_header: the API answers 403 to a missing or bad credential, as it did

@@ -66,6 +66,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: the request id (X-Request-ID) and the user on every line the request logs.
+    "guardian_core.logs.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Content-Security-Policy header (SECURE_CSP below) on every page Django renders.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -449,14 +451,26 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# Structured logs (issue 26): GUARDIAN_LOG_FORMAT=json writes one JSON object a line, with the
+# request id, user, run id, turn, escalation id and model version where known
+# (guardian_core/logs.py); "plain", the default, keeps the human-readable lines of make demo.
+GUARDIAN_LOG_FORMAT = env_str("GUARDIAN_LOG_FORMAT", "plain").lower()
+if GUARDIAN_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(
+        f"GUARDIAN_LOG_FORMAT={GUARDIAN_LOG_FORMAT!r}: use 'plain' or 'json'."
+    )
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "guardian_core.logs.json_formatter"},
+    },
     "filters": {
         "forbidden_without_traceback": {"()": "guardian_core.log_filters.ForbiddenWithoutTraceback"}
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": GUARDIAN_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "axes": {"level": "WARNING"},
@@ -465,6 +479,9 @@ LOGGING = {
         "django": {"handlers": [], "level": "INFO"},
         # A 403 is one warning line, without the traceback of the PermissionDenied behind it.
         "django.request": {"filters": ["forbidden_without_traceback"]},
+        # One line per request (guardian_core.logs), in the JSON format only: the plain format
+        # keeps make demo's lines as they were (runserver logs its own).
+        "guardian.request": {"level": "INFO" if GUARDIAN_LOG_FORMAT == "json" else "WARNING"},
     },
 }
 

@@ -32,6 +32,7 @@ Where the two differ, on purpose:
 
 import contextlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,12 +46,15 @@ from escalations.notifications import escalation_notify_after_commit
 from guardian_core.engine.loop import Proposal, TurnRecord
 from guardian_core.engine.policy import Outcome
 from guardian_core.engine.tools import Tool
+from guardian_core.logs import log_context
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping, sealing
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
 from runs.ports import CallRecorder
 from runs.queue import enqueue_after_commit
 from runs.vocabulary import reason_summary
+
+logger = logging.getLogger(__name__)
 
 
 def from_json(value):
@@ -305,6 +309,55 @@ def turn_finish(
     last: Turn | None = None,
     call_results: Sequence[CallResult] = (),
 ) -> str:
+    """Write the turn's outcome (_turn_finish) and log it: one line for the decision, one for
+    the escalation it opens, with the run, the turn and the guardian's model version bound."""
+    with log_context(run_id=run.pk, turn=turn.index, model_version=record.guardian_model_version):
+        result, escalation = _turn_finish(
+            run,
+            token,
+            turn,
+            record,
+            verdict_steps,
+            recorder,
+            enqueue_next,
+            last=last,
+            call_results=call_results,
+        )
+        outcome = record.decision.outcome.value
+        fired = sorted(condition.value for condition in record.decision.fired)
+        logger.info(
+            "run %s turn %s: %s, %s",
+            run.pk,
+            turn.index,
+            outcome,
+            result,
+            extra={"outcome": outcome, "fired": fired, "result": result},
+        )
+        if escalation is not None:
+            with log_context(escalation_id=escalation.pk):
+                logger.info(
+                    "escalation %s opened on run %s turn %s (%s)",
+                    escalation.pk,
+                    run.pk,
+                    turn.index,
+                    escalation.kind,
+                    extra={"kind": escalation.kind, "fired": fired},
+                )
+    return result
+
+
+def _turn_finish(
+    run: Run,
+    token: str,
+    turn: Turn,
+    record: TurnRecord,
+    verdict_steps: tuple[dict, ...],
+    recorder: CallRecorder,
+    enqueue_next: bool = True,
+    *,
+    last: Turn | None = None,
+    call_results: Sequence[CallResult] = (),
+) -> tuple[str, Escalation | None]:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
     compact state, status, lease released, seal), the turn (its steps, what the guardian
     saw), the calls that never ran, `call_results` (the outcomes of calls another loop ran,
@@ -351,7 +404,7 @@ def turn_finish(
             # After the turn's commit, in a statement of its own: most turns are not drawn and
             # write nothing more. A worker that dies in between loses this turn's draw.
             _audit_sample(run, turn, decision_id, sealed, now)
-            return "continued"
+            return "continued", None
     outcome: Outcome | None = decision.outcome
     changes = {
         "state": mapping.state_to_json(record.state_after),
@@ -434,19 +487,19 @@ def turn_finish(
             judging.judge_examples_record(
                 run=run, record=record, policy=mapping.policy_for_run(run)
             )
-        result = "finished"
+        result, opened_escalation = "finished", None
         if outcome in (Outcome.CONTINUE, Outcome.REPLAN):
             if enqueue_next:
                 enqueue_after_commit(run.pk)
             result = "continued"
         elif outcome == Outcome.ESCALATE:
-            _escalation_open(run, turn, escalation)
+            opened_escalation = _escalation_open(run, turn, escalation)
             result = "waiting"
         if outcome is None:
             sealing.run_reseal(run.pk)  # cancelled meanwhile: sealed as the cancel left it
         elif "seal" not in changes:
             Run.objects.filter(pk=run.pk).update(seal=run_seal(sealed))
-    return result
+    return result, opened_escalation
 
 
 def _audit_sample(run: Run, turn: Turn, decision_id: int, sealed: dict, now) -> None:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, EscalationStatus
 from guardian_core.db import retry_on_conflict
+from guardian_core.logs import log_context
 from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
 from runs import sealing
@@ -111,6 +112,14 @@ def run_start(
         run.save(force_insert=True)
         if actor != "external":  # an external run's loop is its caller's
             enqueue_after_commit(run.pk)
+    with log_context(run_id=run.pk):
+        logger.info(
+            "run %s started (%s, policy version %s)",
+            run.pk,
+            actor,
+            version.number,
+            extra={"actor": actor, "guardian": guardian, "policy_version": version.number},
+        )
     return run
 
 
@@ -154,6 +163,11 @@ def run_advance(*, run_id: int, enqueue_next: bool = True) -> str:
     waiting, or another worker holds it), "continued", "waiting", "finished" or "failed"
     (an error was recorded; the caller retries later). With `enqueue_next` False a turn that
     continues does not enqueue the next one: the caller advances it itself."""
+    with log_context(run_id=run_id):
+        return _advance(run_id, enqueue_next)
+
+
+def _advance(run_id: int, enqueue_next: bool) -> str:
     token = uuid.uuid4().hex
     run = _claim(run_id, token)
     if run is None:

@@ -6,6 +6,7 @@ started is escalated (runs/external.py).
 It stands above the run kinds it sweeps: nothing below imports it.
 """
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
@@ -20,10 +21,13 @@ from escalations.models import (
     EscalationKind,
     EscalationStatus,
 )
+from guardian_core.logs import log_context
 from runs import sealing
 from runs.external import external_steps_abandoned
 from runs.models import Run, RunStatus
 from runs.queue import enqueue
+
+logger = logging.getLogger(__name__)
 
 
 def run_sweep_stalled(*, now=None) -> list[int]:
@@ -40,7 +44,9 @@ def run_sweep_stalled(*, now=None) -> list[int]:
         .values_list("pk", flat=True)
     )
     for run_id in run_ids:
-        enqueue(run_id)
+        with log_context(run_id=run_id):
+            logger.info("run %s enqueued again by the sweeper", run_id)
+            enqueue(run_id)
     _expire_escalations(now)
     external_steps_abandoned(now=now)
     return run_ids

@@ -23,6 +23,7 @@ from guardian_core.engine.tools import (
     idempotency_key,
     validate_call,
 )
+from guardian_core.logs import log_bind
 from runs import mapping
 from runs.models import Decision, Run, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
@@ -76,6 +77,7 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
     unfinished = next((turn for turn in recent if not turn_decided(turn)), None)
     last = decided[-1] if decided else None
     index = last.index + 1 if last else 0
+    log_bind(turn=index)  # until run_advance's context ends
 
     state = mapping.run_state(run)
     usage = mapping.usage_from_json(last.usage) if last else Usage(turns=0)

@@ -1,0 +1,28 @@
+"""gunicorn's settings (`gunicorn -c python:guardian_core.gunicorn_conf ...`): with
+GUARDIAN_LOG_FORMAT=json, gunicorn's own lines (start-up, its workers, an access log if one is
+asked for) are JSON lines like the app's, so the web's whole stream parses. With the plain
+format it changes nothing."""
+
+from pathlib import Path
+
+from guardian_core.env import env_str, load_project_dotenv
+
+# The same .env as the settings read (gunicorn reads this module before the app loads).
+load_project_dotenv(Path(__file__).resolve().parent.parent)
+
+if env_str("GUARDIAN_LOG_FORMAT", "plain").lower() == "json":
+    _console = {
+        "class": "logging.StreamHandler",
+        "formatter": "json",
+        "stream": "ext://sys.stderr",
+    }
+    # Merged over gunicorn's defaults key by key: every handler here names this formatter.
+    logconfig_dict = {
+        "formatters": {"json": {"()": "guardian_core.logs.json_formatter"}},
+        "handlers": {"console": _console, "error_console": _console},
+        "root": {"level": "INFO", "handlers": ["console"]},
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": [], "propagate": True},
+            "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},
+        },
+    }

@@ -41,5 +41,5 @@ USER guardian
 EXPOSE 8000
 # Threads, not only processes: an agent loop's long poll for a verdict (up to 30 s) holds a
 # thread, so a few waiting loops cannot take every worker from the reviewers' pages.
-CMD ["gunicorn", "guardian_core.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
+CMD ["gunicorn", "--config", "python:guardian_core.gunicorn_conf", "guardian_core.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
      "--worker-class", "gthread", "--threads", "8"]

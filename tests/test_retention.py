@@ -256,3 +256,56 @@ def test_retention_is_in_beat_and_reads_its_settings_from_the_environment(tmp_pa
     refused = run_manage("check", GUARDIAN_RETAIN_RUNS_DAYS="-1")
     assert refused.returncode != 0
     assert "GUARDIAN_RETAIN_RUNS_DAYS" in refused.stderr
+
+
+def test_an_audit_samples_label_goes_past_retention_and_its_run_stays_intact(reviewer, settings):
+    # An audit sample is no part of its run's story (runs/sealing.py stories): its label may
+    # go alone; a verdict's label on a raised escalation may not (it is sealed).
+    from tests.test_audit_samples import audit_items, reading_run
+
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 1.0
+    settings.GUARDIAN_RETAIN_EXAMPLES_DAYS = 3
+    run = drive(reading_run(turns=1))
+    item = audit_items(run).first()
+    (asked,) = item.reason["triggered"]
+    escalation_resolve(
+        escalation_id=item.pk,
+        reviewer=reviewer,
+        decision="answer",
+        answer={asked["source"]: False},
+    )
+    label = LabelledExample.objects.get(verdict__escalation=item)
+
+    report = retention_apply(now=timezone.now() + timedelta(days=3))
+
+    assert report.examples_deleted >= 1
+    assert not LabelledExample.objects.filter(pk=label.pk).exists()
+    assert run_chain_verify(run).ok
+
+
+def test_a_run_whose_chain_is_broken_is_neither_archived_nor_purged(reviewer, settings):
+    from tests.factories import tamper
+
+    settings.GUARDIAN_RETAIN_RUNS_DAYS = 1
+    run = _resolved(reviewer)
+    _finished_days_ago(run, 2)
+    first = Decision.objects.filter(turn__run=run).order_by("turn__index").first()
+    tamper("UPDATE runs_decision SET stop_reason = 'forged' WHERE id = %s", [first.pk])
+
+    report = retention_apply()
+
+    assert report.held_broken == [run.pk]
+    assert report.archived == []
+    assert Run.objects.filter(pk=run.pk).exists()
+    assert not django_settings.GUARDIAN_ARCHIVE_DIR.exists()
+
+
+def test_the_command_runs_one_pass_and_says_what_it_did(reviewer, settings, capsys):
+    settings.GUARDIAN_RETAIN_RUNS_DAYS = 1
+    run = _resolved(reviewer)
+    _finished_days_ago(run, 2)
+    call_command("apply_retention")
+    out = capsys.readouterr().out
+    assert f"run {run.pk} archived to " in out
+    assert "1 run archived and purged" in out
+    assert not Run.objects.filter(pk=run.pk).exists()

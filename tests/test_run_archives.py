@@ -14,7 +14,7 @@ from runs.archives import archive_check, archive_check_file, archive_document, a
 from runs.audit import run_chain_verify
 from runs.chain import log_keys
 from runs.models import Run, RunStatus
-from tests.runs_helpers import drive, start
+from tests.runs_helpers import drive, scripted_names, start
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +168,43 @@ def test_an_archive_signed_before_a_key_rotation_verifies_with_the_old_key_kept(
 def test_verify_log_refuses_file_with_a_run(tmp_path):
     with pytest.raises(CommandError, match="--file alone"):
         call_command("verify_log", "1", "--file", str(tmp_path / "x.json"))
+
+
+def test_a_run_cancelled_before_its_first_turn_archives_and_verifies(tmp_path):
+    from runs.services import run_cancel
+
+    run = start("goal_reached")
+    assert run_cancel(run_id=run.pk)
+    run.refresh_from_db()
+    _document, path = _archive(run, tmp_path)
+    report = archive_check_file(path)
+    assert report.ok, report.describe()
+    assert report.decisions == 0
+
+
+def test_an_archive_of_a_run_with_an_audit_sample_verifies(reviewer, settings, tmp_path):
+    # The audit sample travels in the export but is no part of the sealed story.
+    from tests.test_audit_samples import audit_items, reading_run
+
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 1.0
+    run = drive(reading_run(turns=2))
+    item = audit_items(run).first()
+    (asked,) = item.reason["triggered"]
+    escalation_resolve(
+        escalation_id=item.pk, reviewer=reviewer, decision="answer",
+        answer={asked["source"]: False},
+    )  # fmt: skip
+    document, path = _archive(run, tmp_path)
+    assert any(e["kind"] == "audit_sample" for e in document["export"]["escalations"])
+    assert archive_check_file(path).ok
+
+
+@pytest.mark.parametrize("name", scripted_names())
+def test_the_offline_check_agrees_with_verify_log_on_every_scripted_story(name, tmp_path):
+    run = drive(start(name))
+    in_database = run_chain_verify(run)
+    assert in_database.ok, in_database.describe()
+    _document, path = _archive(run, tmp_path)
+    report = archive_check_file(path)
+    assert report.ok, report.describe()
+    assert (report.decisions, report.head) == (in_database.decisions, in_database.head)

@@ -272,7 +272,7 @@ def test_an_audit_samples_label_goes_past_retention_and_its_run_stays_intact(rev
         escalation_id=item.pk,
         reviewer=reviewer,
         decision="answer",
-        answer={asked["source"]: False},
+        answer={asked["source"]: 3 if asked["source"] == "drift" else False},
     )
     label = LabelledExample.objects.get(verdict__escalation=item)
 

@@ -192,7 +192,7 @@ def test_an_archive_of_a_run_with_an_audit_sample_verifies(reviewer, settings, t
     (asked,) = item.reason["triggered"]
     escalation_resolve(
         escalation_id=item.pk, reviewer=reviewer, decision="answer",
-        answer={asked["source"]: False},
+        answer={asked["source"]: 3 if asked["source"] == "drift" else False},
     )  # fmt: skip
     document, path = _archive(run, tmp_path)
     assert any(e["kind"] == "audit_sample" for e in document["export"]["escalations"])

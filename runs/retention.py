@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 # Runs archived and purged per pass at most: a first pass over a large log does not hold a
 # worker for hours (the next pass goes on where this one stopped).
 RUNS_PER_PASS = 200
+DELETE_BATCH = 500
 
 
 @dataclass
@@ -129,12 +130,10 @@ def run_archive_and_purge(run_id: int, *, fed: set[int], reason: str) -> str:
         )
         if run is None:
             return "gone"
-        if (
-            fed
-            and LabelledExample.objects.filter(
-                verdict__escalation__run_id=run_id, pk__in=fed
-            ).exists()
-        ):
+        # Compared here, not in SQL: a model version may name more ids than SQLite takes
+        # as parameters of one statement.
+        mine = LabelledExample.objects.filter(verdict__escalation__run_id=run_id)
+        if fed and not fed.isdisjoint(mine.values_list("pk", flat=True)):
             return "held_for_models"
         verified = run_chain_verify(run)
         if not verified.ok:
@@ -158,18 +157,22 @@ def run_archive_and_purge(run_id: int, *, fed: set[int], reason: str) -> str:
     return f"archived:{path}"
 
 
-def examples_past_retention(now=None, fed: set[int] | None = None):
-    """The labelled examples past GUARDIAN_RETAIN_EXAMPLES_DAYS that may go: none sealed into
-    a run's story (a verdict on an escalation other than an audit sample), none an existing
-    guardian model version learnt from."""
+def examples_past_retention(now=None, fed: set[int] | None = None) -> tuple[list[int], int]:
+    """The ids of the labelled examples past GUARDIAN_RETAIN_EXAMPLES_DAYS that may go (none
+    sealed into a run's story, that is a verdict's on an escalation other than an audit
+    sample; none an existing guardian model version learnt from), and how many of those past
+    it are kept for a model version."""
     now = now or timezone.now()
     cutoff = _cutoff(settings.GUARDIAN_RETAIN_EXAMPLES_DAYS, now)
     if cutoff is None:
-        return LabelledExample.objects.none()
+        return [], 0
     sealed = Q(verdict__isnull=False) & ~Q(verdict__escalation__kind=EscalationKind.AUDIT_SAMPLE)
-    due = LabelledExample.objects.filter(created_at__lt=cutoff).exclude(sealed)
     fed = examples_fed_to_models() if fed is None else fed
-    return due.exclude(pk__in=fed) if fed else due
+    due = LabelledExample.objects.filter(created_at__lt=cutoff).values_list("pk", flat=True)
+    # Compared here, not in SQL (see run_archive_and_purge).
+    kept = sum(1 for pk in due if pk in fed) if fed else 0
+    ids = [pk for pk in due.exclude(sealed) if pk not in fed]
+    return ids, kept
 
 
 def retention_apply(*, now=None) -> RetentionReport:
@@ -187,23 +190,20 @@ def retention_apply(*, now=None) -> RetentionReport:
             report.held_for_models.append(run_id)
         elif outcome == "held_broken":
             report.held_broken.append(run_id)
-    examples = examples_past_retention(now, fed)
-    example_cutoff = _cutoff(settings.GUARDIAN_RETAIN_EXAMPLES_DAYS, now)
-    if example_cutoff is not None:
-        report.examples_kept_for_models = (
-            LabelledExample.objects.filter(created_at__lt=example_cutoff, pk__in=fed).count()
-            if fed
-            else 0
-        )
-        ids = list(examples.values_list("pk", flat=True))
-        if ids:
-            # Examples are log rows: only a purge, recorded in the purge log, may delete them.
-            with log_purge(
-                reason=f"retention: {len(ids)} labelled examples older than "
-                f"{settings.GUARDIAN_RETAIN_EXAMPLES_DAYS} days, no model version's",
-                actor=f"retention ({default_purge_actor()})",
-            ):
-                report.examples_deleted, _ = LabelledExample.objects.filter(pk__in=ids).delete()
+    ids, report.examples_kept_for_models = examples_past_retention(now, fed)
+    if ids:
+        # Examples are log rows: only a purge, recorded in the purge log, may delete them.
+        with log_purge(
+            reason=f"retention: {len(ids)} labelled examples older than "
+            f"{settings.GUARDIAN_RETAIN_EXAMPLES_DAYS} days, no model version's",
+            actor=f"retention ({default_purge_actor()})",
+        ):
+            # In slices: SQLite caps the parameters of one statement.
+            for start in range(0, len(ids), DELETE_BATCH):
+                deleted, _ = LabelledExample.objects.filter(
+                    pk__in=ids[start : start + DELETE_BATCH]
+                ).delete()
+                report.examples_deleted += deleted
     notice_cutoff = _cutoff(settings.GUARDIAN_RETAIN_NOTIFICATIONS_DAYS, now)
     if notice_cutoff is not None:
         report.notifications_deleted, _ = (

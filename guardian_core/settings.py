@@ -240,6 +240,18 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
+# Retention (issue 26, item 4; runs/retention.py): days each kind is kept, 0 = forever (the
+# default). Finished runs past GUARDIAN_RETAIN_RUNS_DAYS are written to a signed archive in
+# GUARDIAN_ARCHIVE_DIR (checked offline by `manage.py verify_log --file`) and purged; labelled
+# examples no run's seal covers and no guardian model version learnt from, and notification
+# deliveries of escalations no longer open, are deleted. A beat pass every hour, on the
+# maintenance queue.
+GUARDIAN_RETAIN_RUNS_DAYS = env_int("GUARDIAN_RETAIN_RUNS_DAYS", 0, minimum=0)
+GUARDIAN_RETAIN_EXAMPLES_DAYS = env_int("GUARDIAN_RETAIN_EXAMPLES_DAYS", 0, minimum=0)
+GUARDIAN_RETAIN_NOTIFICATIONS_DAYS = env_int("GUARDIAN_RETAIN_NOTIFICATIONS_DAYS", 0, minimum=0)
+GUARDIAN_ARCHIVE_DIR = Path(env_str("GUARDIAN_ARCHIVE_DIR") or VAR_DIR / "archive").resolve()
+CELERY_BEAT_SCHEDULE["retention"] = {"task": "runs.apply_retention", "schedule": 3600.0}
+
 # Tools runs may use: dotted paths to guardian_core.engine.tools.Tool objects, and webhook
 # tools (name -> url, description, schema, risk_class, timeout_seconds, headers).
 GUARDIAN_TOOLS = [

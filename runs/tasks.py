@@ -4,6 +4,7 @@ from celery import shared_task
 
 from runs import demo_traffic
 from runs.external import external_webhook_deliver
+from runs.retention import retention_apply
 from runs.services import run_advance_slice
 from runs.sweeps import run_sweep_stalled
 
@@ -23,6 +24,14 @@ def advance_run(run_id: int) -> str:
 def sweep_stalled_runs() -> list[int]:
     """Re-enqueue runs marked running that no worker is advancing (beat, every 30 s)."""
     return run_sweep_stalled()
+
+
+@shared_task(name="runs.apply_retention", ignore_result=True)
+def apply_retention() -> dict:
+    """One retention pass (beat, hourly; runs/retention.py): finished runs past their days
+    archived and purged, old labelled examples and notification deliveries deleted. Takes
+    nothing and may run twice: each pass does what is due now."""
+    return retention_apply().as_dict()
 
 
 @shared_task(name="runs.demo_traffic_tick", ignore_result=True)

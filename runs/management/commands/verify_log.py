@@ -1,7 +1,9 @@
-"""`manage.py verify_log RUN_ID|--all`: check the decision log's keyed seals (runs/chain.py)."""
+"""`manage.py verify_log RUN_ID|--all|--file ARCHIVE`: check the decision log's keyed seals
+(runs/chain.py), in the database or in signed archives offline (runs/archives.py)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.archives import archive_check_file
 from runs.audit import run_chain_verify
 from runs.chain import ChainReport
 from runs.models import Run
@@ -21,16 +23,29 @@ class Command(BaseCommand):
     help = (
         "Check every decision's keyed seal over the story it rests on, every link of the "
         "chain, each run's seal and its status against its last decision; names every "
-        "problem (run and turn), goes on to the next run, and exits non-zero."
+        "problem (run and turn), goes on to the next run, and exits non-zero. With --file, "
+        "checks a signed run archive offline instead: its signature under the log's key and "
+        "the chain inside it, recomputed."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("run_id", nargs="?", type=int)
         parser.add_argument("--all", action="store_true", help="Every run.")
+        parser.add_argument(
+            "--file",
+            action="append",
+            default=[],
+            metavar="ARCHIVE",
+            help="A run archive written by retention (repeat for several); no database read.",
+        )
 
-    def handle(self, *args, run_id=None, all=False, **options):
+    def handle(self, *args, run_id=None, all=False, file=(), **options):
+        if file:
+            if run_id is not None or all:
+                raise CommandError("give --file alone (not with a RUN_ID or --all)")
+            return self._archives(file)
         if (run_id is None) == (not all):
-            raise CommandError("give a RUN_ID or --all (not both)")
+            raise CommandError("give a RUN_ID, --all or --file ARCHIVE")
         if all:
             runs = Run.objects.order_by("id").only("id", "uid").iterator()
         else:
@@ -54,3 +69,21 @@ class Command(BaseCommand):
             )
         every = "the chain intact" if checked == 1 else "every chain intact"
         self.stdout.write(self.style.SUCCESS(f"{_count(checked, 'run')} checked, {every}"))
+
+    def _archives(self, paths) -> None:
+        bad = 0
+        for path in paths:
+            report = archive_check_file(path)
+            if report.ok:
+                self.stdout.write(report.describe())
+            else:
+                bad += 1
+                for problem in report.problems:
+                    self.stderr.write(f"BROKEN archive {path}: {problem}")
+        if bad:
+            verb = "does" if bad == 1 else "do"
+            raise CommandError(
+                f"{bad} of {_count(len(paths), 'archive')} {verb} not verify", returncode=2
+            )
+        every = "it verifies" if len(paths) == 1 else "every one verifies"
+        self.stdout.write(self.style.SUCCESS(f"{_count(len(paths), 'archive')} checked, {every}"))

@@ -1,12 +1,14 @@
 """The Celery app: configured from Django settings (CELERY_*), tasks found in each app."""
 
+import logging
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_process_shutdown, worker_ready
 from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "guardian_core.settings")
+logger = logging.getLogger(__name__)
 
 app = Celery("guardian_core")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -22,3 +24,46 @@ app.autodiscover_tasks()
 @task_postrun.connect
 def close_broken_or_old_connections(**kwargs) -> None:
     close_old_connections()
+
+
+# ---- Metrics (issue 26, docs/metrics.md) ----
+# The worker serves its own figures (turns, guardian calls) on GUARDIAN_WORKER_METRICS_PORT,
+# with prometheus_client's start_http_server, as its documentation describes for a process
+# that is not a web server; with several pool processes (prefork) it serves them all through
+# the library's multiprocess mode (PROMETHEUS_MULTIPROC_DIR set before the worker starts:
+# every child writes there, the server in the main process sums them). Started on
+# worker_ready, in the main process, once: a server per child would need a port per child.
+# The heartbeat is written by the same process, so its age says the worker itself is alive.
+
+
+@worker_ready.connect
+def metrics_and_heartbeat_start(sender=None, **kwargs) -> None:
+    from django.conf import settings
+
+    from guardian_core import metrics
+
+    port = settings.GUARDIAN_WORKER_METRICS_PORT
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(
+            port,
+            addr=settings.GUARDIAN_WORKER_METRICS_ADDRESS,
+            registry=metrics.registry_for_scrape(),
+        )
+        logger.info("worker metrics on %s:%s", settings.GUARDIAN_WORKER_METRICS_ADDRESS, port)
+    hostname = getattr(sender, "hostname", None) or metrics.worker_hostname()
+    metrics.heartbeat_start(
+        lambda: metrics.heartbeat_write(settings.VAR_DIR, settings.CELERY_BROKER_URL, hostname),
+        settings.GUARDIAN_WORKER_HEARTBEAT_SECONDS,
+        on_error=lambda exc: logger.warning("worker heartbeat not written: %s", exc),
+    )
+
+
+@worker_process_shutdown.connect
+def metrics_process_dead(pid=None, **kwargs) -> None:
+    """A prefork child that ends: multiprocess mode drops its live gauges (the library's rule)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())

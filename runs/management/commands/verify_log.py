@@ -1,7 +1,9 @@
 """`manage.py verify_log RUN_ID|--all`: check the decision log's keyed seals (runs/chain.py)."""
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from guardian_core.metrics import chain_verify_record
 from runs.audit import run_chain_verify
 from runs.chain import ChainReport
 from runs.models import Run
@@ -47,6 +49,9 @@ class Command(BaseCommand):
                 broken += 1
                 for line in report.lines():
                     self.stderr.write(f"BROKEN {line}")
+        if all:
+            # The scrape's guardian_chain_broken_runs (docs/metrics.md): the last full check.
+            chain_verify_record(settings.VAR_DIR, checked=checked, broken=broken)
         if broken:
             verb = "has" if broken == 1 else "have"
             raise CommandError(

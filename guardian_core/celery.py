@@ -4,7 +4,13 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_shutdown, worker_ready
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "guardian_core.settings")
@@ -26,7 +32,7 @@ def close_broken_or_old_connections(**kwargs) -> None:
     close_old_connections()
 
 
-# ---- Metrics (issue 26, docs/metrics.md) ----
+# ---- Metrics (issue 26, docs/OPERATIONS.md, Metrics) ----
 # The worker serves its own figures (turns, guardian calls) on GUARDIAN_WORKER_METRICS_PORT,
 # with prometheus_client's start_http_server, as its documentation describes for a process
 # that is not a web server; with several pool processes (prefork) it serves them all through
@@ -67,3 +73,17 @@ def metrics_process_dead(pid=None, **kwargs) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
+
+
+@worker_shutdown.connect
+def heartbeat_forget(sender=None, **kwargs) -> None:
+    from django.conf import settings
+
+    from guardian_core import metrics
+
+    metrics.HEARTBEAT_STOP.set()
+    hostname = getattr(sender, "hostname", None) or metrics.worker_hostname()
+    try:
+        metrics.heartbeat_remove(settings.VAR_DIR, settings.CELERY_BROKER_URL, hostname)
+    except Exception as exc:  # the broker may be what is going away
+        logger.warning("worker heartbeat not removed: %s", exc)

@@ -1,6 +1,6 @@
 """Guardian's Prometheus instruments (the events: turns, guardian calls, requests, chain checks),
 the exposition of a registry, and what the scrape reads beside the database: Celery queue
-depths, the workers' heartbeats and the last verify_log result (docs/metrics.md).
+depths, the workers' heartbeats and the last verify_log result (docs/OPERATIONS.md, Metrics).
 
 The state figures read from the database (open escalations, runs by status, ...) are a
 collector of the admins' room, policies/metrics.py, registered at scrape time: the floor
@@ -231,6 +231,21 @@ def heartbeat_write(var_dir: Path, broker_url: str, hostname: str, now: float | 
 HEARTBEAT_KEY = "guardian:worker-heartbeats"
 
 
+def heartbeat_remove(var_dir: Path, broker_url: str, hostname: str) -> None:
+    """Forget a worker that shut down cleanly: a scaled-down worker is not a silent one. A
+    killed worker's heartbeat stays, and ages: that is the alert."""
+    if broker_url.startswith(("redis://", "rediss://")):
+        import redis
+
+        client = redis.Redis.from_url(broker_url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.hdel(HEARTBEAT_KEY, hostname)
+        finally:
+            client.close()
+        return
+    (heartbeat_folder(var_dir) / hostname).unlink(missing_ok=True)
+
+
 def heartbeats(var_dir: Path, broker_url: str) -> dict[str, float]:
     """{worker hostname: the time of its last heartbeat} as the workers recorded them."""
     if broker_url.startswith(("redis://", "rediss://")):
@@ -255,18 +270,22 @@ def heartbeats(var_dir: Path, broker_url: str) -> dict[str, float]:
     return beats
 
 
+HEARTBEAT_STOP = threading.Event()
+
+
 def heartbeat_start(
     write: Callable[[], None], every_seconds: float, *, on_error: Callable[[Exception], None]
 ) -> threading.Thread:
-    """A daemon thread that calls `write` now and every `every_seconds` after."""
+    """A daemon thread that calls `write` now and every `every_seconds` after, until
+    HEARTBEAT_STOP is set (the worker shutting down)."""
 
     def beat() -> None:
-        while True:
+        while not HEARTBEAT_STOP.is_set():
             try:
                 write()
             except Exception as exc:  # a broker restart must not end the heartbeat for good
                 on_error(exc)
-            time.sleep(every_seconds)
+            HEARTBEAT_STOP.wait(every_seconds)
 
     thread = threading.Thread(target=beat, name="guardian-heartbeat", daemon=True)
     thread.start()

@@ -491,7 +491,7 @@ if _log_key_file:
         raise ImproperlyConfigured(f"GUARDIAN_LOG_KEY_FILE={_log_key_file!r} is empty.")
 GUARDIAN_LOG_OLD_KEYS = env_list("GUARDIAN_LOG_OLD_KEYS", [])
 
-# ---- Metrics (issue 26, docs/metrics.md) ----
+# ---- Metrics (issue 26, docs/OPERATIONS.md, Metrics) ----
 # /metrics in the Prometheus text format: off (a 404) unless GUARDIAN_METRICS_ENABLED, and then
 # only for a scraper that sends `Authorization: Bearer GUARDIAN_METRICS_TOKEN` or comes from an
 # address in GUARDIAN_METRICS_ALLOW (addresses or networks, comma-separated); 403 otherwise.

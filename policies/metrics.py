@@ -220,7 +220,15 @@ def _outside_the_database(now) -> Iterator[object]:
     """Queue depths, worker heartbeats, the last chain check: each figure is left out of the
     scrape, with a warning in the log, when its source does not answer (a scrape that fails
     as a whole would hide every other figure)."""
-    queues = list(getattr(settings, "GUARDIAN_CELERY_QUEUES", None) or ["celery"])
+    # The issue's queues (GUARDIAN_CELERY_QUEUES, where routing names them) and Celery's default.
+    queues = list(
+        dict.fromkeys(
+            [
+                *(getattr(settings, "GUARDIAN_CELERY_QUEUES", None) or []),
+                getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None) or "celery",
+            ]
+        )
+    )
     try:
         depths = metrics.broker_queue_depths(
             settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS, queues

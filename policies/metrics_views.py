@@ -1,5 +1,5 @@
 """/metrics: the Prometheus scrape, off unless enabled and then only for the operators' scraper
-(a bearer token or an address on the allow-list; docs/metrics.md)."""
+(a bearer token or an address on the allow-list; docs/OPERATIONS.md, Metrics)."""
 
 import hmac
 

@@ -314,7 +314,7 @@ def turn_finish(
     link, and what people decided on it, which this decision seals. Durability: this is the
     commit that makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
-    # From the record alone: a few histogram observations, no query (docs/metrics.md).
+    # From the record alone: a few histogram observations, no query (docs/OPERATIONS.md).
     metrics.turn_observe(
         kind="external" if run.actor == "external" else "agent",
         adapter=run.guardian,

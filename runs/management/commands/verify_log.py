@@ -50,7 +50,7 @@ class Command(BaseCommand):
                 for line in report.lines():
                     self.stderr.write(f"BROKEN {line}")
         if all:
-            # The scrape's guardian_chain_broken_runs (docs/metrics.md): the last full check.
+            # The scrape's guardian_chain_broken_runs: the last full check (docs/OPERATIONS.md).
             chain_verify_record(settings.VAR_DIR, checked=checked, broken=broken)
         if broken:
             verb = "has" if broken == 1 else "have"

@@ -76,6 +76,12 @@ def test_metrics_refuses_a_scrape_without_the_token(client, metrics_on):
 
 
 @pytest.mark.django_db
+def test_a_signed_in_persons_session_does_not_open_metrics(client, metrics_on, reviewer):
+    client.force_login(reviewer)
+    assert client.get("/metrics").status_code == 403
+
+
+@pytest.mark.django_db
 def test_metrics_enabled_with_neither_token_nor_allow_list_refuses_everyone(client, metrics_on):
     metrics_on.GUARDIAN_METRICS_TOKEN = ""
     assert client.get("/metrics").status_code == 403

@@ -101,17 +101,29 @@ def turn_observe(
 ) -> None:
     """Count one recorded turn from what its record already holds: no query, no clock read
     (the turn path is benchmarked)."""
-    TURN_SECONDS.labels(kind).observe(sum(timings.values()))
+    _child(TURN_SECONDS, kind).observe(sum(timings.values()))
     for question, seconds, given in (
         ("answers", timings.get("guardian"), answers.values()),
         ("risk", timings.get("risk"), risk_answers),
     ):
         if seconds is None:
             continue  # not asked this turn (a held step, a step with no call)
-        GUARDIAN_SECONDS.labels(adapter, model_version, question).observe(seconds)
+        _child(GUARDIAN_SECONDS, adapter, model_version, question).observe(seconds)
         reason = guardian_failure_reason(given)
         if reason is not None:
-            GUARDIAN_FAILURES.labels(adapter, model_version, reason).inc()
+            _child(GUARDIAN_FAILURES, adapter, model_version, reason).inc()
+
+
+_CHILDREN: dict[tuple, object] = {}
+
+
+def _child(metric, *labels: str):
+    """metric.labels(*labels), kept: labels() takes a lock and builds a key on every call."""
+    key = (metric._name, labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = metric.labels(*labels)
+    return child
 
 
 # ---- exposition -------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ def close_broken_or_old_connections(**kwargs) -> None:
 # The heartbeat is written by the same process, so its age says the worker itself is alive.
 
 
+_heartbeat = None
+
+
 @worker_ready.connect
 def metrics_and_heartbeat_start(sender=None, **kwargs) -> None:
     from django.conf import settings
@@ -59,7 +62,8 @@ def metrics_and_heartbeat_start(sender=None, **kwargs) -> None:
         )
         logger.info("worker metrics on %s:%s", settings.GUARDIAN_WORKER_METRICS_ADDRESS, port)
     hostname = getattr(sender, "hostname", None) or metrics.worker_hostname()
-    metrics.heartbeat_start(
+    global _heartbeat
+    _heartbeat = metrics.heartbeat_start(
         lambda: metrics.heartbeat_write(settings.VAR_DIR, settings.CELERY_BROKER_URL, hostname),
         settings.GUARDIAN_WORKER_HEARTBEAT_SECONDS,
         on_error=lambda exc: logger.warning("worker heartbeat not written: %s", exc),
@@ -82,6 +86,8 @@ def heartbeat_forget(sender=None, **kwargs) -> None:
     from guardian_core import metrics
 
     metrics.HEARTBEAT_STOP.set()
+    if _heartbeat is not None:  # a write under way would land after the removal below
+        _heartbeat.join(timeout=5)
     hostname = getattr(sender, "hostname", None) or metrics.worker_hostname()
     try:
         metrics.heartbeat_remove(settings.VAR_DIR, settings.CELERY_BROKER_URL, hostname)

@@ -403,8 +403,10 @@ def test_a_worker_exports_its_turns_and_its_heartbeat(client, metrics_on):
     finally:
         log = stop_worker(worker)
     assert "worker metrics on" in log
-    # Shut down cleanly, it is forgotten: a scaled-down worker is not a silent one.
-    assert scrape(client).get("guardian_worker_heartbeat_age_seconds", {}) == {}
+    # Shut down cleanly, it is forgotten: a scaled-down worker is not a silent one (unless
+    # stop_worker had to kill it: a loaded machine, 20 s; then its heartbeat rightly stays).
+    if worker.returncode != -9:
+        assert scrape(client).get("guardian_worker_heartbeat_age_seconds", {}) == {}
 
 
 # ---- the alert rules and the dashboard -------------------------------------------------------

@@ -1,5 +1,6 @@
 """The Celery app: configured from Django settings (CELERY_*), tasks found in each app."""
 
+import logging
 import logging.config
 import os
 
@@ -10,6 +11,9 @@ from celery.signals import (
     setup_logging,
     task_postrun,
     task_prerun,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
 )
 from django.conf import settings
 from django.db import close_old_connections
@@ -17,6 +21,7 @@ from django.db import close_old_connections
 from guardian_core import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "guardian_core.settings")
+logger = logging.getLogger(__name__)
 
 app = Celery("guardian_core")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -74,3 +79,66 @@ if settings.GUARDIAN_LOG_FORMAT == "json":
 
         if hasattr(celery_worker, "safe_say"):
             celery_worker.safe_say = logs.say_as_json
+
+
+# ---- Metrics (issue 26, docs/OPERATIONS.md, Metrics) ----
+# The worker serves its own figures (turns, guardian calls) on GUARDIAN_WORKER_METRICS_PORT,
+# with prometheus_client's start_http_server, as its documentation describes for a process
+# that is not a web server; with several pool processes (prefork) it serves them all through
+# the library's multiprocess mode (PROMETHEUS_MULTIPROC_DIR set before the worker starts:
+# every child writes there, the server in the main process sums them). Started on
+# worker_ready, in the main process, once: a server per child would need a port per child.
+# The heartbeat is written by the same process, so its age says the worker itself is alive.
+
+
+_heartbeat = None
+
+
+@worker_ready.connect
+def metrics_and_heartbeat_start(sender=None, **kwargs) -> None:
+    from django.conf import settings
+
+    from guardian_core import metrics
+
+    port = settings.GUARDIAN_WORKER_METRICS_PORT
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(
+            port,
+            addr=settings.GUARDIAN_WORKER_METRICS_ADDRESS,
+            registry=metrics.registry_for_scrape(),
+        )
+        logger.info("worker metrics on %s:%s", settings.GUARDIAN_WORKER_METRICS_ADDRESS, port)
+    hostname = getattr(sender, "hostname", None) or metrics.worker_hostname()
+    global _heartbeat
+    _heartbeat = metrics.heartbeat_start(
+        lambda: metrics.heartbeat_write(settings.VAR_DIR, settings.CELERY_BROKER_URL, hostname),
+        settings.GUARDIAN_WORKER_HEARTBEAT_SECONDS,
+        on_error=lambda exc: logger.warning("worker heartbeat not written: %s", exc),
+    )
+
+
+@worker_process_shutdown.connect
+def metrics_process_dead(pid=None, **kwargs) -> None:
+    """A prefork child that ends: multiprocess mode drops its live gauges (the library's rule)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())
+
+
+@worker_shutdown.connect
+def heartbeat_forget(sender=None, **kwargs) -> None:
+    from django.conf import settings
+
+    from guardian_core import metrics
+
+    metrics.HEARTBEAT_STOP.set()
+    if _heartbeat is not None:  # a write under way would land after the removal below
+        _heartbeat.join(timeout=5)
+    hostname = getattr(sender, "hostname", None) or metrics.worker_hostname()
+    try:
+        metrics.heartbeat_remove(settings.VAR_DIR, settings.CELERY_BROKER_URL, hostname)
+    except Exception as exc:  # the broker may be what is going away
+        logger.warning("worker heartbeat not removed: %s", exc)

@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: the request id (X-Request-ID) and the user on every line the request logs.
     "guardian_core.logs.RequestLogContextMiddleware",
+    # Metrics (issue 26): next, so a request's count and time include every other middleware.
+    "guardian_core.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Content-Security-Policy header (SECURE_CSP below) on every page Django renders.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -517,3 +519,17 @@ if _log_key_file:
     if not GUARDIAN_LOG_KEY:
         raise ImproperlyConfigured(f"GUARDIAN_LOG_KEY_FILE={_log_key_file!r} is empty.")
 GUARDIAN_LOG_OLD_KEYS = env_list("GUARDIAN_LOG_OLD_KEYS", [])
+
+# ---- Metrics (issue 26, docs/OPERATIONS.md, Metrics) ----
+# /metrics in the Prometheus text format: off (a 404) unless GUARDIAN_METRICS_ENABLED, and then
+# only for a scraper that sends `Authorization: Bearer GUARDIAN_METRICS_TOKEN` or comes from an
+# address in GUARDIAN_METRICS_ALLOW (addresses or networks, comma-separated); 403 otherwise.
+GUARDIAN_METRICS_ENABLED = env_bool("GUARDIAN_METRICS_ENABLED", False)
+GUARDIAN_METRICS_TOKEN = env_str("GUARDIAN_METRICS_TOKEN")
+GUARDIAN_METRICS_ALLOW = env_list("GUARDIAN_METRICS_ALLOW", [])
+# A worker serves its own figures on this port (0: none); and writes its heartbeat this often.
+GUARDIAN_WORKER_METRICS_PORT = env_int("GUARDIAN_WORKER_METRICS_PORT", 0, minimum=0)
+GUARDIAN_WORKER_METRICS_ADDRESS = env_str("GUARDIAN_WORKER_METRICS_ADDRESS", "127.0.0.1")
+GUARDIAN_WORKER_HEARTBEAT_SECONDS = env_float(
+    "GUARDIAN_WORKER_HEARTBEAT_SECONDS", 15.0, minimum=0.1
+)

@@ -63,6 +63,8 @@ handler500 = "guardian_core.api.server_error"
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    # Metrics (issue 26): the Prometheus scrape, a 404 unless enabled (docs/OPERATIONS.md).
+    path("metrics", include("policies.metrics_urls")),
     # Pages name their icon (base.html); a browser still asks here for the admin's pages.
     path(
         "favicon.ico",

@@ -20,6 +20,7 @@ from escalations.models import (
     LabelledExample,
     Verdict,
 )
+from guardian_core import metrics
 from guardian_core.models import PolicyVersion
 from runs.chain import HASHED_FIELDS, ChainReport
 from runs.log_triggers import log_purge
@@ -41,6 +42,8 @@ def run_chain_verify(run: Run) -> ChainReport:
     report = run_log_check(run.pk)
     if report is None:
         return ChainReport(run.pk, str(run.uid), 0, "", ((None, "the run is not there"),))
+    if not report.ok:
+        metrics.CHAIN_VERIFY_FAILURES.inc()
     return report
 
 

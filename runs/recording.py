@@ -43,6 +43,7 @@ from django.utils import timezone
 from escalations.audit_samples import audit_sample_open
 from escalations.models import Escalation, EscalationKind, queue_fields
 from escalations.notifications import escalation_notify_after_commit
+from guardian_core import metrics
 from guardian_core.engine.loop import Proposal, TurnRecord
 from guardian_core.engine.policy import Outcome
 from guardian_core.engine.tools import Tool
@@ -366,6 +367,15 @@ def _turn_finish(
     link, and what people decided on it, which this decision seals. Durability: this is the
     commit that makes the turn count; until it lands a retry replays the recorded proposal."""
     now = timezone.now()
+    # From the record alone: a few histogram observations, no query (docs/OPERATIONS.md).
+    metrics.turn_observe(
+        kind="external" if run.actor == "external" else "agent",
+        adapter=run.guardian,
+        model_version=record.guardian_model_version,
+        timings=record.timings,
+        answers=record.answers,
+        risk_answers=record.risk_answers,
+    )
     decision = record.decision
     prev_hash = last.decision.content_hash if last else ""
     # What people decided on the turn before (a verdict, approvals, examples) is read only

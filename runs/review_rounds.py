@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, EscalationKind
 from escalations.notifications import escalation_notify_after_commit
+from guardian_core import metrics
 from guardian_core.engine.canonical import sha256_hex
 from guardian_core.engine.policy import Outcome, Usage
 from guardian_core.engine.reviewer_loop import (
@@ -228,6 +229,7 @@ def _step_finish(
             timings={"model_seconds": seconds},
             finished_at=now,
         )
+        metrics.TURN_SECONDS.labels("coder_reviewer").observe(seconds)
         decision = Decision(
             turn=turn,
             outcome=outcome.value,

@@ -30,6 +30,9 @@ MATRIX = [
         outsider=403,
     ),
     row("healthz", anonymous=200, reviewer=200, auditor=200, admin=200, outsider=200),
+    # Off by default (a 404); enabled, only the scraper's token or address opens it, never a
+    # person's session (tests/test_metrics.py).
+    row("metrics", anonymous=404, reviewer=404, auditor=404, admin=404, outsider=404),
     # The icon browsers ask for on pages that name none (the admin's): the vendored SVG.
     row(
         "favicon",

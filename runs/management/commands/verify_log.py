@@ -1,8 +1,10 @@
 """`manage.py verify_log RUN_ID|--all|--file ARCHIVE`: check the decision log's keyed seals
 (runs/chain.py), in the database or in signed archives offline (runs/archives.py)."""
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from guardian_core.metrics import chain_verify_record
 from runs.archives import archive_check_file
 from runs.audit import run_chain_verify
 from runs.chain import ChainReport
@@ -62,6 +64,9 @@ class Command(BaseCommand):
                 broken += 1
                 for line in report.lines():
                     self.stderr.write(f"BROKEN {line}")
+        if all:
+            # The scrape's guardian_chain_broken_runs: the last full check (docs/OPERATIONS.md).
+            chain_verify_record(settings.VAR_DIR, checked=checked, broken=broken)
         if broken:
             verb = "has" if broken == 1 else "have"
             raise CommandError(

@@ -3,6 +3,7 @@ GUARDIAN_LOG_FORMAT=json, gunicorn's own lines (start-up, its workers, an access
 asked for) are JSON lines like the app's, so the web's whole stream parses. With the plain
 format it changes nothing."""
 
+import os
 from pathlib import Path
 
 from guardian_core.env import env_str, load_project_dotenv
@@ -26,3 +27,12 @@ if env_str("GUARDIAN_LOG_FORMAT", "plain").lower() == "json":
             "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},
         },
     }
+
+
+def child_exit(server, worker) -> None:
+    """A gunicorn worker that ends: in prometheus_client's multiprocess mode (several workers
+    behind one /metrics) its live gauges go with it, as the library's documentation asks."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

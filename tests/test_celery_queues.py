@@ -28,6 +28,7 @@ ROUTES = {
     "guardian_core.monitoring_catch_up": "maintenance",
     "runs.shadow_trials_catch_up": "maintenance",
     "runs.demo_traffic_tick": "maintenance",
+    "runs.apply_retention": "maintenance",
     "guardian_core.worker_ping": "maintenance",  # not routed: the default queue
 }
 

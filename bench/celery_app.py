@@ -8,6 +8,8 @@ only where the first turn is sent. Used as: celery --app bench.celery_app worker
 
 import os
 
+from django.conf import settings
+
 from guardian_core.celery import app
 
 # Read on every send, so the bench process can move to a new queue for each pass
@@ -21,6 +23,8 @@ def route_turns(name: str, args, kwargs, options, task=None, **kw) -> dict | Non
     return None
 
 
-app.conf.task_routes = (route_turns,)
+# The bench's route first; every other task keeps its queue from the settings
+# (CELERY_TASK_ROUTES), where a running demo worker takes it.
+app.conf.task_routes = (route_turns, settings.CELERY_TASK_ROUTES)
 
 __all__ = ["app"]

@@ -194,6 +194,10 @@ class EscalationEventKind(models.TextChoices):
     DECIDED = "decided", "Decided"
     EXPIRED = "expired", "Expired unanswered"
     NOTIFIED = "notified", "Reviewers notified"
+    # A notice whose sending stopped with no outcome (its worker died, its message was lost),
+    # found by the sweeper: sent again while attempts remain, else given up.
+    NOTIFY_RETRIED = "notify_retried", "Notification sent again"
+    NOTIFY_FAILED = "notify_failed", "Notification not delivered"
 
 
 class EscalationEvent(models.Model):
@@ -322,7 +326,8 @@ class NotificationDelivery(models.Model):
     event = models.CharField(max_length=20, choices=NotificationEvent)
     channel = models.CharField(max_length=10, choices=NotificationChannel)
     target = models.CharField(max_length=500)
-    status = models.CharField(max_length=10, default="pending")  # pending | sent | failed
+    # pending | sending (claimed by a task) | sent | failed
+    status = models.CharField(max_length=10, default="pending")
     attempts = models.PositiveIntegerField(default=0)
     response_status = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)

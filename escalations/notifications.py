@@ -6,7 +6,7 @@ import hashlib
 import logging
 import smtplib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import httpx
@@ -247,6 +247,77 @@ def escalation_notify_due(*, now: datetime | None = None) -> dict[str, list[int]
     return {NotificationEvent.DEADLINE_NEAR: warned, NotificationEvent.ARRIVED: lost}
 
 
+def notification_deliveries_sweep(*, now: datetime | None = None) -> dict[str, list[int]]:
+    """Deliveries started and never finished (the sweeper, runs/sweeps.py): a row left
+    "sending" (its worker died mid-send, or the task's message was lost after its claim) or
+    "pending" (lost before it), untouched for _STALE_CLAIM. Each is marked failed with a line
+    saying what happened, and its escalation's history says it too; while the escalation is
+    open and attempts remain, its notice is enqueued again (the task claims the row anew and
+    counts an attempt, so MAX_ATTEMPTS bounds the retries whoever sends them). Returns the
+    delivery ids per outcome, "retried" and "failed".
+
+    A failed row is never swept: the task's own retries (or their end) already said what
+    became of it."""
+    now = now or timezone.now()
+    found = (
+        NotificationDelivery.objects.filter(
+            status__in=(PENDING, SENDING), updated_at__lt=now - _STALE_CLAIM
+        )
+        .select_related("escalation")
+        .order_by("id")[:_BATCH]
+    )
+    swept: dict[str, list[int]] = {"retried": [], "failed": []}
+    to_send: set[tuple[int, str]] = set()
+    for delivery in found:
+        escalation = delivery.escalation
+        since = delivery.updated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if delivery.status == SENDING:
+            what = (
+                f"attempt {delivery.attempts} started at {since} recorded no outcome"
+                " (its worker died mid-send, or its message was lost)"
+            )
+        else:
+            what = f"queued at {since} and never started (its message was lost)"
+        if escalation.status != EscalationStatus.OPEN:
+            retry, outcome = False, f"given up: the escalation is {escalation.status}"
+        elif delivery.attempts >= MAX_ATTEMPTS:
+            retry, outcome = False, f"given up: all {MAX_ATTEMPTS} attempts spent"
+        else:
+            retry = True
+            outcome = f"sent again (attempt {delivery.attempts + 1} of {MAX_ATTEMPTS} at most)"
+        line = f"swept at {now.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: {what}; {outcome}"
+        log = f"{delivery.error}\n{line}" if delivery.error else line
+        with transaction.atomic():
+            # On the state it was found in: a task that recorded an outcome meanwhile wins.
+            if not NotificationDelivery.objects.filter(
+                pk=delivery.pk, status=delivery.status, updated_at=delivery.updated_at
+            ).update(status=FAILED, error=log[-4000:], updated_at=now):
+                continue
+            EscalationEvent.objects.create(
+                escalation_id=escalation.pk,
+                kind=EscalationEventKind.NOTIFY_RETRIED
+                if retry
+                else EscalationEventKind.NOTIFY_FAILED,
+                note=f"{_TITLES[delivery.event]}: {delivery.channel} to {delivery.target}: "
+                f"{what}; {outcome}"[:1000],
+            )
+        logger.warning(
+            "notification %s of escalation %s via %s to %s: %s",
+            delivery.event,
+            escalation.pk,
+            delivery.channel,
+            delivery.target,
+            line,
+        )
+        swept["retried" if retry else "failed"].append(delivery.pk)
+        if retry:
+            to_send.add((escalation.pk, delivery.event))
+    # One task per notice: it sends to every target of it that has not had it.
+    for escalation_id, event in sorted(to_send):
+        transaction.on_commit(lambda pk=escalation_id, event=event: _enqueue(pk, event))
+    return swept
+
+
 def _enqueue_warning(escalation_id: int, warned_at: datetime) -> None:
     if not _enqueue(escalation_id, NotificationEvent.DEADLINE_NEAR):
         Escalation.objects.filter(pk=escalation_id, deadline_warned_at=warned_at).update(
@@ -344,6 +415,14 @@ def _record(delivery: NotificationDelivery, target: Target, attempt: _Attempt) -
             kind=EscalationEventKind.NOTIFIED,
             note=f"{_TITLES[delivery.event]}: {target.channel} to {target.name}"
             f" (attempt {delivery.attempts})",
+        )
+    elif not attempt.retry or delivery.attempts >= MAX_ATTEMPTS:
+        # The last word on this delivery: the reviewers' page says it never arrived, and why.
+        EscalationEvent.objects.create(
+            escalation_id=delivery.escalation_id,
+            kind=EscalationEventKind.NOTIFY_FAILED,
+            note=f"{_TITLES[delivery.event]}: {target.channel} to {target.name}"
+            f" not delivered after {delivery.attempts} attempt(s): {attempt.detail}"[:1000],
         )
 
 

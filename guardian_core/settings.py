@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+from kombu import Queue
 
 from guardian_core.env import (
     broker_from_url,
@@ -253,6 +254,32 @@ GUARDIAN_RETAIN_EXAMPLES_DAYS = env_int("GUARDIAN_RETAIN_EXAMPLES_DAYS", 0, mini
 GUARDIAN_RETAIN_NOTIFICATIONS_DAYS = env_int("GUARDIAN_RETAIN_NOTIFICATIONS_DAYS", 0, minimum=0)
 GUARDIAN_ARCHIVE_DIR = Path(env_str("GUARDIAN_ARCHIVE_DIR") or VAR_DIR / "archive").resolve()
 CELERY_BEAT_SCHEDULE["retention"] = {"task": "runs.apply_retention", "schedule": 3600.0}
+
+# Celery queues (issue 26, scale-out): each kind of work on a queue of its own, so a busy kind
+# cannot starve another and each can get workers of its own (`celery worker -Q turns`).
+# CELERY_TASK_QUEUES declares them all: a worker started without -Q consumes every one (the
+# demo, the tests' workers and compose's `worker`). A task not routed below (a beat-only task
+# added later, the worker ping) goes to the default queue, maintenance.
+GUARDIAN_CELERY_QUEUES = ("turns", "guardian", "notifications", "maintenance")
+CELERY_TASK_DEFAULT_QUEUE = "maintenance"
+CELERY_TASK_QUEUES = tuple(Queue(name, routing_key=name) for name in GUARDIAN_CELERY_QUEUES)
+CELERY_TASK_ROUTES = {
+    # Run slices: the tasks that advance runs.
+    "runs.advance_run": {"queue": "turns"},
+    # Guardian work that blocks a worker for long: guardian model jobs (fits, evaluations).
+    "guardian_core.run_guardian_model_job": {"queue": "guardian"},
+    # Notices to reviewers, and external runs' verdicts POSTed to their webhooks.
+    "escalations.notify": {"queue": "notifications"},
+    "runs.deliver_verdict": {"queue": "notifications"},
+    # Beat's periodic passes.
+    "runs.sweep_stalled_runs": {"queue": "maintenance"},
+    "policies.sweep_guardian_model_jobs": {"queue": "maintenance"},
+    "escalations.notify_due": {"queue": "maintenance"},
+    "guardian_core.monitoring_catch_up": {"queue": "maintenance"},
+    "runs.shadow_trials_catch_up": {"queue": "maintenance"},
+    "runs.demo_traffic_tick": {"queue": "maintenance"},
+    "runs.apply_retention": {"queue": "maintenance"},
+}
 
 # Tools runs may use: dotted paths to guardian_core.engine.tools.Tool objects, and webhook
 # tools (name -> url, description, schema, risk_class, timeout_seconds, headers).

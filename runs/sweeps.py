@@ -1,13 +1,15 @@
 """The sweeper (beat, every 30 s; runs.tasks.sweep_stalled_runs): what no worker or request
 will finish by itself. A running run that no worker holds is enqueued again, an escalation past
-its deadline resolves to the safe side, and an external step whose caller vanished with calls
-started is escalated (runs/external.py).
+its deadline resolves to the safe side, an external step whose caller vanished with calls
+started is escalated (runs/external.py), and a reviewers' notice whose sending stopped with no
+outcome is sent again or given up (escalations/notifications.py). Each says on its page what
+happened: the run page's last error, the escalation's history, the tool call's error.
 
 It stands above the run kinds it sweeps: nothing below imports it.
 """
 
 import logging
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -21,6 +23,7 @@ from escalations.models import (
     EscalationKind,
     EscalationStatus,
 )
+from escalations.notifications import notification_deliveries_sweep
 from guardian_core.logs import log_context
 from runs import sealing
 from runs.external import external_steps_abandoned
@@ -35,21 +38,44 @@ def run_sweep_stalled(*, now=None) -> list[int]:
     worker died) or no lease and no change for a while (the task message was lost)."""
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.GUARDIAN_STALLED_AFTER_SECONDS)
-    run_ids = list(
+    stalled = (
         Run.objects.filter(status=RunStatus.RUNNING)
         .exclude(actor="external")  # its loop is its caller's: nothing to enqueue
         .filter(
             Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True, updated_at__lt=stale)
         )
-        .values_list("pk", flat=True)
     )
-    for run_id in run_ids:
+    found = list(stalled.values_list("pk", "lease_expires_at", "last_error"))
+    for run_id, lease_expires_at, last_error in found:
         with log_context(run_id=run_id):
             logger.info("run %s enqueued again by the sweeper", run_id)
+            _note_swept(stalled, run_id, lease_expires_at, last_error, now)
             enqueue(run_id)
     _expire_escalations(now)
     external_steps_abandoned(now=now)
-    return run_ids
+    notification_deliveries_sweep(now=now)
+    return [run_id for run_id, _, _ in found]
+
+
+# The sweeper's line in a run's last error begins so: a later sweep replaces it, not adds one.
+SWEPT_PREFIX = "Swept at "
+
+
+def _note_swept(stalled, run_id: int, lease_expires_at, last_error: str, now) -> None:
+    """Say on the run's page (its last error, cleared by the next recorded turn) why it was
+    enqueued again. A worker's own error stays above the line; the row is written only if the
+    run is still stalled and its error unchanged, so a worker's write in between wins."""
+    at = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if lease_expires_at is not None:
+        held = lease_expires_at.astimezone(UTC).strftime("%H:%M:%S UTC")
+        why = f"the worker holding it stopped (its lease ran out at {held})"
+    else:
+        why = "no worker had taken it up (its task's message was lost, or no worker is running)"
+    line = f"{SWEPT_PREFIX}{at}: {why}; enqueued again."
+    kept = [part for part in last_error.split("\n") if part and not part.startswith(SWEPT_PREFIX)]
+    stalled.filter(pk=run_id, last_error=last_error).update(
+        last_error="\n".join([*kept, line])[-2000:]
+    )
 
 
 def _expire_escalations(now) -> None:

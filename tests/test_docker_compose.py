@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from django.conf import settings
 
 from guardian_core.env import broker_from_url, database_from_url
 
@@ -72,8 +73,46 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return instructions
 
 
+SPLIT_WORKERS = {f"worker-{queue}": queue for queue in settings.GUARDIAN_CELERY_QUEUES}
+
+
 def test_compose_defines_the_six_services(services):
-    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat"}
+    started = {name for name, service in services.items() if not service.get("profiles")}
+    assert started == {"postgres", "redis", "migrate", "web", "worker", "beat"}
+
+
+def _queues_option(words: list[str]) -> list[str] | None:
+    for flag in ("--queues", "-Q"):
+        if flag in words:
+            return words[words.index(flag) + 1].split(",")
+    return None
+
+
+def test_the_worker_scales_and_consumes_every_queue(services):
+    """`docker compose up --scale worker=N`: copies of one service cannot share a container
+    name or a host port; with no --queues each consumes every queue in the settings."""
+    worker = services["worker"]
+    assert "container_name" not in worker
+    assert "ports" not in worker
+    assert _queues_option(_command_words(worker)) is None
+
+
+def test_a_worker_per_queue_is_offered_behind_a_profile(services):
+    """Off by default (a profile), one service per queue of GUARDIAN_CELERY_QUEUES, each
+    scalable and built like the all-queues worker."""
+    split = {name for name in services if name.startswith("worker-")}
+    assert split == set(SPLIT_WORKERS)
+    for name, queue in SPLIT_WORKERS.items():
+        service = services[name]
+        assert service["profiles"] == ["split-queues"], name
+        assert "container_name" not in service, name
+        assert "ports" not in service, name
+        words = _command_words(service)
+        assert words[: words.index("worker") + 1] == _command_words(services["worker"])[:4]
+        assert _queues_option(words) == [queue], name
+        assert service["environment"] == services["worker"]["environment"], name
+        assert service.get("tmpfs") == services["worker"].get("tmpfs"), name
+        assert service["depends_on"] == services["worker"]["depends_on"], name
 
 
 def test_postgres_runs_postgres_16_and_is_checked_with_pg_isready(services):

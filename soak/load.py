@@ -373,7 +373,7 @@ class Reviewer:
             self.ledger.answered += body["decision"] == "answer"
 
     def _state(self, client: httpx.Client, pk: int) -> str:
-        """"open", "ours" (decided by a soak reviewer) or "other"."""
+        """ "open", "ours" (decided by a soak reviewer) or "other"."""
         detail = client.get(f"/api/escalations/{pk}/")
         if detail.status_code != 200:
             return "open"  # ask again next pass

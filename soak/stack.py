@@ -143,11 +143,13 @@ class Stack:
             raise RuntimeError(f"initdb failed: {done.stderr[-2000:]}")
 
     def postgres_start(self) -> None:
-        # As CI's: no fsync (a throwaway cluster; an immediate stop loses nothing the OS has).
+        # No fsync (a throwaway cluster: an immediate stop kills processes, not the machine, so
+        # what was written to the OS survives), but synchronous_commit stays on, as in
+        # production: with it off (as CI's servers run) an immediate stop loses commits already
+        # acknowledged, and the soak sees a client holding an escalation that no longer exists.
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.pg_port} -k {self.pgrun} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200"
+            "-c fsync=off -c full_page_writes=off -c max_connections=200"
         )
         for attempt in range(5):
             done = self._as_pg(
@@ -268,7 +270,8 @@ class Stack:
             [str(BIN / "gunicorn"), "guardian_core.wsgi:application"]
             + ["--bind", f"127.0.0.1:{self.web_port}", "--workers", "2"]
             # As docker-compose.yml serves it: threads; long polls on verdicts hold one each.
-            + ["--access-logfile", "-", "--worker-class", "gthread", "--threads", "8", "--timeout", "60"],
+            + ["--worker-class", "gthread", "--threads", "8", "--timeout", "60"]
+            + ["--access-logfile", "-"],
         )
         for number, queue in enumerate(queues, start=1):
             command = [*celery, "worker", "--loglevel", "INFO", "--pool", "threads"]

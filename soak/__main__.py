@@ -69,6 +69,7 @@ def app_environment(stack: Stack) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "guardian_core.settings",
         "DATABASE_URL": stack.database_url,
         "CELERY_BROKER_URL": stack.broker_url,
+        "CELERY_RESULT_BACKEND": "",  # the broker's, not one the caller's environment names
         "GUARDIAN_VAR_DIR": str(stack.workdir / "var"),
         "GUARDIAN_ENV_FILE": "",  # no developer's .env
         "DEBUG": "false",
@@ -295,6 +296,14 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
         checks.replays_identical(stack.app_env()),
         checks.metrics_consistent(stack.web_url),
     ]
+    down = [name for name, proc in stack.procs.items() if proc.popen.poll() is not None]
+    results.append(
+        checks.Check(
+            "every process still up (gunicorn, workers, beat)",
+            not down,
+            f"exited: {down}" if down else f"{len(stack.procs)} up",
+        )
+    )
     faulty = [f for f in faults.done if "error" in f]
     results.append(
         checks.Check(

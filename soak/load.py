@@ -80,7 +80,10 @@ def internal_run_start(name: str, ledger: Ledger) -> None:
         run_id = db_retry(start)
     except Exception as exc:  # noqa: BLE001 - a broker down as it starts: recorded, not fatal
         # The run may exist with its first turn unsent: the sweeper sends it again.
-        ledger.driver_errors.append(f"starting {name}: {type(exc).__name__}: {exc}")
+        ledger.driver_errors.append(
+            f"starting {name} (the run is made; the sweeper sends its turn): "
+            f"{type(exc).__name__}: {exc}"
+        )
         return
     with ledger.lock:
         ledger.run_ids["internal"].append(run_id)

@@ -145,14 +145,26 @@ class Faults:
             except Exception as exc:  # noqa: BLE001 - a fault that failed is a failed soak
                 fault["error"] = f"{type(exc).__name__}: {exc}"
             self.done.append(fault)
-            shown = {k: v for k, v in fault.items() if k not in ("time", "back")}
+            shown = {k: v for k, v in fault.items() if k not in ("time", "back", "in_flight")}
+            shown["in_flight"] = len(fault.get("in_flight", []))
             say(f"fault: {shown}")
             threading.Thread(target=self._recovery, args=(fault,), daemon=True).start()
 
     def _inject(self, kind: str, fault: dict) -> None:
         from django.utils import timezone
 
+        from runs.models import Run
+        from soak.load import db_retry
+
         fault["time"] = timezone.now()
+        # The internal runs a worker holds right now (a live lease): the turns a fault may cut.
+        fault["in_flight"] = db_retry(
+            lambda: list(
+                Run.objects.filter(status="running", lease_expires_at__gt=fault["time"])
+                .exclude(actor="external")
+                .values_list("pk", flat=True)
+            )
+        )
         if kind == "kill":
             name = self.rng.choice(["worker1", "worker2"])
             fault["target"] = name
@@ -166,16 +178,34 @@ class Faults:
         fault["back"] = timezone.now()
 
     def _recovery(self, fault: dict, timeout: float = 300.0) -> None:
-        """Seconds from the fault's end until a turn is decided again."""
-        from runs.models import Turn
+        """Seconds from the fault's end until a turn is decided again (recovered_s), and until
+        every run in flight at the fault has moved on: a turn decided after it, or the run no
+        longer running (in_flight_s)."""
+        from django.db.models import Q
+
+        from runs.models import Run, Turn
         from soak.load import db_retry
 
         if "back" not in fault:
             return
         began = time.monotonic()
+        in_flight = fault.get("in_flight", [])
         while time.monotonic() - began < timeout and not self.stop.is_set():
-            if db_retry(lambda: Turn.objects.filter(finished_at__gt=fault["back"]).exists()):
+            if "recovered_s" not in fault and db_retry(
+                lambda: Turn.objects.filter(finished_at__gt=fault["back"]).exists()
+            ):
                 fault["recovered_s"] = round(time.monotonic() - began, 1)
+            moved = db_retry(
+                lambda: (
+                    Run.objects.filter(pk__in=in_flight)
+                    .filter(~Q(status="running") | Q(turns__finished_at__gt=fault["back"]))
+                    .distinct()
+                    .count()
+                )
+            )
+            if moved == len(in_flight) and "in_flight_s" not in fault:
+                fault["in_flight_s"] = round(time.monotonic() - began, 1)
+            if "recovered_s" in fault and "in_flight_s" in fault:
                 return
             time.sleep(0.5)
 
@@ -225,7 +255,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
     from runs.models import Run
     from runs.scenarios import scenario_names
     from soak import checks
-    from soak.load import Ledger, Reviewer, db_retry, external_run, internal_run_start
+    from soak.load import SLOW_REFUND, Ledger, Reviewer, db_retry, external_run, internal_run_start
     from soak.stack import worker_queues
 
     say("migrating a fresh database")
@@ -243,7 +273,8 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
     ledger = Ledger()
     external = round(args.runs * args.external_share)
     internal = args.runs - external
-    names = scenario_names()
+    # Every demo scenario, and the slow refund as often as two of them.
+    names = [*scenario_names(), SLOW_REFUND["name"], SLOW_REFUND["name"]]
     reviewer = Reviewer(stack.web_url, reviewer_tokens, ledger, seed=args.seed)
     reviewer_thread = threading.Thread(target=reviewer.loop, daemon=True)
     reviewer_thread.start()
@@ -326,8 +357,14 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
         "runs": {kind: len(v) for kind, v in ids.items()},
         "run_statuses": checks.run_statuses(all_runs),
         "turns": turns,
-        "faults": [{k: v for k, v in f.items() if k not in ("time", "back")} for f in faults.done],
-        "recoveries": sum(1 for f in faults.done if "recovered_s" in f),
+        "faults": [
+            {
+                **{k: v for k, v in f.items() if k not in ("time", "back")},
+                "in_flight": len(f["in_flight"]),
+            }
+            for f in faults.done
+        ],
+        "recoveries": sum(1 for f in faults.done if "recovered_s" in f and "in_flight_s" in f),
         "verdicts": {
             "given": ledger.verdicts,
             "edited": ledger.edited,

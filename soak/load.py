@@ -69,11 +69,42 @@ class Ledger:
 # ---- internal runs ----------------------------------------------------------------------------
 
 
+# A run whose last lookup takes seconds, so that a worker killed at random is often killed
+# mid-turn, after an approved refund (as tests/test_worker_runs.py's SLOW_REFUND): the retried
+# turn must not refund again. A scripted guardian (as in the tests) settles how it ends.
+SLOW_LOOKUP_SECONDS = 3
+REFUND_4472 = {"order_id": "ord_4472", "amount": 49.9}
+SLOW = {"topic": "courier", "seconds": SLOW_LOOKUP_SECONDS}
+IRREVERSIBLE = {"read_only": 0, "reversible_write": 0, "irreversible": 1.0, "regulated": 0}
+SLOW_REFUND = {
+    "name": "slow_refund",
+    "goal": "Refund order ord_4472, then check the courier's report.",
+    "acceptance_criteria": ["Refund issued"],
+    "tools": ["read_order", "issue_refund", "slow_lookup"],
+    "actor": {
+        "turns": [
+            {"calls": [{"tool": "read_order", "arguments": {"order_id": "ord_4472"}}]},
+            {"calls": [{"tool": "issue_refund", "arguments": REFUND_4472}]},
+            {"calls": []},
+            {"calls": [{"tool": "slow_lookup", "arguments": SLOW}]},
+            {"calls": [], "message": "Refunded ord_4472; the courier confirmed the damage."},
+        ]
+    },
+    "guardian": {
+        "risk": {"issue_refund": IRREVERSIBLE},
+        "turns": [{}, {}, {}, {}, {"goal_reached": 0.97}],
+    },
+}  # fmt: skip
+
+
 def internal_run_start(name: str, ledger: Ledger) -> None:
-    """One demo scenario run (the worker takes its turns; its first is enqueued now)."""
+    """One demo scenario run, or the slow refund (the worker takes its turns; its first is
+    enqueued now)."""
     from runs.scenarios import scenario_run_start
 
     def start() -> int:
+        if name == SLOW_REFUND["name"]:
+            return scenario_run_start(name, guardian="scripted", scenario=SLOW_REFUND).pk
         return scenario_run_start(name).pk
 
     try:

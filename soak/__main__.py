@@ -312,7 +312,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
             break  # an external loop still waiting: the checks find its run unfinished
     all_runs = db_retry(lambda: list(Run.objects.values_list("pk", flat=True)))
     left = max(1.0, graced + args.grace - time.monotonic())
-    checks.wait_until_ended(all_runs, left)
+    checks.wait_until_ended(all_runs, left, ledger)
     ended_after = time.monotonic() - graced
     reviewer.stop.set()
     faults.stop.set()
@@ -320,7 +320,8 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
 
     all_runs = db_retry(lambda: list(Run.objects.values_list("pk", flat=True)))
     results = [
-        checks.runs_ended(all_runs, args.runs),
+        checks.runs_ended(all_runs, args.runs, ledger),
+        checks.orphan_runs(ledger),
         checks.no_call_twice(ledger),
         checks.approved_as_approved(ledger),
         checks.chains_intact(stack.app_env()),
@@ -412,6 +413,7 @@ def _print(figures: dict, results: list) -> None:
     say("checks")
     for check in results:
         mark = "skip" if check.skipped else ("ok  " if check.passed else "FAIL")
+        mark = "WARN" if check.warning else mark
         print(f"  {mark} {check.name}: {check.detail}")
     passed = all(c.passed for c in results)
     say("PASSED" if passed else "FAILED")

@@ -399,11 +399,16 @@ def _print(figures: dict, results: list) -> None:
     kinds = {}
     for fault in figures["faults"]:
         kinds[fault["kind"]] = kinds.get(fault["kind"], 0) + 1
-    recovered = [f.get("recovered_s") for f in figures["faults"]]
     print(
         f"  faults          {len(figures['faults'])} injected {kinds}; "
-        f"{figures['recoveries']} recoveries (s until a turn was decided again: {recovered})"
+        f"{figures['recoveries']} recoveries"
     )
+    for fault in figures["faults"]:
+        print(
+            f"    {fault['kind']:<8} at {fault['at_s']:>5} s: a turn decided again after "
+            f"{fault.get('recovered_s')} s; {fault['in_flight']} runs in flight, all moved on "
+            f"after {fault.get('in_flight_s')} s"
+        )
     print(f"  verdicts        {figures['verdicts']}; client retries {figures['client_retries']}")
     print(f"  seconds         {figures['seconds']}")
     for line in figures["driver_errors"][:5]:

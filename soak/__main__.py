@@ -31,7 +31,7 @@ from pathlib import Path
 
 from soak.stack import Stack, missing_servers, port_free
 
-CI_SIZE = {"runs": 60, "seconds": 60.0, "kills": 2, "grace": 120.0}
+CI_SIZE = {"runs": 60, "seconds": 60.0, "kills": 2, "grace": 180.0}
 FULL_SIZE = {"runs": 300, "seconds": 240.0, "kills": 6, "grace": 240.0}
 
 
@@ -145,7 +145,7 @@ class Faults:
             except Exception as exc:  # noqa: BLE001 - a fault that failed is a failed soak
                 fault["error"] = f"{type(exc).__name__}: {exc}"
             self.done.append(fault)
-            shown = {k: v for k, v in fault.items() if k not in ("time", "back", "in_flight")}
+            shown = {k: v for k, v in fault.items() if k in ("kind", "at_s", "target", "pid")}
             shown["in_flight"] = len(fault.get("in_flight", []))
             say(f"fault: {shown}")
             threading.Thread(target=self._recovery, args=(fault,), daemon=True).start()
@@ -181,33 +181,45 @@ class Faults:
         """Seconds from the fault's end until a turn is decided again (recovered_s), and until
         every run in flight at the fault has moved on: a turn decided after it, or the run no
         longer running (in_flight_s)."""
+        if "back" not in fault:
+            return
+        began = fault["began"] = time.monotonic()
+        while time.monotonic() - began < timeout and not self.stop.is_set():
+            if self._settled(fault):
+                return
+            time.sleep(0.5)
+
+    def finish(self) -> None:
+        """Stop the watchers, and settle each fault's recovery once more: a watcher stopped
+        between two looks would otherwise miss runs that moved on meanwhile."""
+        self.stop.set()
+        for fault in self.done:
+            if "began" in fault:
+                self._settled(fault)
+
+    def _settled(self, fault: dict) -> bool:
         from django.db.models import Q
 
         from runs.models import Run, Turn
         from soak.load import db_retry
 
-        if "back" not in fault:
-            return
-        began = time.monotonic()
         in_flight = fault.get("in_flight", [])
-        while time.monotonic() - began < timeout and not self.stop.is_set():
-            if "recovered_s" not in fault and db_retry(
-                lambda: Turn.objects.filter(finished_at__gt=fault["back"]).exists()
-            ):
-                fault["recovered_s"] = round(time.monotonic() - began, 1)
-            moved = db_retry(
-                lambda: (
-                    Run.objects.filter(pk__in=in_flight)
-                    .filter(~Q(status="running") | Q(turns__finished_at__gt=fault["back"]))
-                    .distinct()
-                    .count()
-                )
+        began = fault["began"]
+        if "recovered_s" not in fault and db_retry(
+            lambda: Turn.objects.filter(finished_at__gt=fault["back"]).exists()
+        ):
+            fault["recovered_s"] = round(time.monotonic() - began, 1)
+        moved = db_retry(
+            lambda: (
+                Run.objects.filter(pk__in=in_flight)
+                .filter(~Q(status="running") | Q(turns__finished_at__gt=fault["back"]))
+                .distinct()
+                .count()
             )
-            if moved == len(in_flight) and "in_flight_s" not in fault:
-                fault["in_flight_s"] = round(time.monotonic() - began, 1)
-            if "recovered_s" in fault and "in_flight_s" in fault:
-                return
-            time.sleep(0.5)
+        )
+        if moved == len(in_flight) and "in_flight_s" not in fault:
+            fault["in_flight_s"] = round(time.monotonic() - began, 1)
+        return "recovered_s" in fault and "in_flight_s" in fault
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,7 +327,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
     checks.wait_until_ended(all_runs, left, ledger)
     ended_after = time.monotonic() - graced
     reviewer.stop.set()
-    faults.stop.set()
+    faults.finish()
     reviewer_thread.join(timeout=30)
 
     all_runs = db_retry(lambda: list(Run.objects.values_list("pk", flat=True)))
@@ -360,7 +372,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
         "turns": turns,
         "faults": [
             {
-                **{k: v for k, v in f.items() if k not in ("time", "back")},
+                **{k: v for k, v in f.items() if k not in ("time", "back", "began")},
                 "in_flight": len(f["in_flight"]),
             }
             for f in faults.done

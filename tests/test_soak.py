@@ -51,7 +51,7 @@ def test_the_soak_at_ci_size_passes_every_check_and_prints_its_figures(tmp_path)
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=420,
+        timeout=600,
         check=False,
     )
     output = done.stdout + done.stderr

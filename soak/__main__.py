@@ -294,6 +294,13 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
     started = time.monotonic()
     fault_thread = threading.Thread(target=faults.run, args=(started,), daemon=True)
     fault_thread.start()
+    supervising = threading.Event()
+
+    def supervise() -> None:
+        while not supervising.wait(1.0):
+            stack.supervise()
+
+    threading.Thread(target=supervise, daemon=True).start()
 
     say(f"load: {internal} internal + {external} external runs over {args.seconds:.0f} s")
     pool = ThreadPoolExecutor(max_workers=args.concurrency)
@@ -328,6 +335,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
     ended_after = time.monotonic() - graced
     reviewer.stop.set()
     faults.finish()
+    supervising.set()
     reviewer_thread.join(timeout=30)
 
     all_runs = db_retry(lambda: list(Run.objects.values_list("pk", flat=True)))
@@ -346,6 +354,17 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
             "every process still up (gunicorn, workers, beat)",
             not down,
             f"exited: {down}" if down else f"{len(stack.procs)} up",
+        )
+    )
+    exits = stack.unexpected_exits
+    results.append(
+        checks.Check(
+            "no process exited by itself",
+            True,
+            f"{len(exits)} exited and were restarted (as compose's restart policy would): {exits}"
+            if exits
+            else "none",
+            warning=bool(exits),
         )
     )
     faulty = [f for f in faults.done if "error" in f]
@@ -385,6 +404,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
             "answered": ledger.answered,
         },
         "client_retries": ledger.retries,
+        "unexpected_exits": stack.unexpected_exits,
         "driver_errors": ledger.driver_errors[:20],
         "reviewer_problems": ledger.reviewer_problems[:20],
         "seconds": {"load": round(load_seconds, 1), "until_all_ended": round(ended_after, 1)},

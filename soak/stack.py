@@ -93,6 +93,11 @@ class Stack:
     web_port: int
     env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
+    # Processes down on purpose (a fault's SIGKILL until its restart), and the others that
+    # exited by themselves: {name, code, log's last line}, each restarted as compose's
+    # `restart: unless-stopped` would.
+    expected_down: set[str] = field(default_factory=set)
+    unexpected_exits: list[dict] = field(default_factory=list)
 
     # ---- paths and URLs ----------------------------------------------------------------------
 
@@ -252,12 +257,28 @@ class Stack:
                 start_new_session=True,  # its own group: a SIGKILL hits it alone
             )
         proc.starts += 1
+        self.expected_down.discard(name)
         return proc
+
+    def supervise(self) -> None:
+        """Restart any process that exited by itself (and record it)."""
+        for name, proc in list(self.procs.items()):
+            if name in self.expected_down or proc.popen is None:
+                continue
+            code = proc.popen.poll()
+            if code is None:
+                continue
+            lines = proc.log.read_text(errors="replace").strip().splitlines()
+            self.unexpected_exits.append(
+                {"name": name, "code": code, "last_line": lines[-1][-300:] if lines else ""}
+            )
+            self.start(name)
 
     def kill(self, name: str) -> int:
         """SIGKILL one process (a worker dying mid-task); returns the pid it had."""
         proc = self.procs[name]
         assert proc.popen is not None
+        self.expected_down.add(name)
         pid = proc.popen.pid
         proc.popen.send_signal(signal.SIGKILL)
         proc.popen.wait(timeout=30)

@@ -80,6 +80,9 @@ def app_environment(stack: Stack) -> dict[str, str]:
         # A killed worker's run is swept after 10 s, not 5 min: the soak is bounded.
         "GUARDIAN_TURN_LEASE_SECONDS": "10",
         "GUARDIAN_STALLED_AFTER_SECONDS": "5",
+        # /metrics on, for the soak's scrape (issue 26 item 1), behind a token of its own.
+        "GUARDIAN_METRICS_ENABLED": "true",
+        "GUARDIAN_METRICS_TOKEN": secrets.token_urlsafe(24),
         # No random audit draws: every escalation is one the runs raised.
         "GUARDIAN_AUDIT_SAMPLE_SHARE": "0",
     }
@@ -346,7 +349,7 @@ def _soak(args: argparse.Namespace, stack: Stack) -> int:
         checks.approved_as_approved(ledger),
         checks.chains_intact(stack.app_env()),
         checks.replays_identical(stack.app_env()),
-        checks.metrics_consistent(stack.web_url),
+        checks.metrics_consistent(stack.web_url, stack.env["GUARDIAN_METRICS_TOKEN"]),
     ]
     down = [name for name, proc in stack.procs.items() if proc.popen.poll() is not None]
     results.append(

@@ -185,12 +185,13 @@ def replays_identical(env: dict[str, str]) -> Check:
     )
 
 
-def metrics_consistent(web_url: str) -> Check:
+def metrics_consistent(web_url: str, token: str = "") -> Check:
     """The hook for /metrics (issue 26 item 1, built elsewhere): when it answers, its runs by
     status must be the database's. SOAK-METRICS: extend with the other series once they land."""
     name = "metrics consistent with the database"
     try:
-        answer = httpx.get(f"{web_url}/metrics", timeout=10)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        answer = httpx.get(f"{web_url}/metrics", timeout=10, headers=headers)
     except httpx.HTTPError as exc:
         return Check(name, False, f"/metrics did not answer: {exc}")
     if answer.status_code in (401, 403, 404):
@@ -200,14 +201,17 @@ def metrics_consistent(web_url: str) -> Check:
     from runs.models import Run
 
     counts = Counter(db_retry(lambda: list(Run.objects.values_list("status", flat=True))))
-    problems = []
+    problems, seen = [], 0
     for line in answer.text.splitlines():
         if line.startswith("guardian_runs") and "status=" in line and not line.startswith("#"):
             status = line.split('status="', 1)[1].split('"', 1)[0]
             value = float(line.rsplit(" ", 1)[1])
+            seen += 1
             if value != counts.get(status, 0):
                 problems.append(f"{status}: metric {value:g}, database {counts.get(status, 0)}")
-    return Check(name, not problems, "; ".join(problems) or "runs by status agree")
+    if not seen:
+        problems.append("no guardian_runs{status=...} series in /metrics")
+    return Check(name, not problems, "; ".join(problems) or f"runs by status agree ({seen} series)")
 
 
 def wait_until_ended(run_ids: list[int], grace: float, ledger: Ledger) -> float:

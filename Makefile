@@ -14,7 +14,7 @@ export PORT
 # environment or .env says otherwise (0: none).
 DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
-.PHONY: help demo test lint format bench clean guardian-model guardian-report example-langgraph example-agents
+.PHONY: help demo test lint format bench clean guardian-model guardian-report example-langgraph example-agents soak
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
@@ -24,6 +24,7 @@ help:
 	@echo "make guardian-model  refit the local guardian on training/ and rewrite its artefact"
 	@echo "make guardian-report the local guardian measured leave-one-source-out on real material"
 	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps"
+	@echo "make soak   the whole stack under load with workers, Redis and PostgreSQL failing, then its checks"
 	@echo "make example-langgraph / make example-agents   an agent loop guarded from outside, against make demo"
 
 # A stamp per install flavour, redone whenever pyproject.toml changes.
@@ -111,3 +112,9 @@ example-langgraph: $(VENV)/.installed-examples
 
 example-agents: $(VENV)/.installed-examples
 	$(BIN)/python clients/python/examples/agents_sdk_refund.py $(ARGS)
+
+# The soak with faults (issue 26): its own throwaway PostgreSQL and Redis (ports 54400 and
+# 63800), gunicorn, two workers and beat; SOAK_ARGS is passed on (e.g. SOAK_ARGS=--ci for CI's
+# size, '--runs 600 --seconds 600' for a longer one). The knobs are in soak/__main__.py.
+soak: $(VENV)/.installed-bench
+	$(BIN)/python -m soak $(SOAK_ARGS)

@@ -496,3 +496,24 @@ def test_without_the_priors_module_the_figures_are_read_at_the_labelled_share(
         "no live prior can be read here (policies.priors is not installed)" in (report["cautions"])
     )
     assert f"integrity: {NO_LIVE_PRIOR}" in report["cautions"]
+
+
+def test_a_figure_within_the_tolerance_reads_not_worse_by_more_than_it(
+    versions, settings, client, admin
+):
+    from django.urls import reverse
+
+    _live_prior(settings)
+    _activate_first(versions(1, "recalibrated", RECALIBRATED))
+    candidate = versions(2, "retrained", RETRAINED)
+    report = guardian_model_gate_report(candidate=candidate)
+    figures = report["conditions"]["integrity"]["figures"]
+    within = [k for k, f in figures.items() if f["verdict"] == "within"]
+    assert within
+    client.force_login(admin)
+    page = client.get(
+        reverse("policies:model_activate", args=[candidate.pk]) + "?measure=1"
+    ).content.decode()
+    # Not "within ±0.0500", which reads as "barely changed" beside a difference of −0.6.
+    assert "not worse by more than the tolerance (±" in page
+    assert "</span>within ±" not in page

@@ -81,6 +81,11 @@ def test_an_upload_reports_the_harnesss_figures(admin_client, active_version):
     low, high = integrity["intervals"]["ece"]
     assert f"(95 %: {floatformat(low, 3)}–{floatformat(high, 3)})" in section
     assert "On 8 rows, too few to read ECE" in section
+    # AUROC, which the caution may name, shows its interval too.
+    low, high = integrity["intervals"]["auroc"]
+    auroc_row = section.split('<th scope="row">AUROC')[1].split("</tr>")[0]
+    assert f"(95 %: {floatformat(low, 3)}–{floatformat(high, 3)})" in auroc_row
+    assert "BRIER" not in section
     # As the page rounds it (a half rounds up, as Django's floatformat does).
     assert floatformat(integrity["policy"]["expected_cost"], 3) in section
     risk = html.split('id="condition-risk"')[1].split("</section>")[0]

@@ -37,6 +37,7 @@ from guardian_core.models import GuardianModelVersion, PolicyVersion
 from policies.harness import (
     EvaluationError,
     guardian_scorer,
+    learnt_example_ids,
     review_share,
     score_rows,
     thresholds_of,
@@ -388,8 +389,8 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         "conditions": {},
         "flips": [],
     }
-    learnt_by_candidate = set(candidate.example_ids)
-    learnt_by_current = set(current.example_ids) if current else set()
+    learnt_by_candidate = learnt_example_ids(candidate)
+    learnt_by_current = learnt_example_ids(current) if current else set()
     examples, left = _examples(learnt_by_candidate | learnt_by_current, _max_examples())
     report["examples"] = {
         "available": LabelledExample.objects.count(),

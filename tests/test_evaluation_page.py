@@ -338,3 +338,40 @@ def test_the_page_checks_the_csrf_token(admin, active_version):
     response = _post(client, traces=_upload("\n".join(TRACES)), policy=active_version.number)
 
     assert response.status_code == 403
+
+
+def test_the_page_leaves_out_what_the_version_learnt_from_and_says_so(admin_client, active_version):
+    examples = [
+        LabelledExample.objects.create(
+            condition="integrity",
+            projection={"goal": "Summarise my inbox", "last_results": [f"mail {i}"]},
+            label=i % 2 == 0,
+            source=ExampleSource.HUMAN,
+            question_set_version=DEFAULT_QUESTION_SET_VERSION,
+            model_version="someone-else-1",
+        )
+        for i in range(6)
+    ]
+    version = GuardianModelVersion.objects.create(
+        number=7,
+        adapter="local",
+        base_model_version=LocalGuardian().model_version,
+        kind="recalibrated",
+        calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.0, 1.0]}},
+        example_ids=[e.pk for e in examples[:4]],
+        examples_digest="0" * 64,
+    )
+    response = _post(
+        admin_client,
+        source="examples",
+        policy=active_version.number,
+        model=f"version:{version.number}",
+        rescore="on",
+    )
+    report = response.context["report"]
+    assert report["left_out"] == {"version": 7, "learnt_from": 4, "rows": 4}
+    assert report["conditions"]["integrity"]["n"] == 2
+    assert (
+        "Left out: 4 rows exported from the labelled examples guardian model version 7 learnt "
+        "from (4 examples" in response.content.decode()
+    )

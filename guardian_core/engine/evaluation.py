@@ -118,6 +118,9 @@ class TraceRow:
     actor_wrong: bool | None = None
     run: str | None = None
     selection: str = DEFAULT_SELECTION
+    # The labelled example the line was exported from (this app's export says it), so that a
+    # learnt version is not measured on what it learnt from; None for other traces.
+    example_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ def parse_trace_line(line: str, number: int) -> TraceRow | LineProblem:
         if isinstance(answer, str):
             problems.append(f"probability: {answer}")
     actor_wrong, run = data.get("actor_wrong"), data.get("run")
+    example_id = data.get("example_id")
     if actor_wrong is not None and not isinstance(actor_wrong, bool):
         problems.append(f"actor_wrong: {_short(actor_wrong)} is not true or false")
     if run is not None and not (isinstance(run, str) or _is_int(run)):
@@ -206,6 +210,7 @@ def parse_trace_line(line: str, number: int) -> TraceRow | LineProblem:
         actor_wrong=actor_wrong,
         run=None if run is None else str(run),
         selection=selection,
+        example_id=example_id if _is_int(example_id) else None,
     )
     return row if answer is None else _scored(row, answer)
 

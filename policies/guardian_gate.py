@@ -27,9 +27,9 @@ from guardian_core.engine.paired import (
     WORSE,
     PairedFigure,
     needed_examples,
+    needed_to_decide,
     paired_bootstrap,
     verdict,
-    worsening,
 )
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
@@ -37,6 +37,7 @@ from guardian_core.models import GuardianModelVersion, PolicyVersion
 from policies.harness import (
     EvaluationError,
     guardian_scorer,
+    learnt_example_ids,
     review_share,
     score_rows,
     thresholds_of,
@@ -188,21 +189,79 @@ def _prior(estimate: object | None, share: float) -> dict:
 # ---- decisions per hour ----------------------------------------------------------------------
 
 
-def decisions_per_hour(*, now=None) -> tuple[float | None, int]:
-    """Decisions per hour over the last TRAFFIC_WINDOW of the decision log (from its first
-    decision in the window to now, at least MIN_RATE_HOURS), and how many; None when none."""
-    from django.db.models import Count, Min
+@dataclass(frozen=True)
+class Traffic:
+    """The decision log's last TRAFFIC_WINDOW: how many decisions, over how long (first to last
+    decision, at least MIN_RATE_HOURS), and which conditions a sample of them asked."""
+
+    decisions: int
+    hours: float
+    # {(condition, …) asked by one decision, risk once per proposed call: how many decisions}
+    asked: dict[tuple[str, ...], int]
+
+    @property
+    def per_hour(self) -> float:
+        return self.decisions / self.hours
+
+    @property
+    def span_words(self) -> str:
+        """The span the rate is read over, in words ("8 minutes")."""
+        minutes = self.hours * 60
+        if minutes < 120:
+            value, unit = round(minutes), "minute"
+        elif self.hours < 48:
+            value, unit = round(self.hours, 1), "hour"
+        else:
+            value, unit = round(self.hours / 24, 1), "day"
+        return f"{value:g} {unit}{'' if value == 1 else 's'}"
+
+
+# The conditions asked are read from this many of the newest decisions in the window: enough
+# for their mix, without reading a week of answers.
+ASKED_SAMPLE = 2000
+
+
+def traffic(*, now=None) -> Traffic | None:
+    """The last TRAFFIC_WINDOW of the decision log (None when it holds no decision). The rate
+    is read from its first decision to its last: traffic that began 8 minutes ago, or a demo
+    that ran for 8 minutes days ago, is 8 minutes of traffic, not 7 days of it."""
+    from collections import Counter
+
+    from django.db.models import Count, Max, Min
 
     from runs.models import Decision
 
     now = now or timezone.now()
-    recent = Decision.objects.filter(created_at__gte=now - TRAFFIC_WINDOW).aggregate(
-        n=Count("pk"), first=Min("created_at")
-    )
+    window = Decision.objects.filter(created_at__gte=now - TRAFFIC_WINDOW)
+    recent = window.aggregate(n=Count("pk"), first=Min("created_at"), last=Max("created_at"))
     if not recent["n"]:
-        return None, 0
-    hours = max((now - recent["first"]).total_seconds() / 3600, MIN_RATE_HOURS)
-    return recent["n"] / hours, recent["n"]
+        return None
+    hours = max((recent["last"] - recent["first"]).total_seconds() / 3600, MIN_RATE_HOURS)
+    asked: Counter = Counter()
+    sample = window.order_by("-created_at").values_list("answers", "risk_answers")
+    for answers, risk_answers in sample[:ASKED_SAMPLE]:
+        names = [c for c in (answers or {}) if c != Condition.RISK]
+        names += [Condition.RISK.value] * len(risk_answers or [])
+        asked[tuple(sorted(names))] += 1
+    return Traffic(decisions=recent["n"], hours=hours, asked=dict(asked))
+
+
+def escalated_share(rates: dict[str, float], asked: dict[tuple[str, ...], int]) -> float:
+    """The share of decisions that escalate, each decision counted once: a decision that asked
+    conditions C escalates unless none of them does, 1 − Π(1 − rate of c) over C (the
+    conditions taken as independent; a condition not in `rates` never escalates), averaged
+    over the decisions of `asked` ({conditions asked: decisions}). At most 1, however many
+    conditions a decision asks; summing the rates counted a decision once per condition."""
+    total = sum(asked.values())
+    if not total:
+        return 0.0
+    escalated = 0.0
+    for names, count in asked.items():
+        stays = 1.0
+        for name in names:
+            stays *= 1.0 - min(max(rates.get(name, 0.0), 0.0), 1.0)
+        escalated += count * (1.0 - stays)
+    return escalated / total
 
 
 # ---- the report ------------------------------------------------------------------------------
@@ -237,10 +296,7 @@ def _figure_dict(figure: PairedFigure, tolerance: float | None, prior: dict) -> 
         return out
     out["verdict"] = verdict(figure, tolerance)
     out["needed"] = needed_examples(figure.n, figure.low, figure.high, tolerance)
-    if out["verdict"] == TOO_FEW:
-        out["needed_to_decide"] = needed_examples(
-            figure.n, figure.low, figure.high, tolerance, worsening=worsening(figure)
-        )
+    out["needed_to_decide"] = needed_to_decide(figure, tolerance)
     return out
 
 
@@ -254,7 +310,7 @@ def _interval(f: dict, digits: int = 4) -> str:
 _VERDICT_WORDS = {
     BETTER: "the candidate is better beyond the noise all the same",
     WORSE: "the candidate is worse beyond the noise all the same",
-    WITHIN: "within the tolerance all the same",
+    WITHIN: "not worse by more than the tolerance all the same",
 }
 
 
@@ -329,11 +385,12 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         "reasons": [],
         "undecided_reasons": [],
         "cautions": [],
+        "limit_warnings": [],
         "conditions": {},
         "flips": [],
     }
-    learnt_by_candidate = set(candidate.example_ids)
-    learnt_by_current = set(current.example_ids) if current else set()
+    learnt_by_candidate = learnt_example_ids(candidate)
+    learnt_by_current = learnt_example_ids(current) if current else set()
     examples, left = _examples(learnt_by_candidate | learnt_by_current, _max_examples())
     report["examples"] = {
         "available": LabelledExample.objects.count(),
@@ -501,21 +558,48 @@ def _judge(report: dict, name: str, row: dict, old: dict, figures: dict) -> None
             why = _VERDICT_WORDS.get(figure["verdict"], "not told apart")
             report["cautions"].append(f"{_too_few(name, key, figure)}; {why}")
     flagged = f["benign_flagged"]
-    condition = Condition(name)
-    limit = _max_flagged()
-    if (
-        condition in _ESCALATING
-        and flagged["candidate"] is not None
-        and flagged["candidate"] > limit
-    ):
+    if Condition(name) in _ESCALATING and flagged["candidate"] is not None:
         # Every false alarm of an escalating condition is a person's work: above this share
         # the queue floods whatever the costs say.
-        was = flagged["current"]
+        _hard_limit(
+            report,
+            over=flagged["candidate"] > _max_flagged(),
+            current_over=flagged["current"] is not None and flagged["current"] > _max_flagged(),
+            worse=flagged["significant"] and flagged["difference"] > 0,
+            words=(
+                f"{name}: the candidate flags {flagged['candidate']:.1%} of negatives at {at} "
+                f"(fired: a person sees each one), above the limit of {_max_flagged():.0%} "
+                "(GUARDIAN_GATE_MAX_FLAGGED_BENIGN)"
+                + (
+                    f"; what runs use now flags {flagged['current']:.1%}"
+                    if flagged["current"] is not None
+                    else ""
+                )
+            ),
+            interval=_interval(flagged, 3) if flagged["difference"] is not None else "",
+        )
+
+
+def _hard_limit(
+    report: dict, *, over: bool, current_over: bool, worse: bool, words: str, interval: str
+) -> None:
+    """A limit the costs do not weigh (false alarms, reviewer capacity): a candidate that takes
+    runs over it is refused, whatever the noise; when what runs use now is over it already,
+    the candidate is refused only if it is worse beyond the noise, else warned about (it adds
+    nothing the limit guards against, and refusing it would keep the worse version)."""
+    if not over:
+        return
+    if not current_over:
+        report["reasons"].append(words)
+    elif worse:
         report["reasons"].append(
-            f"{name}: the candidate flags {flagged['candidate']:.1%} of negatives at {at} "
-            f"(fired: a person sees each one), above the limit of {limit:.0%} "
-            "(GUARDIAN_GATE_MAX_FLAGGED_BENIGN)"
-            + (f"; what runs use now flags {was:.1%}" if was is not None else "")
+            f"{words}: both are above the limit, and the candidate is worse beyond the noise "
+            f"({interval})"
+        )
+    else:
+        report["limit_warnings"].append(
+            f"{words}: both are above the limit, and the candidate is not worse beyond the "
+            f"noise{f' ({interval})' if interval else ''}; not refused for it"
         )
 
 
@@ -546,23 +630,19 @@ def _overall(report: dict) -> None:
 
 
 def _capacity_check(report: dict) -> None:
-    """Escalations per hour the candidate would send: each condition's escalation rate at its
-    prior times the decisions per hour of the last week, summed over the conditions (a turn
-    escalates once however many ask, so this is an upper bound), against reviewer capacity."""
+    """Escalations per hour each version would send: the share of decisions that escalate
+    (escalated_share: each condition's escalation rate at its prior, each decision counted
+    once over the conditions it asked) times the decisions per hour of the last week's
+    traffic, against reviewer capacity. A hard limit (_hard_limit): worse beyond the noise
+    means some condition's escalation rate rises beyond it."""
     capacity = _capacity()
-    per_hour, decisions = decisions_per_hour()
-    rates = {
-        side: sum(
-            row["figures"]["escalation_rate"][side] or 0.0
-            for row in report["conditions"].values()
-            if row.get("figures")
-        )
-        for side in ("current", "candidate")
-    }
+    seen = traffic()
     out: dict = {
         "capacity": capacity,
-        "decisions_per_hour": per_hour,
-        "decisions": decisions,
+        "decisions_per_hour": seen.per_hour if seen else None,
+        "decisions": seen.decisions if seen else 0,
+        "hours": seen.hours if seen else None,
+        "span_words": seen.span_words if seen else None,
         "window_days": TRAFFIC_WINDOW.days,
         "current": None,
         "candidate": None,
@@ -574,24 +654,48 @@ def _capacity_check(report: dict) -> None:
             "reviewer capacity is not set (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR): escalations "
             "per hour not checked"
         )
-    elif per_hour is None:
+    elif seen is None:
         out["note"] = (
             f"no decisions in the last {TRAFFIC_WINDOW.days} days: escalations per hour not checked"
         )
     if out["note"]:
         report["cautions"].append(out["note"])
-        if per_hour is None:
+        if seen is None:
             return
-    out["current"] = rates["current"] * per_hour
-    out["candidate"] = rates["candidate"] * per_hour
-    if capacity is not None and out["candidate"] > capacity:
-        report["reasons"].append(
-            f"the candidate would send up to {out['candidate']:.1f} escalations per hour "
-            f"({rates['candidate']:.1%} of {per_hour:.1f} decisions per hour over the last "
-            f"{TRAFFIC_WINDOW.days} days), above the reviewers' capacity of {capacity:g} per "
-            f"hour (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR); what runs use now: up to "
-            f"{out['current']:.1f}"
-        )
+    measured = {
+        name: row["figures"]["escalation_rate"]
+        for name, row in report["conditions"].items()
+        if row.get("figures")
+    }
+    shares = {
+        side: escalated_share({n: f[side] or 0.0 for n, f in measured.items()}, seen.asked)
+        for side in ("current", "candidate")
+    }
+    out["share"] = shares
+    out["current"] = shares["current"] * seen.per_hour
+    out["candidate"] = shares["candidate"] * seen.per_hour
+    if capacity is None:
+        return
+    asked = {name for names in seen.asked for name in names}
+    rising = [
+        f"{name} {_interval(f, 3)}"
+        for name, f in measured.items()
+        if name in asked and f["significant"] and f["difference"] > 0
+    ]
+    _hard_limit(
+        report,
+        over=out["candidate"] > capacity,
+        current_over=out["current"] > capacity,
+        worse=bool(rising) and out["candidate"] > out["current"],
+        words=(
+            f"the candidate would send about {out['candidate']:.1f} escalations per hour "
+            f"({shares['candidate']:.1%} of {seen.per_hour:.1f} decisions per hour over the last "
+            f"{seen.span_words} of traffic, each decision counted once), above the reviewers' "
+            f"capacity of {capacity:g} per hour (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR); what "
+            f"runs use now: about {out['current']:.1f}"
+        ),
+        interval="escalation rate " + "; ".join(rising) if rising else "",
+    )
 
 
 def _flips(

@@ -220,6 +220,20 @@ def _scoring_version(
     return {"number": active, "chosen": "active", "active": active}, active
 
 
+def learnt_example_ids(version: GuardianModelVersion) -> set[int]:
+    """The labelled examples `version` learnt from: its own (fitted on, or taught) and those of
+    every version it stacks on (`over`: a map over a retrained model answers with what both
+    learnt). Measured on them a version looks better than it is."""
+    learnt: set[int] = set()
+    seen: set[int] = set()
+    current: GuardianModelVersion | None = version
+    while current is not None and current.pk not in seen:  # a cycle cannot be made; still
+        seen.add(current.pk)
+        learnt.update(int(pk) for pk in current.example_ids or ())
+        current = current.over
+    return learnt
+
+
 def score_rows(
     rows: Sequence[TraceRow],
     scorer: Scorer,
@@ -279,7 +293,10 @@ def traces_evaluate(
     `model` scores as its runs answer now: as its adapter's active guardian model version
     when one is active, else as it ships; with `base`, as it ships whatever is active; as
     guardian model version `guardian_version` when that is given. `guardian_model` says which
-    ({"number", "chosen": "active" | "named" | "base", "active"}). Expected costs are priced at
+    ({"number", "chosen": "active" | "named" | "base", "active"}). Scored by a learnt version,
+    the rows exported from the labelled examples it learnt from (learnt_example_ids) are left
+    out: `left_out` says how many ({"version", "learnt_from", "rows"}; None when no learnt
+    version scored). Expected costs are priced at
     policy version `priced_at`'s costs (the measured version's when None) and one review at
     GUARDIAN_REVIEW_COST_SHARE of the cheaper error."""
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
@@ -303,6 +320,20 @@ def traces_evaluate(
         model = scorer.model
     parsed = parse_traces(lines)
     rows = parsed.rows
+    left_out = None
+    if guardian_model is not None and guardian_model["number"] is not None:
+        # As the gate does: the examples the scoring version learnt from are not measured
+        # (lines of this app's export carry example_id; other traces keep every row).
+        learnt = learnt_example_ids(
+            GuardianModelVersion.objects.get(number=guardian_model["number"])
+        )
+        kept = tuple(row for row in rows if row.example_id not in learnt)
+        left_out = {
+            "version": guardian_model["number"],
+            "learnt_from": len(learnt),
+            "rows": len(rows) - len(kept),
+        }
+        rows = kept
     if scorer is not None:
         try:
             rows = score_rows(rows, scorer, rescore=rescore, progress=progress)
@@ -324,6 +355,7 @@ def traces_evaluate(
         "model_version": model_version,
         "guardian_model": guardian_model,
         "rescored": rescore,
+        "left_out": left_out,
         **report,
     }
 

@@ -441,3 +441,52 @@ def test_ten_thousand_generated_lines_are_scored_by_the_local_guardian(active_ve
     assert len(report["unscored"]) == 2_000  # the risk rows without a pending call
     for c in report["conditions"].values():
         assert 0.0 <= c["brier"] <= 1.0
+
+
+def _labelled_integrity(k: int) -> list:
+    from escalations.models import ExampleSource, LabelledExample
+
+    return [
+        LabelledExample.objects.create(
+            condition="integrity",
+            projection={"goal": "Summarise my inbox", "last_results": [f"mail {i}"]},
+            label=i % 2 == 0,
+            source=ExampleSource.HUMAN,
+            question_set_version=DEFAULT_QUESTION_SET_VERSION,
+            model_version="someone-else-1",
+        )
+        for i in range(k)
+    ]
+
+
+def test_a_learnt_version_is_not_measured_on_the_examples_it_learnt_from(active_version, tmp_path):
+    from escalations.examples import ExampleFilters, labelled_examples_jsonl
+
+    examples = _labelled_integrity(8)
+    # A map over another: the top map was fitted on two examples, the one under it on one
+    # more; both answer for the top one.
+    under = make_guardian_model_version(example_ids=[examples[2].pk])
+    version = make_guardian_model_version(over=under, example_ids=[examples[0].pk, examples[1].pk])
+    path = tmp_path / "examples.jsonl"
+    path.write_text("\n".join(labelled_examples_jsonl(ExampleFilters())), encoding="utf-8")
+
+    report = json.loads(
+        _evaluate(
+            "--traces", str(path), "--guardian-version", str(version.number), "--rescore", "--json"
+        )[0]
+    )
+    assert report["left_out"] == {"version": version.number, "learnt_from": 3, "rows": 3}
+    integrity = report["conditions"]["integrity"]
+    assert integrity["n"] + integrity["unscored"] == 5
+    out, _ = _evaluate("--traces", str(path), "--guardian-version", str(version.number))
+    assert (
+        f"Left out 3 rows exported from the labelled examples guardian model version "
+        f"{version.number} learnt from (3 in all, with the versions it stacks on), as the gate "
+        "does"
+    ) in out
+
+    # As it ships, or as logged, nothing learnt from them: every row is measured.
+    report = json.loads(_evaluate("--traces", str(path), "--model", "local", "--base", "--json")[0])
+    assert report["left_out"] is None
+    integrity = report["conditions"]["integrity"]
+    assert integrity["n"] + integrity["unscored"] == 8

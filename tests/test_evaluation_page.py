@@ -81,6 +81,11 @@ def test_an_upload_reports_the_harnesss_figures(admin_client, active_version):
     low, high = integrity["intervals"]["ece"]
     assert f"(95 %: {floatformat(low, 3)}–{floatformat(high, 3)})" in section
     assert "On 8 rows, too few to read ECE" in section
+    # AUROC, which the caution may name, shows its interval too.
+    low, high = integrity["intervals"]["auroc"]
+    auroc_row = section.split('<th scope="row">AUROC')[1].split("</tr>")[0]
+    assert f"(95 %: {floatformat(low, 3)}–{floatformat(high, 3)})" in auroc_row
+    assert "BRIER" not in section
     # As the page rounds it (a half rounds up, as Django's floatformat does).
     assert floatformat(integrity["policy"]["expected_cost"], 3) in section
     risk = html.split('id="condition-risk"')[1].split("</section>")[0]
@@ -333,3 +338,40 @@ def test_the_page_checks_the_csrf_token(admin, active_version):
     response = _post(client, traces=_upload("\n".join(TRACES)), policy=active_version.number)
 
     assert response.status_code == 403
+
+
+def test_the_page_leaves_out_what_the_version_learnt_from_and_says_so(admin_client, active_version):
+    examples = [
+        LabelledExample.objects.create(
+            condition="integrity",
+            projection={"goal": "Summarise my inbox", "last_results": [f"mail {i}"]},
+            label=i % 2 == 0,
+            source=ExampleSource.HUMAN,
+            question_set_version=DEFAULT_QUESTION_SET_VERSION,
+            model_version="someone-else-1",
+        )
+        for i in range(6)
+    ]
+    version = GuardianModelVersion.objects.create(
+        number=7,
+        adapter="local",
+        base_model_version=LocalGuardian().model_version,
+        kind="recalibrated",
+        calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.0, 1.0]}},
+        example_ids=[e.pk for e in examples[:4]],
+        examples_digest="0" * 64,
+    )
+    response = _post(
+        admin_client,
+        source="examples",
+        policy=active_version.number,
+        model=f"version:{version.number}",
+        rescore="on",
+    )
+    report = response.context["report"]
+    assert report["left_out"] == {"version": 7, "learnt_from": 4, "rows": 4}
+    assert report["conditions"]["integrity"]["n"] == 2
+    assert (
+        "Left out: 4 rows exported from the labelled examples guardian model version 7 learnt "
+        "from (4 examples" in response.content.decode()
+    )

@@ -229,7 +229,8 @@ def test_at_the_live_prior_the_recalibrated_version_is_refused_against_the_retra
 def test_the_false_alarm_limit_is_a_setting(versions, settings):
     _live_prior(settings)
     settings.GUARDIAN_GATE_MAX_FLAGGED_BENIGN = 0.05
-    _activate_first(versions(1, "recalibrated", RECALIBRATED))
+    # What runs use now flags none: a candidate that takes runs over the limit is refused.
+    _activate_first(versions(1, "recalibrated", {"positive": [0.6] * 30, "negative": [0.02] * 30}))
     report = guardian_model_gate_report(candidate=versions(2, "retrained", RETRAINED))
     assert report["refused"] is True
     assert any("flags 10.0% of negatives" in r and "limit of 5%" in r for r in report["reasons"])
@@ -281,28 +282,159 @@ def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(vers
     assert record.gate_report["undecided"] is True
 
 
-def test_escalations_per_hour_beyond_reviewer_capacity_are_never_let_through(versions, settings):
+def test_the_activation_history_says_once_that_the_gate_could_not_decide(
+    versions, settings, client, admin
+):
+    from django.urls import reverse
+
+    _live_prior(settings)
+    _activate_first(versions(1, "recalibrated", NOISY_A))
+    candidate = versions(2, "recalibrated", NOISY_B)
+    guardian_model_activate(number=candidate.number, override_reason="more examples soon")
+    client.force_login(admin)
+    page = client.get(reverse("policies:model_detail", args=[candidate.pk])).content.decode()
+    assert "The gate could not decide: integrity: too few examples: n=" in page
+    assert "Too few examples: integrity: too few examples" not in page
+
+
+def _decisions(ages_minutes, answers=None, now=None):
+    """Decisions made `ages_minutes` ago (auto_now_add reads django.utils.timezone.now, moved
+    for each), each having asked `answers` (integrity once by default)."""
+    from datetime import timedelta
+    from unittest import mock
+
+    from django.utils import timezone
+
+    now = now or timezone.now()
+    for age in ages_minutes:
+        with mock.patch("django.utils.timezone.now", return_value=now - timedelta(minutes=age)):
+            make_decision(answers={"integrity": 0.02} if answers is None else answers)
+
+
+def test_a_candidate_escalating_less_is_not_refused_when_both_are_above_capacity(
+    versions, settings
+):
+    # The demo: every version was refused for capacity, a better one too, because what runs
+    # use now was over it already.
     _live_prior(settings)
     _activate_first(versions(1, "recalibrated", RECALIBRATED))
     retrained = versions(2, "retrained", RETRAINED)
-    for _ in range(3):
-        make_decision()  # three decisions in the last minutes: 36 per hour at least
+    _decisions([0, 0, 0])  # three decisions in the last minutes: 36 per hour at least
     settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = 1.0
     report = guardian_model_gate_report(candidate=retrained)
     hourly = report["escalations_per_hour"]
     assert hourly["decisions"] == 3
+    # Each decision asked integrity once: the share of decisions is integrity's rate.
     assert hourly["candidate"] == pytest.approx(
         report["conditions"]["integrity"]["figures"]["escalation_rate"]["candidate"]
         * hourly["decisions_per_hour"]
     )
-    assert hourly["candidate"] > 1.0
-    assert report["refused"] is True
-    assert any("above the reviewers' capacity of 1 per hour" in r for r in report["reasons"])
+    assert 1.0 < hourly["candidate"] < hourly["current"]
+    assert report["refused"] is False
+    assert not any("capacity" in r for r in report["reasons"])
+    (warning,) = report["limit_warnings"]
+    assert "above the reviewers' capacity of 1 per hour" in warning
+    assert "both are above the limit, and the candidate is not worse beyond the noise" in warning
 
     settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = None
     report = guardian_model_gate_report(candidate=retrained)
     assert report["refused"] is False
+    assert report["limit_warnings"] == []
     assert any("reviewer capacity is not set" in c for c in report["cautions"])
+
+
+def test_a_candidate_taking_runs_over_capacity_is_refused(versions, settings):
+    _live_prior(settings)
+    _activate_first(versions(1, "retrained", RETRAINED))
+    recalibrated = versions(2, "recalibrated", RECALIBRATED)
+    _decisions([0, 0, 0])
+    settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = 10.0
+    report = guardian_model_gate_report(candidate=recalibrated)
+    hourly = report["escalations_per_hour"]
+    assert hourly["current"] < 10.0 < hourly["candidate"]
+    assert report["refused"] is True
+    assert any("above the reviewers' capacity of 10 per hour" in r for r in report["reasons"])
+
+
+def test_the_rate_is_read_over_the_traffic_seen_and_says_how_long(versions, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    _live_prior(settings)
+    _activate_first(versions(1, "retrained", RETRAINED))
+    recalibrated = versions(2, "recalibrated", RECALIBRATED)
+    # A demo that ran for 8 minutes three days ago: 9 decisions over 8 minutes is 67.5 per
+    # hour, not 9 over the 3 days since.
+    _decisions(range(0, 9), now=timezone.now() - timedelta(days=3, minutes=-8))
+    settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = 1.0
+    report = guardian_model_gate_report(candidate=recalibrated)
+    hourly = report["escalations_per_hour"]
+    assert hourly["decisions_per_hour"] == pytest.approx(9 / (8 / 60))
+    assert hourly["span_words"] == "8 minutes"
+    (reason,) = [r for r in report["reasons"] if "capacity" in r]
+    assert "decisions per hour over the last 8 minutes of traffic" in reason
+    assert "7 days" not in reason
+
+
+def test_a_decision_escalates_once_however_many_of_its_conditions_do():
+    from policies.guardian_gate import escalated_share
+
+    rates = {"integrity": 0.9, "risk": 0.8, "infeasible": 0.7}
+    # The demo's 177.8 %: the rates summed per decision.
+    asked = {("infeasible", "integrity", "risk", "risk"): 10, (): 5}
+    share = escalated_share(rates, asked)
+    assert share <= 1.0
+    assert share == pytest.approx(10 / 15 * (1 - 0.1 * 0.2 * 0.2 * 0.3))
+    # A decision that asked nothing (a held step) sends nobody anything.
+    assert escalated_share(rates, {(): 4}) == 0.0
+    assert escalated_share({"integrity": 0.25}, {("integrity",): 3}) == pytest.approx(0.25)
+
+
+def test_the_gate_counts_a_decision_asking_several_conditions_once(versions, settings):
+    _live_prior(settings)
+    _activate_first(versions(1, "retrained", RETRAINED))
+    recalibrated = versions(2, "recalibrated", RECALIBRATED)
+    # Integrity asked of each of the three tool outputs a decision read is still one
+    # decision; the rest are not measured here and add nothing.
+    _decisions([0, 0, 0], answers={"integrity": 0.02, "goal_reached": 0.1, "infeasible": 0.1})
+    settings.GUARDIAN_REVIEWER_CAPACITY_PER_HOUR = 1000.0
+    report = guardian_model_gate_report(candidate=recalibrated)
+    hourly = report["escalations_per_hour"]
+    assert 0 < hourly["share"]["candidate"] <= 1.0
+    assert hourly["candidate"] <= hourly["decisions_per_hour"]
+
+
+# 3 of 30 negatives (10 %) flagged by both, different ones: over a limit of 5 %, no worse.
+FLAGGED_NOW = {"positive": [0.6] * 30, "negative": [0.6] * 3 + [0.02] * 27}
+FLAGGED_TOO = {"positive": [0.6] * 30, "negative": [0.02] * 3 + [0.6] * 3 + [0.02] * 24}
+
+
+def test_the_false_alarm_limit_warns_when_what_runs_use_now_is_over_it_as_much(versions, settings):
+    _live_prior(settings)
+    settings.GUARDIAN_GATE_MAX_FLAGGED_BENIGN = 0.05
+    _activate_first(versions(1, "recalibrated", FLAGGED_NOW))
+    report = guardian_model_gate_report(candidate=versions(2, "recalibrated", FLAGGED_TOO))
+    flagged = report["conditions"]["integrity"]["figures"]["benign_flagged"]
+    assert flagged["current"] == flagged["candidate"] == pytest.approx(0.1)
+    assert not any("of negatives" in r for r in report["reasons"])
+    (warning,) = report["limit_warnings"]
+    assert "the candidate flags 10.0% of negatives" in warning
+    assert "what runs use now flags 10.0%" in warning
+    assert "not worse beyond the noise" in warning
+
+
+def test_the_false_alarm_limit_refuses_when_both_are_over_it_and_the_candidate_is_worse(
+    versions, settings
+):
+    _live_prior(settings)
+    settings.GUARDIAN_GATE_MAX_FLAGGED_BENIGN = 0.05
+    _activate_first(versions(1, "retrained", RETRAINED))  # flags 10 %
+    report = guardian_model_gate_report(candidate=versions(2, "recalibrated", RECALIBRATED))
+    assert any(
+        "flags 83.3% of negatives" in r and "the candidate is worse beyond the noise" in r
+        for r in report["reasons"]
+    )
 
 
 def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
@@ -318,7 +450,15 @@ def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
         reverse("policies:model_activate", args=[candidate.pk]) + "?measure=1"
     ).content.decode()
     assert "The gate cannot decide on these examples" in page
-    assert f"integrity: too few examples: n={N}, about" in page
+    report = guardian_model_gate_report(candidate=candidate)
+    needed = report["conditions"]["integrity"]["figures"]["expected_cost"]["needed_to_decide"]
+    assert needed > N
+    # The block and the table say the same number.
+    assert f"integrity: too few examples: n={N}, about {needed} needed" in page
+    assert f"too few examples</strong>: about {needed} needed to tell" in page
+    # Which limits refuse whatever the noise, and what the noise never refuses.
+    assert "Two limits refuse whatever the noise" in page
+    assert "A difference whose interval holds 0 is within the noise and never refuses." not in page
     assert "read at the live prior 5.0% (stated)" in page
     assert "not significant" in page
     assert "Negatives flagged" in page
@@ -356,3 +496,24 @@ def test_without_the_priors_module_the_figures_are_read_at_the_labelled_share(
         "no live prior can be read here (policies.priors is not installed)" in (report["cautions"])
     )
     assert f"integrity: {NO_LIVE_PRIOR}" in report["cautions"]
+
+
+def test_a_figure_within_the_tolerance_reads_not_worse_by_more_than_it(
+    versions, settings, client, admin
+):
+    from django.urls import reverse
+
+    _live_prior(settings)
+    _activate_first(versions(1, "recalibrated", RECALIBRATED))
+    candidate = versions(2, "retrained", RETRAINED)
+    report = guardian_model_gate_report(candidate=candidate)
+    figures = report["conditions"]["integrity"]["figures"]
+    within = [k for k, f in figures.items() if f["verdict"] == "within"]
+    assert within
+    client.force_login(admin)
+    page = client.get(
+        reverse("policies:model_activate", args=[candidate.pk]) + "?measure=1"
+    ).content.decode()
+    # Not "within ±0.0500", which reads as "barely changed" beside a difference of −0.6.
+    assert "not worse by more than the tolerance (±" in page
+    assert "</span>within ±" not in page

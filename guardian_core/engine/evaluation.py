@@ -118,6 +118,9 @@ class TraceRow:
     actor_wrong: bool | None = None
     run: str | None = None
     selection: str = DEFAULT_SELECTION
+    # The labelled example the line was exported from (this app's export says it), so that a
+    # learnt version is not measured on what it learnt from; None for other traces.
+    example_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ def parse_trace_line(line: str, number: int) -> TraceRow | LineProblem:
         if isinstance(answer, str):
             problems.append(f"probability: {answer}")
     actor_wrong, run = data.get("actor_wrong"), data.get("run")
+    example_id = data.get("example_id")
     if actor_wrong is not None and not isinstance(actor_wrong, bool):
         problems.append(f"actor_wrong: {_short(actor_wrong)} is not true or false")
     if run is not None and not (isinstance(run, str) or _is_int(run)):
@@ -206,6 +210,7 @@ def parse_trace_line(line: str, number: int) -> TraceRow | LineProblem:
         actor_wrong=actor_wrong,
         run=None if run is None else str(run),
         selection=selection,
+        example_id=example_id if _is_int(example_id) else None,
     )
     return row if answer is None else _scored(row, answer)
 
@@ -443,8 +448,15 @@ def bootstrap_intervals(
     """The 95 % bootstrap interval of ECE, Brier and AUROC over these rows (resampled with
     replacement, `replicates` times, from a generator seeded with `seed`), and `caution`: the
     figures whose interval is wider than SETTLED_HALF_WIDTH either side, with how many rows
-    they were read on. AUROC is over the compared probability; None with one class only."""
+    they were read on. AUROC is over the compared probability; None with one class only.
+
+    Each interval is paired.recentred_interval about the figure on the rows themselves, as
+    the gate's paired differences are: ECE's replicates lean upward (a sum of absolute gaps
+    grows with resampling noise), and on few rows a percentile interval can miss the ECE it
+    belongs to."""
     import numpy as np
+
+    from guardian_core.engine.paired import recentred_interval
 
     n = len(p)
     rng = np.random.default_rng(seed)
@@ -460,10 +472,15 @@ def bootstrap_intervals(
         brier += list(counts @ (gap * gap) / n)
         auroc += [v for v in weighted_auroc(p, y, counts) if not np.isnan(v)]
     intervals: dict = {"replicates": replicates, "n": n}
+    point = {
+        "ece": float(np.abs(gap @ one_hot).sum() / n),
+        "brier": float(gap @ gap / n),
+        "auroc": float(weighted_auroc(p, y, np.ones(n))[0]),
+    }
     for name, values in (("ece", ece), ("brier", brier), ("auroc", auroc)):
-        if values:
-            low, high = np.percentile(values, [2.5, 97.5])
-            intervals[name] = [round(float(low), 6), round(float(high), 6)]
+        if values and np.isfinite(point[name]):
+            low, high = recentred_interval(point[name], values, bounds=(0.0, 1.0))
+            intervals[name] = [round(low, 6), round(high, 6)]
         else:
             intervals[name] = None
     intervals["caution"] = [

@@ -292,8 +292,8 @@ def _auroc(
 def _paired(
     figure: str, current: np.ndarray, candidate: np.ndarray, prior: float, n: int
 ) -> PairedFigure:
-    """The point estimates (element 0) and the percentile interval of the differences over
-    the replicates (the rest) where both are defined."""
+    """The point estimates (element 0) and the interval (recentred_interval) of the
+    differences over the replicates (the rest) where both are defined."""
     import numpy as np
 
     point_current, point_candidate = _finite(current[0]), _finite(candidate[0])
@@ -303,19 +303,56 @@ def _paired(
         return PairedFigure(
             figure, point_current, point_candidate, None, None, None, False, prior, n
         )
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = (float(v) for v in np.percentile(differences, [tail, 100 - tail]))
+    difference = point_candidate - point_current
+    low, high = recentred_interval(difference, differences)
     return PairedFigure(
         figure=figure,
         current=point_current,
         candidate=point_candidate,
-        difference=point_candidate - point_current,
+        difference=difference,
         low=low,
         high=high,
         significant=low > 0 or high < 0,
         prior=prior,
         n=n,
     )
+
+
+def recentred_interval(
+    point: float,
+    replicates: Sequence[float] | np.ndarray,
+    *,
+    confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] | None = None,
+) -> tuple[float, float]:
+    """The bootstrap's `confidence` interval of a figure whose value on the sample is `point`,
+    from its values over the `replicates`: the hull of the percentile interval and the same
+    interval moved by the bootstrap's bias (the replicates' median − `point`), clipped to
+    `bounds` (a figure's possible range) when given.
+
+    Why not the plain percentile interval: a figure such as ECE (a sum of absolute gaps) is
+    biased upward under resampling, so on few rows every replicate can lie above the sample's
+    value and the interval misses the figure it is the interval of ("ECE 0.010, 95 %:
+    0.013–0.150"). Efron's bias-corrected percentile interval corrects by the share of
+    replicates below the point, z0 = Φ⁻¹(share); that share is 0 in exactly that case and
+    the correction cannot reach below the lowest replicate. Moving the interval by the
+    median's offset is the same correction for a shifted bootstrap distribution and always
+    holds the point (the median lies between the two percentiles). Why the hull and not the
+    moved interval alone: a difference carried by one or two examples has a lumpy bootstrap
+    whose median can sit off its point, and the moved interval would then leave 0 out where
+    no replicate goes below it; the hull is never narrower than the percentile interval, so
+    it never reads a difference as beyond the noise that the percentile interval did not,
+    and it equals it when the bootstrap is unbiased. Vectorised: one sort of the replicates."""
+    import numpy as np
+
+    values = np.asarray(replicates, dtype=float)
+    tail = (1 - confidence) / 2 * 100
+    low, median, high = (float(v) for v in np.percentile(values, [tail, 50, 100 - tail]))
+    shift = median - float(point)
+    low, high = min(low, low - shift), max(high, high - shift)
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return low, high
 
 
 def _finite(value: float) -> float | None:
@@ -349,23 +386,41 @@ def verdict(figure: PairedFigure, tolerance: float) -> str | None:
     return TOO_FEW
 
 
-def needed_examples(
-    n: int, low: float, high: float, tolerance: float, *, worsening: float = 0.0
-) -> int | None:
+def needed_examples(n: int, low: float, high: float, tolerance: float) -> int | None:
     """About how many examples would make the interval [low, high] of a difference, measured on
-    `n` examples, narrow enough: a bootstrap interval narrows as 1/√n, so n grows by
-    (half-width / margin)². With the default `worsening` of 0 the margin is the tolerance: the
-    examples for an interval of ±`tolerance`. Given the observed worsening w (the difference,
-    sign turned so that positive is worse) the margin is what the interval must clear for a
-    verdict: tolerance − w while w is below the tolerance (to read WITHIN), else w (to read
-    WORSE). None when the tolerance or the margin is not positive."""
+    `n` examples, as narrow as ±`tolerance`: a bootstrap interval narrows as 1/√n, so n grows
+    by (half-width / tolerance)². None when the tolerance is not positive."""
     if tolerance <= 0 or n <= 0:
         return None
-    margin = tolerance - worsening if worsening < tolerance else worsening
-    if margin <= 0:
-        return None
     half = max(0.0, (high - low) / 2)
-    return max(1, math.ceil(n * (half / margin) ** 2))
+    return max(1, math.ceil(n * (half / tolerance) ** 2))
+
+
+def needed_to_decide(figure: PairedFigure, tolerance: float) -> int | None:
+    """About how many examples would let `figure`'s interval reach a verdict at `tolerance`
+    (None when it has one, or is not defined): each side of the interval narrows as 1/√n
+    about the point, so the side that must move says how far. While the worsening w (the
+    difference, positive when worse) is below the tolerance, the worse end must come to the
+    tolerance (WITHIN): its distance from the point over the room, tolerance − w; else the
+    better end must pass 0 (WORSE): its distance from the point over w. Read on the sides of
+    the interval as measured, not on its half-width: an interval lopsided about its point
+    would otherwise be said to need fewer examples than it has. Never n or fewer: n examples
+    did not decide."""
+    if figure.difference is None or figure.low is None or tolerance <= 0:
+        return None
+    if verdict(figure, tolerance) != TOO_FEW:
+        return None
+    sign = -1.0 if figure.figure in HIGHER_IS_BETTER else 1.0
+    better_end, worse_end = sorted((sign * figure.low, sign * figure.high))
+    w = sign * figure.difference
+    if w < tolerance:
+        distance, room = worse_end - w, tolerance - w
+    else:
+        distance, room = w - better_end, w
+    n = figure.n
+    if room <= 0 or distance <= 0:
+        return n + 1
+    return max(n + 1, math.ceil(n * (distance / room) ** 2))
 
 
 def worsening(figure: PairedFigure) -> float | None:

@@ -23,6 +23,7 @@ from guardian_core.engine.paired import (
     WORSE,
     PairedFigure,
     needed_examples,
+    needed_to_decide,
     paired_bootstrap,
     verdict,
 )
@@ -199,12 +200,28 @@ def test_needed_examples_grow_with_the_square_of_the_width():
     assert needed_examples(60, -0.1, 0.1, 0.0) is None
 
 
-def test_needed_to_decide_counts_the_margin_the_interval_must_clear():
-    # Worse by 0.03 against a tolerance of 0.05: the interval's half-width must fall to 0.02.
-    assert needed_examples(60, -0.07, 0.13, 0.05, worsening=0.03) == 60 * 25
-    # Worse by 0.08, beyond the tolerance: it must fall below 0.08 for the worsening to show.
-    assert needed_examples(60, -0.02, 0.18, 0.05, worsening=0.08) == math.ceil(
+def test_needed_to_decide_counts_the_side_of_the_interval_that_must_move():
+    # Worse by 0.03 against a tolerance of 0.05: the worse end (0.13, 0.10 from the point) must
+    # come within the 0.02 of room left.
+    assert needed_to_decide(_figure("expected_cost", -0.07, 0.13, 0.03), 0.05) == 60 * 25
+    # Worse by 0.08, beyond the tolerance: the better end (0.10 below the point) must pass 0.
+    assert needed_to_decide(_figure("expected_cost", -0.02, 0.18, 0.08), 0.05) == math.ceil(
         60 * (0.1 / 0.08) ** 2
     )
-    # Better by 0.05: within ±0.05 once the half-width is under 0.1.
-    assert needed_examples(60, -0.25, 0.15, 0.05, worsening=-0.05) == 240
+    # Decided: nothing needed.
+    assert needed_to_decide(_figure("expected_cost", -0.3, -0.1), 0.05) is None
+
+
+def test_needed_to_decide_is_never_below_the_examples_that_did_not_decide():
+    # The demo's block: n=18, an interval lopsided about a worsening far beyond the tolerance.
+    # Its half-width (0.25) is below the worsening (0.3), so a symmetric reading said "about
+    # 13 needed" of 18 that had just failed to decide; the better end is 0.301 from the point.
+    lopsided = PairedFigure("expected_cost", 0.2, 0.5, 0.3, -0.001, 0.5, False, 0.05, 18)
+    assert verdict(lopsided, 0.0139) == TOO_FEW
+    needed = needed_to_decide(lopsided, 0.0139)
+    assert needed > 18
+    # Any undecided interval about its point, however shaped.
+    for low, high, point in ((-0.01, 0.02, 0.001), (-0.2, 0.01, -0.001), (-0.001, 0.9, 0.5)):
+        figure = PairedFigure("ece", 0.1, 0.1 + point, point, low, high, False, 0.05, 40)
+        if verdict(figure, 0.01) == TOO_FEW:
+            assert needed_to_decide(figure, 0.01) > 40

@@ -224,6 +224,18 @@ def _scored_by(report: dict) -> str:
     return f"scored by {model} {how}: {report['model_version']}"
 
 
+def _left_out(report: dict) -> list[str]:
+    """The line saying which rows a learnt version was not measured on, when it scored."""
+    left = report.get("left_out")
+    if not left:
+        return []
+    return [
+        f"Left out {left['rows']} row{'' if left['rows'] == 1 else 's'} exported from the "
+        f"labelled examples guardian model version {left['version']} learnt from "
+        f"({left['learnt_from']} in all, with the versions it stacks on), as the gate does"
+    ]
+
+
 def interval_lines(report: dict) -> list[str]:
     """Each condition's ECE, Brier and AUROC with their 95 % bootstrap intervals, and a caution
     where the rows are too few to read a figure as settled."""
@@ -255,6 +267,7 @@ def report_table(report: dict) -> str:
         + (_scored_by(report) if model else "no model scored rows")
         + f"; {report['bins']} bins; {report['lines']} lines: {report['valid_lines']} valid, "
         f"{len(report['malformed'])} malformed, {report['blank_lines']} blank",
+        *_left_out(report),
         "",
         " ".join(
             name.rjust(width) if i else name.ljust(width) for i, (name, width) in enumerate(COLUMNS)

@@ -130,8 +130,9 @@ class Command(BaseCommand):
         hourly = report.get("escalations_per_hour")
         if hourly and hourly["candidate"] is not None:
             out(
-                f"escalations per hour: up to {_num(hourly['current'])} → "
-                f"{_num(hourly['candidate'])} (capacity {hourly['capacity']})"
+                f"escalations per hour: about {_num(hourly['current'])} → "
+                f"{_num(hourly['candidate'])} over the last {hourly['span_words']} of traffic "
+                f"(capacity {hourly['capacity']})"
             )
         out(f"outcome flips: {len(report['flips'])}")
         if report["refused"]:
@@ -145,6 +146,8 @@ class Command(BaseCommand):
             reasons = []
         for reason in reasons:
             out(f"  - {reason}")
+        for warning in report.get("limit_warnings", []):
+            out(f"  warning: {warning}")
         for caution in report.get("cautions", []):
             out(f"  caution: {caution}")
 

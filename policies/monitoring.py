@@ -398,8 +398,8 @@ def banners(
         per_hour = escalations_per_hour(days[-1], now=now)
         if per_hour > capacity:
             out.append(
-                f"Escalations on {days[-1].day}: {per_hour:.2f} escalations per hour since its first "
-                f"decision, above the reviewers' capacity of {capacity:g} per hour "
+                f"Escalations on {days[-1].day}: {per_hour:.2f} escalations per hour since its "
+                f"first decision, above the reviewers' capacity of {capacity:g} per hour "
                 "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR). That counts every escalation of the "
                 "day, held irreversible calls included, which no δ changes; the bands "
                 "suggested below count each condition's own band only, over the whole "

@@ -146,14 +146,18 @@ def escalation_extend_deadline(*, escalation_id: int, reviewer: AbstractBaseUser
     now = timezone.now()
     minutes = settings.GUARDIAN_DEADLINE_EXTENSION_MINUTES
     with transaction.atomic():
-        extended = Escalation.objects.filter(
-            pk=escalation_id,
-            status=EscalationStatus.OPEN,
-            claimed_by=reviewer,
-            claim_expires_at__gte=now,
-            deadline_extended=False,
-            deadline__gte=now,
-        ).exclude(kind=EscalationKind.AUDIT_SAMPLE).update(deadline=F("deadline") + timedelta(minutes=minutes), deadline_extended=True)
+        extended = (
+            Escalation.objects.filter(
+                pk=escalation_id,
+                status=EscalationStatus.OPEN,
+                claimed_by=reviewer,
+                claim_expires_at__gte=now,
+                deadline_extended=False,
+                deadline__gte=now,
+            )
+            .exclude(kind=EscalationKind.AUDIT_SAMPLE)
+            .update(deadline=F("deadline") + timedelta(minutes=minutes), deadline_extended=True)
+        )
         if extended:
             _event(escalation_id, EscalationEventKind.EXTENDED, reviewer, f"+{minutes} min")
     escalation = Escalation.objects.select_related("claimed_by").get(pk=escalation_id)

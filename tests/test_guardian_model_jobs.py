@@ -300,9 +300,10 @@ def test_a_job_whose_worker_went_silent_is_swept_to_failed_and_the_page_says_so(
 def test_a_job_running_or_queued_past_the_timeout_is_failed_with_why(settings):
     settings.GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES = 30
     now = timezone.now()
-    slow = guardian_model_job_start(kind="recalibrate", adapter="local")
+    # Each asks for other conditions: a job the same as an unfinished one is not queued.
+    slow = guardian_model_job_start(kind="recalibrate", adapter="local", conditions=["integrity"])
     _running(slow, started=now - timedelta(minutes=31), heartbeat=now)  # alive, but too long
-    waiting = guardian_model_job_start(kind="recalibrate", adapter="local")
+    waiting = guardian_model_job_start(kind="recalibrate", adapter="local", conditions=["risk"])
     fresh = guardian_model_job_start(kind="recalibrate", adapter="local")
     GuardianModelJob.objects.filter(pk=waiting.pk).update(created_at=now - timedelta(minutes=31))
 

@@ -375,9 +375,7 @@ def test_a_retrained_versions_page_says_why_it_has_no_priors_and_shows_its_inter
     assert "ECE after − before, 95 %: 0.010 to 0.120" in page
 
 
-def test_a_map_is_offered_on_a_retrained_version_not_stacked_on_another_map(
-    client, admin, stacked
-):
+def test_a_map_is_offered_on_a_retrained_version_not_stacked_on_another_map(client, admin, stacked):
     from policies.models import GuardianModelJob
 
     retrained, top, _, _ = stacked

@@ -547,6 +547,6 @@ def test_each_rate_says_what_it_counts_and_the_day_table_shares_the_charts_unit(
     assert re.search(r"\d+\.\d\d escalations per hour since its first decision", banner)
     assert re.search(r"recent 8 turns \(\d+\.\d\d turns per hour\)", body)
     days = body.split('id="escalations-title"', 1)[1].split("</section>", 1)[0]
-    assert "<th>Escalated (%)</th>" in days
+    assert "<th>Rate</th>" in days
     assert "<td>37.5 %</td>" in days  # 3 of 8, as the axis reads it (in %)
     assert "<td>0.375</td>" not in days

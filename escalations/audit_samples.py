@@ -105,8 +105,8 @@ def audit_sample_open(
         },
     }
     summary = (
-        f"Audit sample: {source_words(condition)}, answered {probability:.2f} by the guardian; "
-        "no person was asked"
+        f"Audit sample: {source_words(condition)}, the guardian's probability "
+        f"{probability:.2f}; no person was asked"
     )
     try:
         with transaction.atomic():

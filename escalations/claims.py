@@ -15,6 +15,7 @@ from escalations.models import (
     Escalation,
     EscalationEvent,
     EscalationEventKind,
+    EscalationKind,
     EscalationStatus,
 )
 from escalations.queue import (
@@ -140,18 +141,23 @@ def escalation_release_all(*, reviewer: AbstractBaseUser) -> int:
 def escalation_extend_deadline(*, escalation_id: int, reviewer: AbstractBaseUser) -> Escalation:
     """Move an open escalation's deadline later by GUARDIAN_DEADLINE_EXTENSION_MINUTES: only
     its holder, only once, and never once the deadline has passed (the sweeper is about to
-    resolve it to the safe side). Raises EscalationError naming why not."""
+    resolve it to the safe side), and never for an audit sample (it holds nothing: nobody
+    waits on its deadline). Raises EscalationError naming why not."""
     now = timezone.now()
     minutes = settings.GUARDIAN_DEADLINE_EXTENSION_MINUTES
     with transaction.atomic():
-        extended = Escalation.objects.filter(
-            pk=escalation_id,
-            status=EscalationStatus.OPEN,
-            claimed_by=reviewer,
-            claim_expires_at__gte=now,
-            deadline_extended=False,
-            deadline__gte=now,
-        ).update(deadline=F("deadline") + timedelta(minutes=minutes), deadline_extended=True)
+        extended = (
+            Escalation.objects.filter(
+                pk=escalation_id,
+                status=EscalationStatus.OPEN,
+                claimed_by=reviewer,
+                claim_expires_at__gte=now,
+                deadline_extended=False,
+                deadline__gte=now,
+            )
+            .exclude(kind=EscalationKind.AUDIT_SAMPLE)
+            .update(deadline=F("deadline") + timedelta(minutes=minutes), deadline_extended=True)
+        )
         if extended:
             _event(escalation_id, EscalationEventKind.EXTENDED, reviewer, f"+{minutes} min")
     escalation = Escalation.objects.select_related("claimed_by").get(pk=escalation_id)
@@ -159,6 +165,10 @@ def escalation_extend_deadline(*, escalation_id: int, reviewer: AbstractBaseUser
         return escalation
     if escalation.status != EscalationStatus.OPEN:
         raise EscalationError(f"escalation {escalation_id} is already {escalation.status}")
+    if escalation.kind == EscalationKind.AUDIT_SAMPLE:
+        raise EscalationError(
+            "deadline: an audit sample holds nothing, so there is no deadline to extend"
+        )
     problems = []
     holder = escalation_claim_holder(escalation, now=now)
     if holder is None:

@@ -40,6 +40,7 @@ from runs import judging, mapping, sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
 from runs.tools import run_tools
+from runs.vocabulary import verdict_answer_words
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +306,11 @@ def _resolve(
             ]
         )
         # The edits come before the reason: the note is capped, and what ran must show.
-        note = verdict.decision + "".join(f"; {words}" for words in _edit_words(plan))
+        note = verdict.decision
+        if verdict.answer:
+            # What was answered, as the log says it: the history shows it, not just "answer".
+            note += " (" + "; ".join(verdict_answer_words(verdict.answer, None)) + ")"
+        note += "".join(f"; {words}" for words in _edit_words(plan))
         note += f": {verdict.reason}" if verdict.reason else ""
         EscalationEvent.objects.create(
             escalation=escalation,

@@ -189,7 +189,7 @@ def policy_evaluate_page(request: HttpRequest) -> HttpResponse:
 
 @csrf_protect
 def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpResponse:
-    report, source_name = None, ""
+    report, source_name, guardian_version = None, "", None
     if request.method == "POST":
         form = EvaluateForm(request.POST, request.FILES, refused_upload=upload.refused)
         if form.is_valid():
@@ -229,6 +229,12 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
     }
     if report is not None:
         context.update(_report_context(report))
+        # A learnt version is named by its number: "local" would read as the shipped guardian.
+        context["scored_by"] = (
+            f"guardian model version {guardian_version}"
+            if guardian_version is not None
+            else report["model"]
+        )
     return render(
         request,
         "policies/policy_evaluate.html",

@@ -11,7 +11,12 @@ from django_htmx.http import HttpResponseStopPolling
 
 from escalations.models import PEOPLES_SOURCES, LabelledExample
 from guardian_core.engine.conditions import Condition
-from guardian_core.models import GuardianAdapter, GuardianModelVersion, PolicyVersion
+from guardian_core.models import (
+    GuardianAdapter,
+    GuardianModelKind,
+    GuardianModelVersion,
+    PolicyVersion,
+)
 from guardian_core.roles import manage_policy
 from policies.guardian_gate import guardian_model_gate_report
 from policies.learning import (
@@ -31,10 +36,46 @@ LIST_LIMIT = 200
 
 
 def guardian_model_version_list() -> list[GuardianModelVersion]:
-    """The newest LIST_LIMIT versions, with who made them."""
-    return list(
-        GuardianModelVersion.objects.select_related("created_by").order_by("-number")[:LIST_LIMIT]
+    """The newest LIST_LIMIT versions, with who made them and what each sits on (its
+    `kind_words`)."""
+    versions = list(
+        GuardianModelVersion.objects.select_related("created_by", "over").order_by("-number")[
+            :LIST_LIMIT
+        ]
     )
+    for version in versions:
+        version.kind_words = kind_words(version)
+    return versions
+
+
+def kind_words(version: GuardianModelVersion) -> str:
+    """What a version is, naming what it sits on: a map stacked on a retrained version maps
+    that version's answers, not the base model's."""
+    if version.kind != GuardianModelKind.RECALIBRATED:
+        return version.get_kind_display()
+    if version.over_id is not None:
+        return f"Recalibrated (a map over version {version.over.number}'s answers)"
+    return (
+        f"Recalibrated (a map over the {version.get_adapter_display()} guardian's answers as "
+        "it ships)"
+    )
+
+
+def before_words(version: GuardianModelVersion) -> str:
+    """What "before" is in a version's held-out figures: what it was made on top of."""
+    if version.over_id is not None:
+        return f"version {version.over.number}'s answers (the version it sits on)"
+    return f"the {version.get_adapter_display()} guardian's answers as it ships"
+
+
+# The fitting methods of a map, in a few words (engine/calibration.py fits both and keeps the
+# better on the held-out examples).
+METHOD_WORDS = {
+    "isotonic": "isotonic: a stepwise, never-decreasing curve fitted to the labels (any shape, "
+    "needs more examples)",
+    "platt": "Platt: a logistic curve over the answers (two parameters, steadier on few examples)",
+    "retrained": "retrained: the model itself learnt again, no map",
+}
 
 
 def _figure_rows(version: GuardianModelVersion) -> list[dict]:
@@ -50,6 +91,7 @@ def _figure_rows(version: GuardianModelVersion) -> list[dict]:
             {
                 "condition": condition,
                 "method": figures.get("method") or "retrained",
+                "method_words": METHOD_WORDS.get(figures.get("method") or "retrained", ""),
                 "held_out": after.get("n", figures.get("n_held_out", 0)),
                 "ece": (before.get("ece"), after.get("ece")),
                 "brier": (before.get("brier"), after.get("brier")),
@@ -104,8 +146,28 @@ def _polling(jobs: list[GuardianModelJob]) -> bool:
 
 def _jobs() -> list[GuardianModelJob]:
     return list(
-        GuardianModelJob.objects.select_related("version", "over", "created_by").order_by("-pk")[
-            :JOBS_SHOWN
+        GuardianModelJob.objects.select_related(
+            "version", "version__over", "over", "created_by"
+        ).order_by("-pk")[:JOBS_SHOWN]
+    )
+
+
+# The form's fields as its labels name them: an error names the field the admin sees.
+FIELD_LABELS = {
+    "kind": "How",
+    "adapter": "Over which guardian",
+    "over": "On top of version",
+    "conditions": "Conditions",
+    "job": "The same job",
+}
+
+
+def _stackable() -> list[GuardianModelVersion]:
+    """The versions a map may sit on from the form: retrained ones (a map over a map would fit
+    on answers already mapped; the base is the empty choice)."""
+    return list(
+        GuardianModelVersion.objects.filter(kind=GuardianModelKind.RETRAINED).order_by("-number")[
+            :LIST_LIMIT
         ]
     )
 
@@ -165,6 +227,11 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
             "conditions": [c.value for c in Condition],
             "labelled": LabelledExample.objects.filter(source__in=PEOPLES_SOURCES).count(),
             "errors": errors,
+            "error_rows": [
+                (field, FIELD_LABELS.get(field, field.capitalize()), problems)
+                for field, problems in errors.items()
+            ],
+            "stackable": _stackable(),
             "posted": request.POST if errors else None,
         },
         status=400 if errors else 200,
@@ -219,12 +286,18 @@ def guardian_model_detail_page(request: HttpRequest, version_id: int) -> HttpRes
     version = get_object_or_404(
         GuardianModelVersion.objects.select_related("created_by", "over"), pk=version_id
     )
+    rows = _figure_rows(version)
+    # The note on a condition with no live prior is one sentence for all of them: said once.
+    prior_notes = list(dict.fromkeys(row["prior_note"] for row in rows if row["prior_note"]))
     return render(
         request,
         "policies/guardian_model_detail.html",
         {
             "version": version,
-            "figure_rows": _figure_rows(version),
+            "kind_words": kind_words(version),
+            "before_words": before_words(version),
+            "prior_notes": prior_notes,
+            "figure_rows": rows,
             "activations": version.activations.select_related("activated_by")[:50],
             "active": GuardianModelVersion.objects.filter(
                 adapter=version.adapter, is_active=True

@@ -379,6 +379,29 @@ def _held_out_paired(
     difference with its bootstrap interval, at the live prior the map answers at (else the
     held-out share) and the active policy's threshold: on 60 rows an ECE that "fell" may be
     noise, and the interval says so (engine/paired.py)."""
+    held = list(fit.held_out_indices)
+    raw = [s.p[i] for i in held]
+    return _paired_figures(
+        condition,
+        [s.y[i] for i in held],
+        raw,
+        [apply_map(mapping, v) for v in raw],
+        (mapping.get("prior") or {}).get("live"),
+        bins,
+    )
+
+
+def _paired_figures(
+    condition: Condition,
+    y: Sequence[bool],
+    before: Sequence[float],
+    after: Sequence[float],
+    prior: float | None,
+    bins: int,
+) -> dict:
+    """Before and after on the same held-out examples, paired, each difference with its
+    bootstrap interval, at `prior` (None: the examples' own share of positives) and the active
+    policy's threshold (the version's page shows the ECE's)."""
     from guardian_core.engine.paired import paired_bootstrap
     from guardian_core.engine.thresholds import default_policy
     from guardian_core.models import PolicyVersion
@@ -388,16 +411,7 @@ def _held_out_paired(
     thresholds = (
         thresholds_of(policy) if policy and not policy.problems() else default_policy().thresholds
     )
-    held = list(fit.held_out_indices)
-    raw = [s.p[i] for i in held]
-    comparison = paired_bootstrap(
-        [s.y[i] for i in held],
-        raw,
-        [apply_map(mapping, v) for v in raw],
-        thresholds[condition],
-        prior=(mapping.get("prior") or {}).get("live"),
-        bins=bins,
-    )
+    comparison = paired_bootstrap(y, before, after, thresholds[condition], prior=prior, bins=bins)
     return {
         "prior": comparison.prior,
         "replicates": comparison.replicates,
@@ -559,14 +573,12 @@ def guardian_model_retrain_local(
             projections = [mine[i][2] for i in held]
             labels = y[held]
             entry["held_out_ids"] = [mine[i][0] for i in held]
-            entry["before"] = calibration_figures(
-                _compared(condition, model_for(condition).answers(projections)),
-                labels,
-                bins,
-            )
-            entry["after"] = calibration_figures(
-                _compared(condition, model.answers(projections)), labels, bins
-            )
+            before = _compared(condition, model_for(condition).answers(projections))
+            after = _compared(condition, model.answers(projections))
+            entry["before"] = calibration_figures(before, labels, bins)
+            entry["after"] = calibration_figures(after, labels, bins)
+            # On a few dozen held-out rows an ECE that moved may be noise: its interval says.
+            entry["held_out_paired"] = _paired_figures(condition, labels, before, after, None, bins)
             fitted[condition] = model
         figures[condition.value] = entry
     version = _version_create(
@@ -609,8 +621,9 @@ def guardian_model_job_problems(
     *, kind: str, adapter: str, conditions: Sequence[str] = (), over: int | None = None
 ) -> dict[str, list[str]]:
     """Every bad field of a job request: an unknown kind, adapter or condition, a retraining
-    of anything but the local guardian, or a version to stack on that is not one of the
-    adapter's (or with a kind that does not stack); {} when it may be queued."""
+    of anything but the local guardian, a version to stack on that is not one of the
+    adapter's, is itself a map, or comes with a kind that does not stack; and ("job") a job
+    the same as one queued or running. {} when it may be queued."""
     problems: dict[str, list[str]] = {}
     if kind not in GuardianModelJobKind.values:
         problems["kind"] = [f"Choose one of: {', '.join(GuardianModelJobKind.values)}."]
@@ -629,7 +642,48 @@ def guardian_model_job_problems(
             problems["over"] = [f"There is no guardian model version {over}."]
         elif under.adapter != adapter:
             problems["over"] = [f"Version {over} is a {under.adapter} guardian, not {adapter}."]
+        elif under.kind == GuardianModelKind.RECALIBRATED:
+            # A map over a map refits answers already mapped (…/cal-3/cal-4): fit afresh over
+            # what the map sits on instead.
+            base = f"version {under.over.number}" if under.over_id else "none (as it ships)"
+            problems["over"] = [
+                f"Version {over} is itself a map: a new map sits on a retrained version or "
+                f"on the guardian as it ships. Choose {base}, what version {over} sits on, to "
+                "fit its map again."
+            ]
+    if not problems:
+        same = guardian_model_job_unfinished_same(
+            kind=kind, adapter=adapter, conditions=conditions, over=over
+        )
+        if same is not None:
+            problems["job"] = [
+                f"Job {same.pk}, the same (kind, guardian, conditions, version underneath), is "
+                f"already {same.get_status_display().lower()}: its version will appear here. "
+                "Not queued again."
+            ]
     return problems
+
+
+def guardian_model_job_unfinished_same(
+    *, kind: str, adapter: str, conditions: Sequence[str] = (), over: int | None = None
+) -> GuardianModelJob | None:
+    """A queued or running job asking for what this one would (same kind, adapter, set of
+    conditions and version underneath): two identical jobs would make two identical
+    versions. None when there is none."""
+    unfinished = GuardianModelJob.objects.filter(
+        kind=kind,
+        adapter=adapter,
+        status__in=[GuardianModelJobStatus.QUEUED, GuardianModelJobStatus.RUNNING],
+    )
+    unfinished = (
+        unfinished.filter(over__isnull=True)
+        if over is None
+        else unfinished.filter(over__number=over)
+    )
+    wanted = set(conditions)
+    return next(
+        (job for job in unfinished.order_by("pk") if set(job.conditions or []) == wanted), None
+    )
 
 
 _RETRAINING = (GuardianModelJobKind.RETRAIN, GuardianModelJobKind.RETRAIN_RECALIBRATE)

@@ -95,6 +95,12 @@ class Day:
     def escalation_rate(self) -> float | None:
         return self.escalations / self.decisions if self.decisions else None
 
+    @property
+    def escalation_percent(self) -> float | None:
+        """The rate in percent: the unit of the chart's axis, which the table beside it shares."""
+        rate = self.escalation_rate
+        return None if rate is None else 100 * rate
+
 
 def turn_probability(condition: Condition, answers: object, risk_answers: object) -> float | None:
     """The compared probability that decides a turn for `condition`; None when malformed or
@@ -392,8 +398,8 @@ def banners(
         per_hour = escalations_per_hour(days[-1], now=now)
         if per_hour > capacity:
             out.append(
-                f"Escalations on {days[-1].day}: {per_hour:.2f} per hour since its first "
-                f"decision, above the reviewers' capacity of {capacity:g} per hour "
+                f"Escalations on {days[-1].day}: {per_hour:.2f} escalations per hour since its "
+                f"first decision, above the reviewers' capacity of {capacity:g} per hour "
                 "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR). That counts every escalation of the "
                 "day, held irreversible calls included, which no δ changes; the bands "
                 "suggested below count each condition's own band only, over the whole "

@@ -573,3 +573,37 @@ def test_the_migration_selects_imports_as_imported_and_verdicts_and_judge_labels
 
     with pytest.raises(DatabaseError, match="append-only"):
         LabelledExample.objects.filter(pk=ids["import"]).update(selection="near_miss")
+
+
+@pytest.mark.django_db
+def test_an_audit_items_page_says_it_was_sampled_offers_no_extension_and_logs_the_answer(
+    settings, client, reviewer
+):
+    from django.utils.html import escape
+
+    from escalations.claims import escalation_extend_deadline
+    from runs.vocabulary import source_words
+
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 1.0
+    run = reading_run()
+    run_advance(run_id=run.pk)
+    item = audit_items(run).get()
+    condition = item.reason["triggered"][0]["source"]
+    client.force_login(reviewer)
+    page = client.get(f"/escalations/{item.pk}/").content.decode()
+    assert "The sampled turn" in page
+    assert "The escalated turn" not in page  # nothing was escalated
+    assert "Extend the deadline once" not in page  # it holds nothing
+    with pytest.raises(EscalationError, match="audit sample holds nothing"):
+        escalation_extend_deadline(escalation_id=item.pk, reviewer=reviewer)
+    assert escape("the guardian's probability") in page
+    assert "by the guardian;" not in item.summary
+    answer = "0" if condition == Condition.DRIFT else "no"
+    client.post(
+        f"/escalations/{item.pk}/decide",
+        {"decision": "answer", f"answer_{condition}": answer},
+        HTTP_HX_REQUEST="true",
+    )
+    page = client.get(f"/escalations/{item.pk}/").content.decode()
+    history = page.split('id="history-title"', 1)[1]
+    assert f"answer ({escape(source_words(condition))}: {answer})" in history

@@ -42,6 +42,9 @@ def test_an_admin_uploads_traces_and_reads_a_diagram_per_condition(
     page.wait_for_load_state("networkidle")
 
     expect(page.get_by_role("heading", name="Report")).to_be_visible()
+    # The focus is on the report, below the long form, not on <body>.
+    expect(page.get_by_role("heading", name="Report")).to_be_focused()
+    expect(page.get_by_role("heading", name="Report")).to_be_in_viewport()
     diagrams = page.locator("svg.reliability-svg")
     expect(diagrams).to_have_count(2)  # integrity and risk; drift has no scored row
     for i in range(2):

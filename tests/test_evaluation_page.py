@@ -375,3 +375,35 @@ def test_the_page_leaves_out_what_the_version_learnt_from_and_says_so(admin_clie
         "Left out: 4 rows exported from the labelled examples guardian model version 7 learnt "
         "from (4 examples" in response.content.decode()
     )
+
+
+def test_every_aria_describedby_names_an_element_of_the_page(admin_client, active_version):
+    page = admin_client.get(URL).content.decode()
+    named = {
+        ref for refs in re.findall(r'aria-describedby="([^"]*)"', page) for ref in refs.split()
+    }
+    assert named  # the fields do point at their help texts
+    assert {ref for ref in named if f'id="{ref}"' not in page} == set()
+
+
+def test_the_report_takes_the_focus_and_names_the_version_that_scored_it(
+    admin_client, active_version
+):
+    from tests.test_evaluate import _unscored_lines
+
+    version = GuardianModelVersion.objects.create(
+        number=7,
+        adapter="local",
+        base_model_version=LocalGuardian().model_version,
+        kind="recalibrated",
+        calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.0, 1.0]}},
+        example_ids=[],
+        examples_digest="0" * 64,
+    )
+    fields = {"policy": active_version.number, "model": "version:7"}
+    page = _post(
+        admin_client, traces=_upload("\n".join(_unscored_lines())), **fields
+    ).content.decode()
+    assert '<h2 id="report-title" tabindex="-1" autofocus>' in page
+    assert f"scored by guardian model version 7 ({version.model_version})" in page
+    assert "scored by local (" not in page

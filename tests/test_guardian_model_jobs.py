@@ -183,6 +183,8 @@ def test_retrain_then_recalibrate_is_one_job_and_the_map_sits_on_the_retrained_v
     assert top.base_model_version == top.over.model_version
     assert top.model_version.endswith(f"/train-{top.over.number}/cal-{top.number}")
     assert (top.is_active, top.over.is_active) == (False, False)
+    # The retrained version's held-out ECE carries its interval, as the map's does.
+    assert "low" in top.over.figures["integrity"]["held_out_paired"]["figures"]["ece"]
 
 
 @pytest.mark.django_db
@@ -191,7 +193,7 @@ def test_a_versions_page_offers_a_recalibration_on_top_of_it(
 ):
     from tests.factories import make_guardian_model_version
 
-    under = make_guardian_model_version()
+    under = make_guardian_model_version(kind="retrained", calibration={})
     client.force_login(admin)
     page = client.get(reverse("policies:model_detail", args=[under.pk])).content.decode()
     assert f"Recalibrate on top of version {under.number}" in page
@@ -298,9 +300,10 @@ def test_a_job_whose_worker_went_silent_is_swept_to_failed_and_the_page_says_so(
 def test_a_job_running_or_queued_past_the_timeout_is_failed_with_why(settings):
     settings.GUARDIAN_MODEL_JOB_TIMEOUT_MINUTES = 30
     now = timezone.now()
-    slow = guardian_model_job_start(kind="recalibrate", adapter="local")
+    # Each asks for other conditions: a job the same as an unfinished one is not queued.
+    slow = guardian_model_job_start(kind="recalibrate", adapter="local", conditions=["integrity"])
     _running(slow, started=now - timedelta(minutes=31), heartbeat=now)  # alive, but too long
-    waiting = guardian_model_job_start(kind="recalibrate", adapter="local")
+    waiting = guardian_model_job_start(kind="recalibrate", adapter="local", conditions=["risk"])
     fresh = guardian_model_job_start(kind="recalibrate", adapter="local")
     GuardianModelJob.objects.filter(pk=waiting.pk).update(created_at=now - timedelta(minutes=31))
 

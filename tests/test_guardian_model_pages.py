@@ -266,3 +266,163 @@ def test_a_candidate_that_ranks_worse_is_refused_even_if_calibrated(labelled):
     )
     report = guardian_model_gate_report(candidate=upside_down)
     assert any("tells the classes apart less well (AUROC" in r for r in report["reasons"])
+
+
+# ---- what a version sits on, its priors, and the jobs that make versions ---------------------
+
+
+def _text(html: str) -> str:
+    """The page as read: tags out, spaces collapsed."""
+    import html as html_lib
+    import re
+
+    from django.utils.html import strip_tags
+
+    return re.sub(r"\s+", " ", html_lib.unescape(strip_tags(html)))
+
+
+@pytest.fixture
+def stacked(db):
+    """A retrained version and a map on top of it, made by one retrain-then-recalibrate job."""
+    from policies.models import GuardianModelJob
+
+    retrained = make_guardian_model_version(
+        kind="retrained",
+        calibration={},
+        figures={
+            "integrity": {
+                "taught": 40,
+                "n_held_out": 20,
+                "before": {"n": 20, "ece": 0.10, "brier": 0.2},
+                "after": {"n": 20, "ece": 0.17, "brier": 0.22},
+            }
+        },
+    )
+    note = "no live prior known (none stated): the map answers at the labelled share"
+    top = make_guardian_model_version(
+        over=retrained,
+        base_model_version=retrained.model_version,
+        figures={
+            condition: {
+                "method": "platt",
+                "before": {"n": 60, "ece": 0.09, "brier": 0.2},
+                "after": {"n": 60, "ece": 0.05, "brier": 0.18},
+                "prior": {"fitted": 0.381, "live": None, "note": note},
+                "held_out_paired": {
+                    "prior": 0.389,
+                    "figures": {
+                        "ece": {"low": -0.047, "high": -0.018, "significant": True, "prior": 0.389}
+                    },
+                },
+            }
+            for condition in ("integrity", "scope")
+        },
+    )
+    job = GuardianModelJob.objects.create(
+        kind="retrain_recalibrate", adapter="local", status="done", version=top
+    )
+    return retrained, top, job, note
+
+
+def test_a_map_on_a_retrained_version_names_it_and_its_job_names_both_versions(
+    client, admin, stacked
+):
+    retrained, top, job, _ = stacked
+    client.force_login(admin)
+    listed = _text(client.get(reverse("policies:models")).content.decode())
+    assert f"Recalibrated (a map over version {retrained.number}'s answers)" in listed
+    assert "a map over the base model's probabilities" not in listed
+    assert (
+        f"Done: retrained version {retrained.number}, recalibrated on top: version {top.number}"
+        in listed
+    )
+    assert "Active no" in listed  # inactive versions say so
+    page = _text(client.get(reverse("policies:model_detail", args=[top.pk])).content.decode())
+    assert f"Before is version {retrained.number}'s answers (the version it sits on)" in page
+    assert "the adapter's own answers" not in page
+
+
+def test_the_priors_and_the_ece_interval_say_what_they_are_and_the_note_comes_once(
+    client, admin, stacked
+):
+    _, top, _, note = stacked
+    client.force_login(admin)
+    page = _text(client.get(reverse("policies:model_detail", args=[top.pk])).content.decode())
+    assert "ECE after − before, 95 %: -0.047 to -0.018" in page
+    assert "read at 0.389, the held-out examples' share of positives" in page
+    assert "at prior 0.389: difference" not in page
+    assert page.count(note) == 1  # one sentence for both conditions, said once
+    assert "none known (below)" in page
+    assert "— (no live prior)" in page
+    assert "Platt: a logistic curve" in page  # what "platt" means
+
+
+def test_a_retrained_versions_page_says_why_it_has_no_priors_and_shows_its_interval(
+    client, admin, stacked
+):
+    retrained, _, _, _ = stacked
+    client.force_login(admin)
+    url = reverse("policies:model_detail", args=[retrained.pk])
+    page = _text(client.get(url).content.decode())
+    assert "A retrained version has no map, so it records no prior" in page
+    assert "without an interval" in page  # its figures predate the interval
+    retrained.figures["integrity"]["held_out_paired"] = {
+        "prior": 0.5,
+        "figures": {"ece": {"low": 0.01, "high": 0.12, "significant": True, "prior": 0.5}},
+    }
+    retrained.save(update_fields=["figures"])
+    page = _text(client.get(url).content.decode())
+    assert "ECE after − before, 95 %: 0.010 to 0.120" in page
+
+
+def test_a_map_is_offered_on_a_retrained_version_not_stacked_on_another_map(client, admin, stacked):
+    from policies.models import GuardianModelJob
+
+    retrained, top, _, _ = stacked
+    client.force_login(admin)
+    on_retrained = client.get(reverse("policies:model_detail", args=[retrained.pk]))
+    assert f"Recalibrate on top of version {retrained.number}" in on_retrained.content.decode()
+    on_map = client.get(reverse("policies:model_detail", args=[top.pk])).content.decode()
+    assert f"Recalibrate on top of version {top.number}" not in on_map
+    assert f"Fit a new map over version {retrained.number}" in on_map
+    assert f'name="over" value="{retrained.number}"' in on_map
+    refused = client.post(
+        reverse("policies:models"),
+        {"kind": "recalibrate", "adapter": "local", "over": str(top.number)},
+    )
+    assert refused.status_code == 400
+    body = refused.content.decode()
+    assert f"Version {top.number} is itself a map" in body
+    assert '<a href="#id_over">On top of version</a>' in body  # the field's label, not "Over"
+    assert GuardianModelJob.objects.count() == 1
+
+
+def test_a_job_the_same_as_one_queued_is_refused_saying_so(
+    client, admin, stacked, django_capture_on_commit_callbacks
+):
+    from policies.models import GuardianModelJob
+
+    retrained, _, _, _ = stacked
+    client.force_login(admin)
+    fields = {"kind": "recalibrate", "adapter": "local", "over": str(retrained.number)}
+    with django_capture_on_commit_callbacks():
+        assert client.post(reverse("policies:models"), fields).status_code == 302
+    queued = GuardianModelJob.objects.latest("pk")
+    again = client.post(reverse("policies:models"), fields)
+    assert again.status_code == 400
+    assert f"Job {queued.pk}, the same" in _text(again.content.decode())
+    assert "already queued" in again.content.decode()
+    assert GuardianModelJob.objects.count() == 2
+    other = {**fields, "conditions": ["integrity"]}  # other conditions: another job
+    with django_capture_on_commit_callbacks():
+        assert client.post(reverse("policies:models"), other).status_code == 302
+
+
+def test_the_version_underneath_is_chosen_among_retrained_versions(client, admin, stacked):
+    retrained, top, _, _ = stacked
+    client.force_login(admin)
+    page = client.get(reverse("policies:models")).content.decode()
+    form_field = page.split('<select id="id_over"', 1)[1].split("</select>", 1)[0]
+    assert f'<option value="{retrained.number}">version {retrained.number}' in form_field
+    assert f'value="{top.number}"' not in form_field  # a map is not stacked on
+    assert '<option value="">None: the guardian as it ships</option>' in form_field

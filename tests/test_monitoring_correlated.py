@@ -156,6 +156,8 @@ def test_the_page_says_independence_does_not_hold_where_the_guardian_misses_what
     assert e.caution == ""
     assert '<section aria-labelledby="correlated-title"' in body
     assert "over the 10 runs that ended in the last 14 days" in body
+    assert "The Runs column counts, per condition, those of them" in body  # why they differ
+    assert "<th>Runs measured</th>" in body
     section = body.split('id="correlated-integrity"')[1].split("</li>")[0]
     assert "The guardian misses more where the actor is wrong" in section
     assert "independence does not hold" in section
@@ -189,6 +191,7 @@ def test_few_turns_carry_a_caution_and_run_text_is_never_shown_raw(
     assert e.reading == Reading.TOO_FEW
     section = body.split('id="correlated-integrity"')[1].split("</li>")[0]
     assert "Caution: Too few turns to tell: 6 actor-wrong turns from 2 runs" in section
+    assert section.count("Too few turns") == 1  # said once, with the counts
     assert "<script>alert" not in body
     # Conditions whose probability no decision logged are shown, empty.
     assert "<strong>drift</strong>: No turn to measure yet.</li>" in body

@@ -134,5 +134,6 @@ def test_rates_per_hour_count_from_the_days_first_decision_not_from_midnight():
     assert days[-1].first_at == now - timedelta(hours=2)
     assert monitoring.escalations_per_hour(days[-1], now=now) == pytest.approx(1.5)
     assert monitoring.traffic(days, now=now).hours == pytest.approx(2.0)
-    assert any("1.50 per hour" in b for b in monitoring.banners(days, capacity_per_hour=1, now=now))
+    banners = monitoring.banners(days, capacity_per_hour=1, now=now)
+    assert any("1.50 escalations per hour" in b for b in banners)
     assert not monitoring.banners(days, capacity_per_hour=2, now=now)

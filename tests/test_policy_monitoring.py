@@ -534,3 +534,19 @@ def test_a_young_log_says_its_rates_per_hour_are_early_ones(client, admin):
     client.force_login(admin)
     body = client.get(reverse("policies:monitoring")).content.decode()
     assert "Every rate per hour here is an early one" in body
+
+
+def test_each_rate_says_what_it_counts_and_the_day_table_shares_the_charts_unit(client, admin):
+    demo_policy_version()
+    _decisions_today(
+        [(DecisionOutcome.ESCALATE, 0.15)] * 3 + [(DecisionOutcome.CONTINUE, 0.05)] * 5
+    )
+    client.force_login(admin)
+    body = client.get(reverse("policies:monitoring")).content.decode()
+    banner = next(b for b in monitoring.banners(monitoring.decision_days(), capacity_per_hour=1))
+    assert re.search(r"\d+\.\d\d escalations per hour since its first decision", banner)
+    assert re.search(r"recent 8 turns \(\d+\.\d\d turns per hour\)", body)
+    days = body.split('id="escalations-title"', 1)[1].split("</section>", 1)[0]
+    assert "<th>Rate</th>" in days
+    assert "<td>37.5 %</td>" in days  # 3 of 8, as the axis reads it (in %)
+    assert "<td>0.375</td>" not in days

@@ -233,10 +233,11 @@ def test_celery_queue_depth_counts_the_waiting_messages(client, metrics_on):
     with celery_app.connection_for_write() as broker:
         celery_app.control.purge(connection=broker)
     try:
-        for _ in range(2):
-            celery_app.send_task("runs.sweep_stalled_runs", queue="celery")
+        for _ in range(2):  # routed by the settings to the maintenance queue
+            celery_app.send_task("runs.sweep_stalled_runs")
         samples = scrape(client)
-        assert value(samples, "guardian_celery_queue_depth", queue="celery") == 2
+        assert value(samples, "guardian_celery_queue_depth", queue="maintenance") == 2
+        assert value(samples, "guardian_celery_queue_depth", queue="turns") == 0
     finally:
         with celery_app.connection_for_write() as broker:
             celery_app.control.purge(connection=broker)

@@ -33,6 +33,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -932,6 +933,8 @@ def external_webhook_deliver(*, escalation_id: int) -> str:
     )
     if delivery.delivered_at is not None:
         return "delivered"
+    if delivery.given_up_at is not None:
+        return "given up"
     body = webhook_body(escalation)
     headers = {
         "Content-Type": "application/json",
@@ -957,8 +960,60 @@ def external_webhook_deliver(*, escalation_id: int) -> str:
         status_code=status,
         error=error,
         delivered_at=None if error else timezone.now(),
+        last_attempt_at=timezone.now(),
     )
     return "retry" if error else "delivered"
+
+
+# A delivery's task retries itself 8 times (runs.tasks.deliver_verdict), at most 300 s apart:
+# one idle for longer than that lost its task (a worker killed, a broker that restarted empty).
+WEBHOOK_MAX_ATTEMPTS = 9
+WEBHOOK_IDLE_SECONDS = 600
+
+
+def webhook_deliveries_sweep(*, now=None) -> dict[str, list[int]]:
+    """The sweeper's pass over verdict webhooks (runs/sweeps.py): a verdict whose delivery
+    went idle undelivered is sent again (by escalation id), or given up once every attempt is
+    spent, with the reason kept on the delivery and shown on the run page; a decided verdict
+    of a run with a webhook and no delivery at all (its message was lost before the first
+    attempt) is sent. The receiver dedupes by X-Guardian-Delivery, so a late retry that
+    crosses the sweep's is harmless."""
+    from runs.queue import verdict_webhook_send
+
+    now = now or timezone.now()
+    idle = now - timedelta(seconds=WEBHOOK_IDLE_SECONDS)
+    resent: list[int] = []
+    given_up: list[int] = []
+    stale = WebhookDelivery.objects.filter(
+        delivered_at__isnull=True, given_up_at__isnull=True
+    ).filter(Q(last_attempt_at__lt=idle) | Q(last_attempt_at__isnull=True, created_at__lt=idle))
+    for delivery_id, escalation_id, attempts, error in stale.values_list(
+        "pk", "escalation_id", "attempts", "error"
+    ):
+        if attempts >= WEBHOOK_MAX_ATTEMPTS:
+            WebhookDelivery.objects.filter(pk=delivery_id, delivered_at__isnull=True).update(
+                given_up_at=now,
+                error=(f"given up after {attempts} attempts; last: {error}")[:500],
+            )
+            given_up.append(escalation_id)
+        else:
+            verdict_webhook_send(escalation_id)
+            resent.append(escalation_id)
+    never_sent = (
+        Escalation.objects.filter(
+            resolved_at__lt=idle,
+            verdict__isnull=False,
+            run__actor=EXTERNAL,
+            run__webhook__isnull=False,
+            webhook_delivery__isnull=True,
+        )
+        .exclude(kind=EscalationKind.AUDIT_SAMPLE)  # its verdict tells the run nothing
+        .values_list("pk", flat=True)
+    )
+    for escalation_id in never_sent:
+        verdict_webhook_send(escalation_id)
+        resent.append(escalation_id)
+    return {"resent": resent, "given_up": given_up}
 
 
 def external_run_start(*, webhook_url: str = "", **fields) -> tuple[Run, str]:

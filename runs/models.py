@@ -318,6 +318,10 @@ class WebhookDelivery(models.Model):
     error = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the last attempt ended (the sweeper's clock: a delivery idle for long lost its
+    # task), and when the sweeper gave up on it, having spent every attempt.
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    given_up_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"delivery of escalation {self.escalation_id} ({self.attempts} attempts)"

@@ -27,6 +27,10 @@ def verdict_webhook_after_commit(escalation_id: int) -> None:
 
     def send() -> None:
         if RunWebhook.objects.filter(run__escalations__pk=escalation_id).exists():
-            current_app.send_task(DELIVER_VERDICT, args=(escalation_id,), ignore_result=True)
+            verdict_webhook_send(escalation_id)
 
     transaction.on_commit(send)
+
+
+def verdict_webhook_send(escalation_id: int) -> None:
+    current_app.send_task(DELIVER_VERDICT, args=(escalation_id,), ignore_result=True)

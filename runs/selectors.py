@@ -528,3 +528,13 @@ def _run_cursor_values(cursor: str) -> tuple[datetime, int] | None:
     if isinstance(pk, bool) or not isinstance(pk, int) or not 0 <= pk < 2**63:
         return None
     return created, pk
+
+
+def run_webhook_deliveries(*, run: Run) -> list:
+    """An external run's verdicts as its webhook received them (or did not), for its page; no
+    query for the other runs."""
+    from runs.models import WebhookDelivery
+
+    if run.actor != "external":
+        return []
+    return list(WebhookDelivery.objects.filter(webhook__run_id=run.pk).order_by("escalation_id"))

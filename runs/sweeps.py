@@ -26,7 +26,7 @@ from escalations.models import (
 from escalations.notifications import notification_deliveries_sweep
 from guardian_core.logs import log_context
 from runs import sealing
-from runs.external import external_steps_abandoned
+from runs.external import external_steps_abandoned, webhook_deliveries_sweep
 from runs.models import Run, RunStatus
 from runs.queue import enqueue
 
@@ -54,6 +54,7 @@ def run_sweep_stalled(*, now=None) -> list[int]:
     _expire_escalations(now)
     external_steps_abandoned(now=now)
     notification_deliveries_sweep(now=now)
+    webhook_deliveries_sweep(now=now)
     return [run_id for run_id, _, _ in found]
 
 

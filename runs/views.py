@@ -25,6 +25,7 @@ from runs.selectors import (
     run_policy_numbers,
     run_recent_model_versions,
     run_timeline,
+    run_webhook_deliveries,
 )
 from runs.stop_reasons import STOP_REASONS
 from runs.timeline import (
@@ -172,6 +173,7 @@ def run_detail_page(request: HttpRequest, run_id: int) -> HttpResponse:
         "can_review": request.user.has_perm("escalations.review_escalation"),
         # Only the head of a live run polls; an older page stays as it is.
         "poll_url": _run_url(run.pk, stamp=stamp) if live and before is None else "",
+        "webhook_deliveries": run_webhook_deliveries(run=run),
     }
     # A poll or an htmx page of turns swaps the live head; a Back restore needs the whole page.
     partial = bool(request.htmx) and not request.htmx.history_restore_request

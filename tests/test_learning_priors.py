@@ -383,4 +383,5 @@ def test_the_versions_page_shows_both_priors_and_the_held_out_interval(
     assert "0.050" in priors
     assert "stated by an admin" in priors
     ece = figures["held_out_paired"]["figures"]["ece"]
-    assert f"at prior 0.050: difference 95 % {ece['low']:.3f} to {ece['high']:.3f}" in page
+    assert f"ECE after − before, 95 %: {ece['low']:.3f} to {ece['high']:.3f}" in page
+    assert "read at 0.050, the live prior" in page

@@ -1,5 +1,10 @@
 """API endpoints for runs."""
 
+import hashlib
+import json
+import re
+
+from django.db import IntegrityError
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -11,7 +16,13 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers
-from rest_framework.exceptions import MethodNotAllowed, NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    MethodNotAllowed,
+    NotFound,
+    PermissionDenied,
+    ValidationError,
+)
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,7 +33,7 @@ from guardian_core.api import HasRequiredPermission
 from guardian_core.api_schema import ErrorResponse
 from runs.audit import CSV_COLUMNS, decision_csv_lines, run_export_text
 from runs.external import EXTERNAL, external_run_start, external_run_summary
-from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
+from runs.models import Decision, DecisionOutcome, Run, RunStatus, RunWebhook, ToolCall, Turn
 from runs.presentation import decision_log_filename
 from runs.selectors import (
     RUN_LIST_PAGE_MAX,
@@ -508,7 +519,20 @@ class RunCreateApi(APIView):
     permission_classes = [HasRequiredPermission]
     required_permission = "runs.add_run"
 
-    @extend_schema(request=RunCreateInputSerializer, responses={201: RunOutputSerializer})
+    @extend_schema(
+        request=RunCreateInputSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="Send the same key with every retry of one start (e.g. a uuid): a "
+                "retry whose first answer was lost gets the run it made (200), not a second run; "
+                "the key with another request is a 409.",
+            )
+        ],
+        responses={201: RunOutputSerializer, 200: RunOutputSerializer},
+    )
     def post(self, request: Request) -> Response:
         serializer = RunCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -517,6 +541,19 @@ class RunCreateApi(APIView):
         if external and not request.user.has_perm("runs.drive_run"):
             raise PermissionDenied("an external run is driven by its caller: runs.drive_run")
         webhook_url = data.pop("webhook_url", "")
+        key = request.headers.get("Idempotency-Key", "")
+        if key:
+            if not START_KEY.fullmatch(key):
+                raise ValidationError(
+                    {"Idempotency-Key": "1 to 128 letters, digits and . _ : - (e.g. a uuid)"}
+                )
+            data["start_key"] = key
+            data["start_digest"] = hashlib.sha256(
+                json.dumps(request.data, sort_keys=True, default=str).encode()
+            ).hexdigest()
+            earlier = _started_under(request.user, key)
+            if earlier is not None:
+                return _start_again(earlier, data["start_digest"])
         try:
             if external:
                 data.pop("actor")
@@ -527,6 +564,12 @@ class RunCreateApi(APIView):
                 run, secret = run_start(**data, created_by=request.user), ""
         except RunError as exc:  # what only run_start can know, e.g. no active policy version
             raise ValidationError({"detail": str(exc)}) from None
+        except IntegrityError:
+            # The same key sent twice at once: the other request made the run.
+            earlier = _started_under(request.user, key) if key else None
+            if earlier is None:
+                raise
+            return _start_again(earlier, data["start_digest"])
         body = RunOutputSerializer(run_get(run_id=run.pk)).data
         if external:
             # Where its caller goes next; the webhook's secret is shown here only.
@@ -534,6 +577,35 @@ class RunCreateApi(APIView):
             if secret:
                 body["webhook_secret"] = secret
         return Response(body, status=201)
+
+
+START_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+class StartKeyConflict(APIException):
+    status_code = 409
+    default_detail = "conflict"
+
+
+def _started_under(user, key: str) -> Run | None:
+    return Run.objects.filter(created_by=user, start_key=key).first()
+
+
+def _start_again(run: Run, digest: str) -> Response:
+    """A retried start: the run its key made, as the first answer gave it (200, not 201: nothing
+    new was made), or 409 if the key came with another request."""
+    if run.start_digest != digest:
+        raise StartKeyConflict(
+            f"Idempotency-Key already started run {run.pk} with another request; "
+            "use a new key for a new run"
+        )
+    body = RunOutputSerializer(run_get(run_id=run.pk)).data
+    if run.actor == EXTERNAL:
+        body = {**body, **external_run_summary(run)}
+        webhook = RunWebhook.objects.filter(run=run).first()
+        if webhook is not None:  # the same caller, whose first answer was lost
+            body["webhook_secret"] = webhook.secret
+    return Response(body, status=200)
 
 
 class RunCancelApi(APIView):

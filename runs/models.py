@@ -66,6 +66,10 @@ class Run(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The caller's Idempotency-Key for starting it, and a digest of what it asked: a retried
+    # start (its answer lost) finds this run again instead of making a second one.
+    start_key = models.CharField(max_length=128, blank=True, default="")
+    start_digest = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -77,6 +81,11 @@ class Run(models.Model):
             ("drive_run", "Can drive an external run: propose its steps, report their results"),
         ]
         constraints = [
+            models.UniqueConstraint(
+                fields=["created_by", "start_key"],
+                condition=~models.Q(start_key=""),
+                name="run_start_key_unique_per_user",
+            ),
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values),
                 name="run_status_valid",

@@ -52,6 +52,8 @@ def run_start(
     config: dict | None = None,
     created_by=None,
     policy_version: int | None = None,
+    start_key: str = "",
+    start_digest: str = "",
 ) -> Run:
     """Create a run pinned to the active policy version (or version number `policy_version`)
     and enqueue its first turn; an external run's first step is its caller's to propose. A
@@ -105,6 +107,8 @@ def run_start(
             policy_version=version,
             status=RunStatus.RUNNING,
             created_by=created_by,
+            start_key=start_key,
+            start_digest=start_digest,
         )
         # Sealed from its start (runs/chain.py): a run whose every decision is later deleted
         # still has a seal that says where its log ends.

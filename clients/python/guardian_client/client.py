@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,13 @@ class _Request:
     json: Any = None
     params: Mapping[str, Any] | None = None
     timeout: float | None = None
+    headers: Mapping[str, str] | None = None
+
+
+def _start_request(body: Mapping) -> _Request:
+    """Starting a run, under a key of its own that every retry repeats: a start whose answer
+    was lost (a timeout, a 503 after the commit) finds the run it made, not a second one."""
+    return _Request("POST", "/api/runs/start/", body, headers={"Idempotency-Key": uuid.uuid4().hex})
 
 
 def _run_body(
@@ -179,6 +187,7 @@ class Guardian:
                     request.path,
                     json=request.json,
                     params=request.params,
+                    headers=request.headers,
                     timeout=request.timeout or httpx.USE_CLIENT_DEFAULT,
                 )
             except httpx.TransportError as exc:
@@ -213,7 +222,7 @@ class Guardian:
             policy_version=policy_version,
             webhook_url=webhook_url,
         )
-        data = self._send(_Request("POST", "/api/runs/start/", body))
+        data = self._send(_start_request(body))
         return Run(self, data)
 
     def attach(self, run_id: int) -> Run:
@@ -342,6 +351,7 @@ class AsyncGuardian:
                     request.path,
                     json=request.json,
                     params=request.params,
+                    headers=request.headers,
                     timeout=request.timeout or httpx.USE_CLIENT_DEFAULT,
                 )
             except httpx.TransportError as exc:
@@ -375,7 +385,7 @@ class AsyncGuardian:
             policy_version=policy_version,
             webhook_url=webhook_url,
         )
-        return AsyncRun(self, await self._send(_Request("POST", "/api/runs/start/", body)))
+        return AsyncRun(self, await self._send(_start_request(body)))
 
     async def attach(self, run_id: int) -> AsyncRun:
         return AsyncRun(self, await self._send(_Request("GET", f"/api/runs/{run_id}/steps/")))

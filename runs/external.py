@@ -879,30 +879,61 @@ def external_steps_abandoned(*, now=None) -> list[int]:
     )
     handled = []
     for turn in turns:
+        since = timezone.localtime(turn.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        message = (
+            f"AmbiguousCall: handed to the caller to run at {since}; no result came back: "
+            "did it go through? It is not run again."
+        )
         try:
             token, claimed = _lease(turn.run_id)
         except (ExternalError, _Busy):
             continue  # a request works on it right now
-        try:
-            since = timezone.localtime(turn.started_at).strftime("%Y-%m-%d %H:%M:%S")
-            message = (
-                f"AmbiguousCall: handed to the caller to run at {since}; no result came back: "
-                "did it go through? It is not run again."
-            )
-            started = list(
-                ToolCall.objects.filter(turn=turn, status=ToolCallStatus.STARTED).values_list(
-                    "position", flat=True
-                )
-            )
-            ToolCall.objects.filter(turn=turn, status=ToolCallStatus.STARTED).update(
-                status=ToolCallStatus.AMBIGUOUS, error=message
-            )
-            _finish_reported(claimed, token, turn, reported=dict.fromkeys(started, (None, message)))
-        except BaseException:
-            _release(turn.run_id, token)
-            raise
+        _step_ambiguous(claimed, token, turn, message)
         handled.append(turn.pk)
     return handled
+
+
+def external_step_outcome_unknown(
+    *, run_id: int, owner_id: int | None, step: int, message: str
+) -> dict:
+    """The caller lost track of step `step`'s started calls (its connection to the tool broke
+    after the call was sent): each is recorded ambiguous with `message` and the step decided
+    at once, which escalates it to a person, as the sweeper would later. Returns the step's
+    answer. Raises ExternalError."""
+
+    def landed() -> dict | None:
+        turn = Turn.objects.filter(run_id=run_id, index=step).first()
+        return external_step_answer(turn) if turn is not None and turn_decided(turn) else None
+
+    claimed, token, answer = _lease_or_landed(run_id, owner_id, landed)
+    if answer is not None:
+        return answer
+    turn = Turn.objects.filter(run_id=run_id, index=step).first()
+    if turn is None or turn_decided(turn):
+        _release(run_id, token)
+        answer = landed()
+        if answer is None:
+            raise ExternalError(404, f"run {run_id} has no step {step} waiting for results")
+        return answer
+    _step_ambiguous(claimed, token, turn, f"AmbiguousCall: {message}"[:1000])
+    return external_step_answer(turn)
+
+
+def _step_ambiguous(run: Run, token: str, turn: Turn, message: str) -> None:
+    """Record a step's started calls ambiguous and decide it, under the lease `token`."""
+    try:
+        started = list(
+            ToolCall.objects.filter(turn=turn, status=ToolCallStatus.STARTED).values_list(
+                "position", flat=True
+            )
+        )
+        ToolCall.objects.filter(turn=turn, status=ToolCallStatus.STARTED).update(
+            status=ToolCallStatus.AMBIGUOUS, error=message
+        )
+        _finish_reported(run, token, turn, reported=dict.fromkeys(started, (None, message)))
+    except BaseException:
+        _release(turn.run_id, token)
+        raise
 
 
 # ---- webhooks ---------------------------------------------------------------------------------
@@ -1173,6 +1204,7 @@ __all__ = [
     "external_run_summary",
     "external_step_answer",
     "external_step_get",
+    "external_step_outcome_unknown",
     "external_step_propose",
     "external_step_results",
     "external_steps_abandoned",

@@ -127,20 +127,22 @@ def run_start(
     return run
 
 
-def run_cancel(*, run_id: int) -> bool:
+def run_cancel(*, run_id: int, reason: str = "cancelled", only_running: bool = False) -> bool:
     """Stop a run: no call of it starts after this (runs/ports.py checks the run in the
     statement that starts a call), a call running now is noted as running when the run was
     cancelled, and its open escalation closes as cancelled, with any audit sample still open
-    on its turns (nobody need label a cancelled run's turns)."""
-    return retry_on_conflict(lambda: _cancel(run_id))
+    on its turns (nobody need label a cancelled run's turns). `reason` is the stop reason
+    recorded (runs/stop_reasons.py); `only_running` leaves a run that waits on a person."""
+    statuses = (RunStatus.PENDING, RunStatus.RUNNING) if only_running else ACTIVE
+    return retry_on_conflict(lambda: _cancel(run_id, reason, statuses))
 
 
-def _cancel(run_id: int) -> bool:
+def _cancel(run_id: int, reason: str = "cancelled", statuses=ACTIVE) -> bool:
     now = timezone.now()
     with transaction.atomic():
         # The run first, then its escalation: the one lock order (see escalation_resolve).
-        changed = Run.objects.filter(pk=run_id, status__in=ACTIVE).update(
-            status=RunStatus.CANCELLED, stop_reason="cancelled", finished_at=now, updated_at=now
+        changed = Run.objects.filter(pk=run_id, status__in=statuses).update(
+            status=RunStatus.CANCELLED, stop_reason=reason, finished_at=now, updated_at=now
         )
         if changed:
             # An open escalation means the run was waiting (active): only a run this cancel

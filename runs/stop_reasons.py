@@ -2,8 +2,9 @@
 
 # Every code a run's stop_reason can hold, and who writes it: the policy's stop (a condition
 # or a cap, runs/turns.py), the coder ⇄ reviewer loop (runs/review_rounds.py), a reviewer's
-# verdict (escalations/verdicts.py::_move_run), the sweeper (runs/sweeps.py) and cancel and a
-# run that keeps failing (runs/services.py).
+# verdict (escalations/verdicts.py::_move_run), the sweeper (runs/sweeps.py), cancel and a
+# run that keeps failing (runs/services.py), and the MCP gateway's session ending
+# (mcp_gateway/guarding.py).
 # The runs list offers exactly these as its stop-reason filter.
 STOP_REASONS: dict[str, str] = {
     "goal_reached": "Goal reached",
@@ -25,6 +26,7 @@ STOP_REASONS: dict[str, str] = {
     "escalation_expired": "Escalation expired unanswered; nothing ran",
     "advance_failed": "Stopped after repeated errors advancing the run",
     "cancelled": "Cancelled",
+    "session_ended": "The MCP client's session ended",
 }
 
 

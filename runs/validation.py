@@ -60,12 +60,39 @@ _CONFIG_KEY_SCHEMAS: dict[str, dict] = {
     "name": {"type": "string", "maxLength": MAX_NAME_CHARS},
     # Marks a run the demo's traffic started (runs/demo_traffic.py), so it can be told apart.
     "demo_traffic": {"const": True},
+    # An MCP session's run (mcp_gateway/guarding.py): the gateway, the client as it named
+    # itself, and each tool's upstream server and name there.
+    "mcp": {
+        "type": "object",
+        "properties": {
+            "gateway": {"type": "string", "maxLength": MAX_NAME_CHARS},
+            "client": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": MAX_NAME_CHARS},
+                    "version": {"type": "string", "maxLength": MAX_NAME_CHARS},
+                },
+                "additionalProperties": False,
+            },
+            "upstreams": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "minItems": 2,
+                    "maxItems": 2,
+                },
+            },
+        },
+        "required": ["gateway", "client"],
+        "additionalProperties": False,
+    },
 }
 _ACTOR_CONFIG_KEYS = {
     "scripted": {"scenario"},
     "openai": {"actor_model"},
     "coder_reviewer": {"coder_model", "reviewer_model", "max_rounds", "review_loop", "scenario"},
-    "external": {"tools"},
+    "external": {"tools", "mcp"},
 }
 _GUARDIAN_CONFIG_KEYS = {
     "scripted": {"scenario"},

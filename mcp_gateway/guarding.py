@@ -127,7 +127,8 @@ class GuardedSession:
         self.guardian = guardian
         self.policy_version = policy_version
         self.hold_seconds = hold_seconds
-        self.client = {"name": client_name, "version": client_version}
+        # As the client named itself (untrusted, shown as text), cut to what a run records.
+        self.client = {"name": client_name[:200], "version": client_version[:200]}
         self.gateway_name = gateway_name
         self.budgets = dict(budgets) if budgets else None
         self.run_config = dict(run_config or {})

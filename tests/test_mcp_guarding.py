@@ -10,6 +10,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationKind, EscalationStatus
@@ -312,3 +313,16 @@ def test_a_closed_session_ends_its_run_unless_a_call_is_in_flight(integrator):
     in_flight.close()
     assert Run.objects.get(pk=in_flight.run_id).status == RunStatus.RUNNING
     assert ToolCall.objects.get(turn__run_id=in_flight.run_id).status == ToolCallStatus.STARTED
+
+
+def test_the_run_page_names_the_mcp_client_as_text(integrator, client, auditor):
+    guarded = session(integrator)
+    guarded.client = {"name": "<b>Desk</b> ‮evil", "version": "2.1"}
+    guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=Upstream().execute)
+
+    client.force_login(auditor)
+    page = client.get(reverse("runs:detail", args=[guarded.run_id])).content.decode()
+
+    assert "<dt>MCP client</dt>" in page
+    assert "<bdi>&lt;b&gt;Desk&lt;/b&gt; \u202eevil</bdi> <bdi>2.1</bdi>" in page
+    assert "through the gateway</span> <bdi>desk</bdi>" in page

@@ -271,7 +271,8 @@ def test_a_candidate_guardian_model_version_scores_as_the_command_does(
     page = response.content.decode()
     assert _as_json(response.context["report"]) == _as_json(expected)
     assert candidate.model_version in page
-    assert "guardian model version 7 (recalibrated" in page  # offered, though not active
+    # Offered, though not active, naming what its map sits on.
+    assert "version 7 (a map over the Local (in process) guardian as it ships" in page
     plain = traces_evaluate(lines=text.encode().splitlines(), model="local", bins=2)
     assert expected["conditions"] != plain["conditions"]  # the version's map was applied
 

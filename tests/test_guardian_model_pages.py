@@ -471,3 +471,42 @@ def test_the_version_pages_say_no_live_prior_once_and_the_select_in_plain_words(
     )
     assert 'aria-describedby="id_adapter_hint"' in listed
     assert 'id="id_adapter_hint"' in listed
+
+
+def test_a_limit_warning_is_drawn_as_one_and_the_hourly_figure_names_where_its_share_is_read():
+    """A version that passes with runs over a limit already (e.g. 194 escalations an hour
+    against a capacity of 10) said so in plain text under "The gate passes this version"; and
+    "the share of decisions that escalate" read as measured on the traffic, when it is each
+    condition's rate on the labelled examples."""
+    from django.template.loader import render_to_string
+
+    warning = "the candidate would send about 194.4 escalations per hour"
+    summary = render_to_string(
+        "policies/_gate_activation.html",
+        {"part": "summary", "report": {"limit_warnings": [warning], "flips": []}},
+    )
+    assert '<div class="warning gate-warnings" role="note">' in summary
+    assert warning in summary
+    figures = _text(
+        render_to_string(
+            "policies/_guardian_gate_figures.html",
+            {
+                "report": {
+                    "conditions": {},
+                    "escalations_per_hour": {
+                        "current": 215.2,
+                        "candidate": 194.4,
+                        "decisions_per_hour": 395.8,
+                        "span_words": "5 minutes",
+                        "capacity": 10.0,
+                    },
+                }
+            },
+        )
+    )
+    assert (
+        "395.8 decisions per hour over the last 5 minutes of traffic times the share of them "
+        "that would escalate: each condition's escalation rate in the tables above, on the "
+        "labelled examples at the prior its heading names" in figures
+    )
+    assert "the share of decisions that escalate" not in figures

@@ -228,7 +228,7 @@ def test_a_notice_that_fails_for_good_says_so_in_the_history(settings, client, r
     assert (delivery.status, delivery.attempts) == ("failed", MAX_ATTEMPTS)
     page = _history(client, reviewer, escalation)
     assert "Notification not delivered" in page
-    assert f"not delivered after {MAX_ATTEMPTS} attempt(s): ConnectError" in page
+    assert f"not delivered after {MAX_ATTEMPTS} attempts: ConnectError" in page
 
 
 # ---- runs ---------------------------------------------------------------------------------------

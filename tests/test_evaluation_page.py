@@ -374,8 +374,10 @@ def test_the_page_leaves_out_what_the_version_learnt_from_and_says_so(admin_clie
     assert report["conditions"]["integrity"]["n"] == 2
     assert (
         "Left out: 4 rows exported from the labelled examples guardian model version 7 learnt "
-        "from (4 examples" in response.content.decode()
+        "from (4 examples: its own, and those of the version it sits on, if any)"
+        in response.content.decode()
     )
+    assert "the versions it stacks on" not in response.content.decode()  # maps do not stack
 
 
 def test_every_aria_describedby_names_an_element_of_the_page(admin_client, active_version):

@@ -471,6 +471,8 @@ def test_the_version_pages_say_no_live_prior_once_and_the_select_in_plain_words(
     )
     assert 'aria-describedby="id_adapter_hint"' in listed
     assert 'id="id_adapter_hint"' in listed
+    # When a job was asked reads apart from the version it made ("version 2 asked …" did not).
+    assert f"recalibrated on top: version {top.number} (asked " in _text(listed)
 
 
 def test_a_limit_warning_is_drawn_as_one_and_the_hourly_figure_names_where_its_share_is_read():

@@ -1,5 +1,6 @@
 """The admins' evaluation page: `manage.py evaluate`'s report of a trace file (an upload, or the
-labelled examples reviewers made) with a reliability diagram per condition."""
+labelled examples: reviewers' verdicts and imported traces) with a reliability diagram per
+condition."""
 
 from django import forms
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
@@ -96,7 +97,11 @@ class EvaluateForm(forms.Form):
         label="Traces",
         choices=[
             (FILE, "A trace file (JSON Lines, the format of DESIGN.md)"),
-            (EXAMPLES, "The labelled examples reviewers made (this app's own export)"),
+            (
+                EXAMPLES,
+                "The labelled examples: reviewers' verdicts and imported traces (this app's "
+                "own export)",
+            ),
         ],
         initial=FILE,
         widget=forms.RadioSelect,
@@ -174,7 +179,8 @@ class EvaluateForm(forms.Form):
         """The lines to evaluate and what they are, for the report's heading."""
         if self.cleaned_data["source"] == EXAMPLES:
             lines = list(labelled_examples_jsonl(ExampleFilters()))
-            return lines, f"the labelled examples reviewers made ({len(lines)})"
+            # Imported traces are among them (the demo's are made up): not "reviewers made".
+            return lines, f"the labelled examples ({len(lines)})"
         upload = self.cleaned_data[TRACES_FIELD]
         # Bytes: the engine decodes each line, so a line that is not UTF-8 is one malformed
         # line, as in the command.

@@ -92,7 +92,9 @@ def test_an_admin_evaluates_a_version_from_its_page_with_the_keyboard_only(
     assert tab_to(page, text="Evaluate as this version")["outline"] >= 2
     with page.expect_navigation():
         page.keyboard.press("Enter")
-    expect(page.get_by_label("The labelled examples reviewers made")).to_be_checked()
+    expect(
+        page.get_by_label("The labelled examples: reviewers' verdicts and imported traces")
+    ).to_be_checked()
     expect(page.get_by_label("Rows without a probability")).to_contain_text(
         f"guardian model version {version.number} (a map over the Local (in process) guardian "
         "as it ships"

@@ -45,6 +45,8 @@ def test_an_admin_overrides_the_gate_on_a_guardian_model_with_the_keyboard_only(
     with page.expect_navigation():
         page.keyboard.press("Enter")
     expect(page.locator(".gate-refused")).to_contain_text("integrity: calibration worsens")
+    # The report came in place of "Computing the gate…": the focus is on it, not on <body>.
+    expect(page.locator("#gate-title")).to_be_focused()
     expect(page.locator("table.gate-flips tbody tr").first).to_contain_text(
         "fires: a person decides"
     )

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 
@@ -422,7 +423,8 @@ def _record(delivery: NotificationDelivery, target: Target, attempt: _Attempt) -
             escalation_id=delivery.escalation_id,
             kind=EscalationEventKind.NOTIFY_FAILED,
             note=f"{_TITLES[delivery.event]}: {target.channel} to {target.name}"
-            f" not delivered after {delivery.attempts} attempt(s): {attempt.detail}"[:1000],
+            f" not delivered after {delivery.attempts} attempt{pluralize(delivery.attempts)}:"
+            f" {attempt.detail}"[:1000],
         )
 
 

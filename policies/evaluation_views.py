@@ -1,5 +1,6 @@
 """The admins' evaluation page: `manage.py evaluate`'s report of a trace file (an upload, or the
-labelled examples reviewers made) with a reliability diagram per condition."""
+labelled examples: reviewers' verdicts and imported traces) with a reliability diagram per
+condition."""
 
 from django import forms
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
@@ -12,6 +13,7 @@ from escalations.examples import ExampleFilters, labelled_examples_count, labell
 from guardian_core.engine.evaluation import DEFAULT_BINS
 from guardian_core.models import GuardianModelVersion, PolicyVersion
 from guardian_core.roles import manage_policy
+from policies.guardian_model_views import kind_short
 from policies.harness import EvaluationError, offered_models, traces_evaluate
 from policies.reliability_chart import reliability_chart
 
@@ -69,14 +71,18 @@ def _model_choices() -> list[tuple[str, str]]:
     """Who scores rows without a probability: nobody, a guardian as it ships, or a learnt
     guardian model version of it (the active one is what runs use now)."""
     models = offered_models()
-    versions = GuardianModelVersion.objects.filter(adapter__in=models).order_by("-number")
+    versions = (
+        GuardianModelVersion.objects.filter(adapter__in=models)
+        .select_related("over")
+        .order_by("-number")
+    )
     return [
         ("", "As logged: counted as unscored, not measured"),
         *((name, f"Scored by the {name} guardian as it ships") for name in models),
         *(
             (
                 f"{VERSION_PREFIX}{v.number}",
-                f"Scored by guardian model version {v.number} ({v.get_kind_display().lower()}, "
+                f"Scored by guardian model version {v.number} ({kind_short(v)}, "
                 f"{v.model_version}){' — active: what runs use now' if v.is_active else ''}",
             )
             for v in versions
@@ -91,7 +97,11 @@ class EvaluateForm(forms.Form):
         label="Traces",
         choices=[
             (FILE, "A trace file (JSON Lines, the format of DESIGN.md)"),
-            (EXAMPLES, "The labelled examples reviewers made (this app's own export)"),
+            (
+                EXAMPLES,
+                "The labelled examples: reviewers' verdicts and imported traces (this app's "
+                "own export)",
+            ),
         ],
         initial=FILE,
         widget=forms.RadioSelect,
@@ -169,7 +179,8 @@ class EvaluateForm(forms.Form):
         """The lines to evaluate and what they are, for the report's heading."""
         if self.cleaned_data["source"] == EXAMPLES:
             lines = list(labelled_examples_jsonl(ExampleFilters()))
-            return lines, f"the labelled examples reviewers made ({len(lines)})"
+            # Imported traces are among them (the demo's are made up): not "reviewers made".
+            return lines, f"the labelled examples ({len(lines)})"
         upload = self.cleaned_data[TRACES_FIELD]
         # Bytes: the engine decodes each line, so a line that is not UTF-8 is one malformed
         # line, as in the command.
@@ -218,6 +229,7 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
                 request.GET.get("policy", ""),
                 request.GET.get("model", ""),
                 rescore=request.GET.get("rescore") == "on",
+                source=request.GET.get("source", ""),
             )
         )
     context = {
@@ -243,10 +255,11 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
     )
 
 
-def _initial(raw_policy: str, raw_model: str = "", rescore: bool = False) -> dict:
+def _initial(raw_policy: str, raw_model: str = "", rescore: bool = False, source: str = "") -> dict:
     """The version named by ?policy=<number> (a version's page links here), else the active;
     the scorer named by ?model= (a guardian model version's page links here) when it is one of
-    the choices."""
+    the choices; the traces named by ?source= (that page asks for the labelled examples, which
+    need no file)."""
     numbers = {number for number, _ in _policy_choices()}
     if raw_policy.isdigit() and int(raw_policy) in numbers:
         policy = int(raw_policy)
@@ -255,6 +268,8 @@ def _initial(raw_policy: str, raw_model: str = "", rescore: bool = False) -> dic
             PolicyVersion.objects.filter(is_active=True).values_list("number", flat=True).first()
         )
     initial: dict = {"policy": policy}
+    if source in (FILE, EXAMPLES):
+        initial["source"] = source
     if raw_model and raw_model in {value for value, _ in _model_choices()}:
         initial["model"] = raw_model
         # A version's page asks for its figures: rows that carry a probability are scored

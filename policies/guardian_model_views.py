@@ -61,6 +61,17 @@ def kind_words(version: GuardianModelVersion) -> str:
     )
 
 
+def kind_short(version: GuardianModelVersion) -> str:
+    """What a version is in a few words, for a select's option: "retrained", or the map and
+    what it sits on (the kind's own label names no version, so a map over a retrained version
+    would read as a map over the base model)."""
+    if version.kind != GuardianModelKind.RECALIBRATED:
+        return "retrained"
+    if version.over_id is not None:
+        return f"a map over version {version.over.number}"
+    return f"a map over the {version.get_adapter_display()} guardian as it ships"
+
+
 def before_words(version: GuardianModelVersion) -> str:
     """What "before" is in a version's held-out figures: what it was made on top of."""
     if version.over_id is not None:

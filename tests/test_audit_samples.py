@@ -607,3 +607,19 @@ def test_an_audit_items_page_says_it_was_sampled_offers_no_extension_and_logs_th
     page = client.get(f"/escalations/{item.pk}/").content.decode()
     history = page.split('id="history-title"', 1)[1]
     assert f"answer ({escape(source_words(condition))}: {answer})" in history
+
+
+@pytest.mark.django_db
+def test_an_expired_audit_items_page_says_it_closed_unanswered_not_that_an_answer_is_beside(
+    settings, client, reviewer
+):
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 1.0
+    run = reading_run()
+    run_advance(run_id=run.pk)
+    item = audit_items(run).get()
+    Escalation.objects.filter(pk=item.pk).update(deadline=timezone.now() - timedelta(minutes=1))
+    run_sweep_stalled()
+    client.force_login(reviewer)
+    page = client.get(f"/escalations/{item.pk}/").content.decode()
+    assert "The answer beside is a label" not in page
+    assert "It closed unanswered (expired): no label came of it" in page

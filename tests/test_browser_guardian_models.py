@@ -45,6 +45,8 @@ def test_an_admin_overrides_the_gate_on_a_guardian_model_with_the_keyboard_only(
     with page.expect_navigation():
         page.keyboard.press("Enter")
     expect(page.locator(".gate-refused")).to_contain_text("integrity: calibration worsens")
+    # The report came in place of "Computing the gate…": the focus is on it, not on <body>.
+    expect(page.locator("#gate-title")).to_be_focused()
     expect(page.locator("table.gate-flips tbody tr").first).to_contain_text(
         "fires: a person decides"
     )
@@ -65,3 +67,49 @@ def test_an_admin_overrides_the_gate_on_a_guardian_model_with_the_keyboard_only(
     fits(page, width)
     page.screenshot(path=f"/tmp/h4_guardian_model_active_{width}.png", full_page=True)
     assert guardian_model_version_active(adapter="local") == bad
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_an_admin_evaluates_a_version_from_its_page_with_the_keyboard_only(
+    live_server,
+    page,
+    admin,
+    labelled,  # noqa: F811
+    width,
+):
+    """From a version's page, "Evaluate as this version" opens the form on the labelled
+    examples, scored by that version (named by what its map sits on): Enter twice gives the
+    report, which takes the focus and says which examples it left out. It opened on "a trace
+    file", so the first Evaluate came back with "Choose a trace file"."""
+    from escalations.models import LabelledExample
+    from tests.factories import make_guardian_model_version
+
+    learnt = list(LabelledExample.objects.order_by("pk").values_list("pk", flat=True)[:2])
+    version = make_guardian_model_version(example_ids=learnt)
+    base = live_server.url
+    sign_in(page, base, "admin")
+    page.set_viewport_size({"width": width, "height": 844 if width < 600 else 800})
+    page.goto(f"{base}/policies/models/{version.pk}/")
+
+    assert tab_to(page, text="Evaluate as this version")["outline"] >= 2
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    expect(
+        page.get_by_label("The labelled examples: reviewers' verdicts and imported traces")
+    ).to_be_checked()
+    expect(page.get_by_label("Rows without a probability")).to_contain_text(
+        f"guardian model version {version.number} (a map over the Local (in process) guardian "
+        "as it ships"
+    )
+    tab_to(page, text="Evaluate")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    report = page.get_by_role("heading", name="Report")
+    expect(report).to_be_focused()
+    expect(page.locator(".evaluate-left-out")).to_contain_text(
+        f"Left out: 2 rows exported from the labelled examples guardian model version "
+        f"{version.number} learnt from"
+    )
+    expect(page.locator(".problems")).to_have_count(0)
+    fits(page, width)
+    page.screenshot(path=f"/tmp/walk_evaluate_version_{width}.png", full_page=True)

@@ -154,7 +154,10 @@ def test_the_labelled_examples_reviewers_made_are_evaluated(admin_client, review
     expected = traces_evaluate(lines=lines, bins=2)
     assert _as_json(response.context["report"]) == _as_json(expected)
     assert expected["conditions"]["integrity"]["n"] >= 2
-    assert f"the labelled examples reviewers made ({len(lines)})" in response.content.decode()
+    assert f'Traces: <strong class="untrusted-name">the labelled examples ({len(lines)})' in (
+        response.content.decode()
+    )
+    assert "reviewers made" not in response.content.decode()  # imported traces are among them
 
 
 def test_no_labelled_example_is_named_on_the_source_field(admin_client, active_version):
@@ -271,7 +274,8 @@ def test_a_candidate_guardian_model_version_scores_as_the_command_does(
     page = response.content.decode()
     assert _as_json(response.context["report"]) == _as_json(expected)
     assert candidate.model_version in page
-    assert "guardian model version 7 (recalibrated" in page  # offered, though not active
+    # Offered, though not active, naming what its map sits on.
+    assert "version 7 (a map over the Local (in process) guardian as it ships" in page
     plain = traces_evaluate(lines=text.encode().splitlines(), model="local", bins=2)
     assert expected["conditions"] != plain["conditions"]  # the version's map was applied
 
@@ -373,8 +377,10 @@ def test_the_page_leaves_out_what_the_version_learnt_from_and_says_so(admin_clie
     assert report["conditions"]["integrity"]["n"] == 2
     assert (
         "Left out: 4 rows exported from the labelled examples guardian model version 7 learnt "
-        "from (4 examples" in response.content.decode()
+        "from (4 examples: its own, and those of the version it sits on, if any)"
+        in response.content.decode()
     )
+    assert "the versions it stacks on" not in response.content.decode()  # maps do not stack
 
 
 def test_every_aria_describedby_names_an_element_of_the_page(admin_client, active_version):

@@ -2,6 +2,9 @@
 held-out figures and history, and activation through the regression gate in the browser —
 refused with every reason, overridden with a recorded reason, or passed."""
 
+import html as html_lib
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -351,7 +354,8 @@ def test_the_priors_and_the_ece_interval_say_what_they_are_and_the_note_comes_on
     assert "ECE after − before, 95 %: -0.047 to -0.018" in page
     assert "read at 0.389, the held-out examples' share of positives" in page
     assert "at prior 0.389: difference" not in page
-    assert page.count(note) == 1  # one sentence for both conditions, said once
+    # One sentence for both conditions, said once (and opening its line).
+    assert page.count(f"{note[0].upper()}{note[1:]}") == 1
     assert "none known (below)" in page
     assert "— (no live prior)" in page
     assert "Platt: a logistic curve" in page  # what "platt" means
@@ -426,3 +430,85 @@ def test_the_version_underneath_is_chosen_among_retrained_versions(client, admin
     assert f'<option value="{retrained.number}">version {retrained.number}' in form_field
     assert f'value="{top.number}"' not in form_field  # a map is not stacked on
     assert '<option value="">None: the guardian as it ships</option>' in form_field
+
+
+def test_the_evaluate_form_names_what_a_map_sits_on_and_the_version_page_opens_it_on_examples(
+    client, admin, stacked
+):
+    """A map over a retrained version was offered as "a map over the base model's
+    probabilities"; and the version page's link left the traces on "a file", so pressing
+    Evaluate came back with "Choose a trace file"."""
+    retrained, top, _, _ = stacked
+    client.force_login(admin)
+    detail = client.get(reverse("policies:model_detail", args=[top.pk])).content.decode()
+    link = re.search(r'href="([^"]*)">Evaluate as this version</a>', detail).group(1)
+    assert "source=examples" in link
+    form = client.get(html_lib.unescape(link)).content.decode()
+    assert re.search(r'<input[^>]*value="examples"[^>]*checked', form)
+    assert not re.search(r'<input[^>]*value="file"[^>]*checked', form)
+    options = _text(form)
+    assert (
+        f"Scored by guardian model version {top.number} (a map over version "
+        f"{retrained.number}, {top.model_version})" in options
+    )
+    assert f"Scored by guardian model version {retrained.number} (retrained," in options
+    assert "the base model's probabilities" not in options
+
+
+def test_the_version_pages_say_no_live_prior_once_and_the_select_in_plain_words(
+    client, admin, stacked
+):
+    retrained, top, _, note = stacked
+    client.force_login(admin)
+    page = _text(client.get(reverse("policies:model_detail", args=[top.pk])).content.decode())
+    assert f"{note[0].upper()}{note[1:]}." in page
+    assert "No live prior: no live prior" not in page
+    assert "answering at the live prior when one is known (else at the labelled share)" in page
+    listed = client.get(reverse("policies:models")).content.decode()
+    assert (
+        f'<option value="{retrained.number}">version {retrained.number} (retrained, '
+        f"{retrained.model_version})</option>" in listed
+    )
+    assert 'aria-describedby="id_adapter_hint"' in listed
+    assert 'id="id_adapter_hint"' in listed
+    # When a job was asked reads apart from the version it made ("version 2 asked …" did not).
+    assert f"recalibrated on top: version {top.number} (asked " in _text(listed)
+
+
+def test_a_limit_warning_is_drawn_as_one_and_the_hourly_figure_names_where_its_share_is_read():
+    """A version that passes with runs over a limit already (e.g. 194 escalations an hour
+    against a capacity of 10) said so in plain text under "The gate passes this version"; and
+    "the share of decisions that escalate" read as measured on the traffic, when it is each
+    condition's rate on the labelled examples."""
+    from django.template.loader import render_to_string
+
+    warning = "the candidate would send about 194.4 escalations per hour"
+    summary = render_to_string(
+        "policies/_gate_activation.html",
+        {"part": "summary", "report": {"limit_warnings": [warning], "flips": []}},
+    )
+    assert '<div class="warning gate-warnings" role="note">' in summary
+    assert warning in summary
+    figures = _text(
+        render_to_string(
+            "policies/_guardian_gate_figures.html",
+            {
+                "report": {
+                    "conditions": {},
+                    "escalations_per_hour": {
+                        "current": 215.2,
+                        "candidate": 194.4,
+                        "decisions_per_hour": 395.8,
+                        "span_words": "5 minutes",
+                        "capacity": 10.0,
+                    },
+                }
+            },
+        )
+    )
+    assert (
+        "395.8 decisions per hour over the last 5 minutes of traffic times the share of them "
+        "that would escalate: each condition's escalation rate in the tables above, on the "
+        "labelled examples at the prior its heading names" in figures
+    )
+    assert "the share of decisions that escalate" not in figures

@@ -228,7 +228,7 @@ def test_a_notice_that_fails_for_good_says_so_in_the_history(settings, client, r
     assert (delivery.status, delivery.attempts) == ("failed", MAX_ATTEMPTS)
     page = _history(client, reviewer, escalation)
     assert "Notification not delivered" in page
-    assert f"not delivered after {MAX_ATTEMPTS} attempt(s): ConnectError" in page
+    assert f"not delivered after {MAX_ATTEMPTS} attempts: ConnectError" in page
 
 
 # ---- runs ---------------------------------------------------------------------------------------
@@ -254,11 +254,13 @@ def test_a_run_whose_worker_died_is_enqueued_again_and_its_page_says_so(
     assert run.last_error.endswith("enqueued again.")
     client.force_login(auditor)
     page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert "Last worker error" in page
+    # The sweeper's line is not a worker's error: the page does not call it one.
+    assert "Last worker error" not in page
+    assert '<p class="run-swept">The sweeper: <bdi>Swept at ' in page
     assert "the worker holding it stopped (its lease ran out at" in page
 
 
-def test_a_run_no_worker_took_up_keeps_its_own_error_and_one_sweep_line(settings):
+def test_a_run_no_worker_took_up_keeps_its_own_error_and_one_sweep_line(settings, client, auditor):
     stale = timezone.now() - timedelta(seconds=settings.GUARDIAN_STALLED_AFTER_SECONDS + 5)
     run = _running(last_error="ConnectionError: the actor did not answer")
     Run.objects.filter(pk=run.pk).update(updated_at=stale)
@@ -271,6 +273,13 @@ def test_a_run_no_worker_took_up_keeps_its_own_error_and_one_sweep_line(settings
     assert first == "ConnectionError: the actor did not answer"
     assert second.startswith(SWEPT_PREFIX)
     assert "no worker had taken it up (its task's message was lost" in second
+    client.force_login(auditor)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert (
+        '<p class="run-error">Last worker error: <bdi>ConnectionError: the actor did not '
+        "answer</bdi></p>" in page
+    )
+    assert '<p class="run-swept">The sweeper: <bdi>Swept at ' in page
 
 
 def test_a_run_a_worker_holds_is_not_touched():

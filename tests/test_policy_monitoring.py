@@ -550,3 +550,22 @@ def test_each_rate_says_what_it_counts_and_the_day_table_shares_the_charts_unit(
     assert "<th>Rate</th>" in days
     assert "<td>37.5 %</td>" in days  # 3 of 8, as the axis reads it (in %)
     assert "<td>0.375</td>" not in days
+
+
+@pytest.mark.django_db
+def test_the_page_says_where_capacity_is_set_and_dates_the_day_table_as_the_banner_does(
+    client, admin
+):
+    """The capacity is an environment variable (not a line to edit in settings.py), and the
+    day table read "Dec. 3, 2026" beside a banner and a chart that say 2026-12-03."""
+    make_policy_version(
+        is_active=True,
+        thresholds={"integrity": {"c_stop": 1, "c_cont": 1, "delta": 0.05}},
+    )
+    _decisions_today([(DecisionOutcome.ESCALATE, 0.6)])
+    client.force_login(admin)
+    html = client.get(reverse("policies:monitoring")).content.decode()
+    assert "GUARDIAN_REVIEWER_CAPACITY_PER_HOUR, set in the environment or .env" in html
+    assert "in guardian_core/settings.py" not in html
+    today = timezone.localdate().isoformat()
+    assert f'<td><time datetime="{today}">{today}</time></td>' in html

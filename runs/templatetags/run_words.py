@@ -51,3 +51,22 @@ def needs_code(code: str, kind: str) -> bool:
     is then shown beside them, muted, to match the export; "Escalate" needs no "escalate"."""
     code = str(code or "")
     return bool(code) and _WORDS[kind](code).lower() != code.replace("_", " ").lower()
+
+
+@register.filter
+def worker_error(last_error: str) -> str:
+    """A run's last error without the sweeper's line: what a worker reported."""
+    from runs.sweeps import SWEPT_PREFIX
+
+    lines = str(last_error or "").split("\n")
+    return "\n".join(line for line in lines if line and not line.startswith(SWEPT_PREFIX))
+
+
+@register.filter
+def swept_note(last_error: str) -> str:
+    """The sweeper's line in a run's last error ("Swept at …: …; enqueued again."), or "": no
+    worker wrote it, so the page does not call it a worker's error."""
+    from runs.sweeps import SWEPT_PREFIX
+
+    lines = str(last_error or "").split("\n")
+    return next((line for line in lines if line.startswith(SWEPT_PREFIX)), "")

@@ -38,6 +38,15 @@ class GatewayTool:
     risk_class: str  # the declared floor: read_only|reversible_write|irreversible|regulated
 
 
+@dataclass(frozen=True)
+class UpstreamReply:
+    """An upstream's answer (the interface mcp_gateway.guarding reads)."""
+
+    text: str  # the reply as text: what Guardian records and its guardian reads
+    is_error: bool  # the upstream answered isError (or the call raised)
+    payload: object  # the SDK result to hand the client when allowed
+
+
 def _hint(annotations: Any, snake: str, camel: str) -> bool | None:
     if annotations is None:
         return None

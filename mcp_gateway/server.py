@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -82,8 +82,10 @@ class Catalogue:
     listed: Mapping[str, types.Tool]  # the upstream's Tool under the gateway's name
 
 
-def catalogue(listing: Mapping[str, Sequence[types.Tool]], overrides) -> Catalogue:
-    tools = gateway_tools(listing, overrides)
+def catalogue(
+    listing: Mapping[str, Sequence[types.Tool]], overrides, reserved: Collection[str] = ()
+) -> Catalogue:
+    tools = gateway_tools(listing, overrides, reserved=reserved)
     upstream = {(server, tool.name): tool for server, tools_ in listing.items() for tool in tools_}
     listed = {
         tool.name: upstream[(tool.server, tool.upstream_name)].model_copy(
@@ -118,10 +120,12 @@ class Gateway:
         stdio_owner_id: int | None = None,
         session_factory: SessionFactory | None = None,
         environ: Mapping[str, str] | None = None,
+        reserved: Collection[str] = (),
     ) -> None:
         self.config = config
         self.upstreams = upstreams
-        self.catalogue = catalogue(listing, config.overrides())
+        # `reserved`: Guardian's registered tools' names, which a run's own tools cannot take.
+        self.catalogue = catalogue(listing, config.overrides(), reserved)
         self.stdio_owner_id = stdio_owner_id
         self.session_factory = session_factory or _guarded_session_class()
         self.environ = os.environ if environ is None else environ
@@ -246,12 +250,19 @@ class Gateway:
                 raise _outcome_unknown()(str(lost)) from lost
 
         async with entry.lock:
-            reply = await _with_progress(
-                ctx,
-                lambda progress: entry.guarded.call_tool(
-                    tool.name, dict(params.arguments or {}), execute=execute, progress=progress
-                ),
-            )
+            try:
+                reply = await _with_progress(
+                    ctx,
+                    lambda progress: entry.guarded.call_tool(
+                        tool.name, dict(params.arguments or {}), execute=execute, progress=progress
+                    ),
+                )
+            except Exception:
+                logger.exception("Guardian failed on a call of %s", tool.name)
+                return _tool_error(
+                    f"Guardian could not guard this call of {tool.name} (an error on its side, "
+                    "logged); it was not run unless the upstream had already been called."
+                )
         return tool_result(reply)
 
     async def list_resources(self, ctx, params) -> types.ListResourcesResult:
@@ -492,13 +503,17 @@ async def _with_progress(ctx, work: Callable[[Callable[[str], None]], Any]) -> A
             if state["message"] and time.monotonic() - state["sent"] >= PROGRESS_EVERY_SECONDS:
                 await send(state["message"])
 
-    result = None
+    result, error = None, None
     async with anyio.create_task_group() as group:
         group.start_soon(heartbeat)
         try:
             result = await anyio.to_thread.run_sync(_in_django_thread(partial(work, progress)))
+        except Exception as exc:  # raised as itself below, not inside a task group's group
+            error = exc
         finally:
             group.cancel_scope.cancel()
+    if error is not None:
+        raise error
     return result
 
 

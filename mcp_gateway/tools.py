@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,12 +90,16 @@ def _fit(name: str, server: str, tool: str) -> str:
 
 
 def gateway_tools(
-    listing: Mapping[str, Sequence[Any]], overrides: Mapping[str, Mapping[str, str]] | None = None
+    listing: Mapping[str, Sequence[Any]],
+    overrides: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    reserved: Collection[str] = (),
 ) -> list[GatewayTool]:
     """The upstream tools ({server: [mcp Tool, ...]}, in config order) as the client sees
-    them: a tool keeps its name unless another server's tool has the same one (both become
-    `<server>__<tool>`); names are made valid for Guardian and MCP clients, and unique.
-    `overrides` is the admin's risk class per tool, per server ({server: {tool: class}})."""
+    them: a tool keeps its name unless another server's tool has the same one, or the name is
+    `reserved` (Guardian's own registered tools' names): then it becomes `<server>__<tool>`.
+    Names are made valid for Guardian and MCP clients, and unique. `overrides` is the admin's
+    risk class per tool, per server ({server: {tool: class}})."""
     overrides = overrides or {}
     entries = [(server, tool) for server, tools in listing.items() for tool in tools]
     plain = Counter(_fit(tool.name, server, tool.name) for server, tool in entries)
@@ -103,7 +107,7 @@ def gateway_tools(
     taken: set[str] = set()
     for server, tool in entries:
         name = _fit(tool.name, server, tool.name)
-        if plain[name] > 1:
+        if plain[name] > 1 or name in reserved:
             name = _fit(f"{server}{SEPARATOR}{tool.name}", server, tool.name)
         if name in taken:
             # Still two of one name (one server's "a.b" and "a_b"): the hash tells them apart.

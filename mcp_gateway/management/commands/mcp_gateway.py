@@ -57,10 +57,13 @@ class Command(BaseCommand):
                 f"user holding {' and '.join(REQUIRED_PERMISSIONS)}."
             )
         from mcp_gateway import server
+        from runs.tools import tool_registry
 
+        # Guardian's own tools' names: an upstream tool of one of these names is namespaced.
+        reserved = frozenset(tool_registry())
         try:
             if transport == "stdio":
-                anyio.run(lambda: server.run_stdio(config, owner_id=owner_id))
+                anyio.run(lambda: server.run_stdio(config, owner_id=owner_id, reserved=reserved))
             else:
                 anyio.run(
                     lambda: server.run_http(
@@ -68,9 +71,25 @@ class Command(BaseCommand):
                         host=options["host"] or config.http.host,
                         port=options["port"] or config.http.port,
                         resolve_token=token_user_id,
+                        reserved=reserved,
                     )
                 )
-        except UpstreamError as exc:
-            raise CommandError(str(exc)) from None
         except KeyboardInterrupt:
             pass
+        except BaseException as exc:
+            failed = _upstream_error(exc)
+            if failed is None:
+                raise
+            raise CommandError(str(failed)) from None
+
+
+def _upstream_error(exc: BaseException) -> UpstreamError | None:
+    """The UpstreamError behind `exc`, which anyio may have wrapped in exception groups."""
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _upstream_error(inner)
+            if found is not None:
+                return found
+    return None

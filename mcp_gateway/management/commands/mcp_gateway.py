@@ -49,8 +49,11 @@ class Command(BaseCommand):
             config = load_config(options["config"])
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
-        owner_id = token_user_id(config.api_token())
-        if owner_id is None:
+        token = config.api_token()
+        owner_id = token_user_id(token)
+        # Over HTTP each request's own token names its session's owner: the configured one is
+        # then checked only when given (stdio's sessions are its user's).
+        if owner_id is None and (transport == "stdio" or token):
             where = f"${config.token_env}" if config.token_env else "token"
             raise CommandError(
                 f"{options['config']}: {where} is not a live Guardian API token of an active "

@@ -314,3 +314,14 @@ def test_the_mcp_gateway_serves_http_behind_a_profile_with_its_config_mounted_re
     config = load_config(REPO_ROOT / source)
     assert config.token_env in env
     assert gateway["depends_on"] == services["web"]["depends_on"]
+
+
+def test_the_image_holds_every_installed_app_of_the_project():
+    """An app in INSTALLED_APPS that the image lacks stops every process of it at start."""
+    copied = {
+        arguments.split()[0].rstrip("/")
+        for keyword, arguments in _dockerfile_instructions()
+        if keyword == "COPY"
+    }
+    ours = {app for app in settings.INSTALLED_APPS if (REPO_ROOT / app).is_dir()}
+    assert ours <= copied, ours - copied

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from demo.setup import demo_policy_version
 from escalations.models import Escalation, EscalationKind, EscalationStatus
@@ -413,3 +414,21 @@ def test_killing_the_gateway_mid_call_leaves_it_ambiguous_for_a_person_and_never
         anyio.run(another_session)
     # Started once, never again (the upstream dropped it when its caller's connection went).
     assert [line["phase"] for line in _ran(ledger, "slow_refund")] == ["start"]
+
+
+def test_a_client_of_the_sessionless_era_is_told_to_use_the_handshake(crm_only):
+    """A 2026 per-request client has no session for a run to live in: refused, with why."""
+    setup, port = crm_only, free_port()
+
+    async def flow() -> None:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {setup['token']}"})
+        url = f"http://127.0.0.1:{port}/mcp"
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="2026-07-28", cache=None) as client:
+            with pytest.raises(MCPError, match="initialize handshake"):
+                await client.call_tool("lookup_order", {"order_id": "41"})
+
+    with gateway_process(setup, port):
+        anyio.run(flow)
+    assert _ran(setup["ledger"], "lookup_order") == []
+    assert not Run.objects.exists()

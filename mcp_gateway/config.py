@@ -40,6 +40,17 @@ SCHEMA: dict[str, Any] = {
         "guardian": {"enum": list(GUARDIANS)},
         "policy_version": {"type": "integer", "minimum": 1},
         "hold_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        # Each session's run's budgets (runs/validation.py): a long session needs more turns.
+        "budgets": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_turns": {"type": "integer", "minimum": 1},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "max_cost": {"type": "number", "exclusiveMinimum": 0},
+                "max_wall_seconds": {"type": "number", "exclusiveMinimum": 0},
+            },
+        },
         "goal": {
             "type": "object",
             "additionalProperties": False,
@@ -142,6 +153,7 @@ class GatewayConfig:
     token_env: str = ""
     policy_version: int | None = None
     hold_seconds: float = 60.0
+    budgets: Mapping[str, float] = field(default_factory=dict)
     http: HttpSettings = field(default_factory=HttpSettings)
 
     def api_token(self, environ: Mapping[str, str] | None = None) -> str:
@@ -229,6 +241,7 @@ def parse_config(data: dict, *, source: str | os.PathLike = "<config>") -> Gatew
         token_env=data.get("token_env", ""),
         policy_version=data.get("policy_version"),
         hold_seconds=float(data.get("hold_seconds", 60)),
+        budgets=dict(data.get("budgets", {})),
         http=HttpSettings(
             host=http.get("host", "127.0.0.1"),
             port=http.get("port", 8765),

@@ -207,6 +207,8 @@ class Gateway:
                     client_name=(info.name if info else "") or "unknown client",
                     client_version=(info.version if info else "") or "",
                     gateway_name=self.config.name,
+                    # Only when configured: the bridge's own default otherwise.
+                    **({"budgets": dict(self.config.budgets)} if self.config.budgets else {}),
                 )
             )
         )

@@ -58,6 +58,9 @@ token_env = "GATEWAY_TOKEN"
 guardian = "local"
 hold_seconds = {hold_seconds}
 
+[budgets]
+max_turns = 40
+
 [goal]
 text = {json.dumps(GOAL)}
 header = "X-Guardian-Goal"
@@ -279,6 +282,7 @@ def _assert_the_session(seen: dict, ledger: Path) -> None:
     assert run.config["mcp"]["client"] == {"name": "test-agent", "version": "9.9"}
     assert run.config["mcp"]["gateway"] == "test-desk"
     assert run.goal == GOAL
+    assert run.budgets["max_turns"] == 40
 
 
 def test_a_session_over_stdio_is_one_guarded_run(setup, reviewer):
@@ -314,12 +318,9 @@ def test_a_read_only_tool_runs_at_once_and_the_session_is_one_run(crm_only, revi
         port = free_port()
         with gateway_process(crm_only, port):
             result, sent = anyio.run(flow, port)
-    # It ran once. What it answered is checked like any output: the local guardian is unsure
-    # of "Email sent to ...", whose output then reaches the client only as a notice.
     assert len(_ran(crm_only["ledger"], "send_email", to="ada@example.com")) == 1
-    assert ("Email sent to ada@example.com." in _text(sent)) != (
-        "Withheld pending review" in _text(sent)
-    ), _text(sent)
+    assert not sent.is_error, _text(sent)
+    assert "Delivered to ada@example.com." in _text(sent)
     assert not result.is_error, _text(result)
     assert _text(result) == "Order 41 belongs to customer Ada Martin, ada@example.com, since 2021."
     (ran,) = _ran(crm_only["ledger"], "lookup_order", order_id="41")

@@ -12,6 +12,9 @@ guardian = "local"
 policy_version = 3
 hold_seconds = 5
 
+[budgets]
+max_turns = 50
+
 [goal]
 text = "Tidy the shared drive"
 header = "X-Guardian-Goal"
@@ -45,6 +48,7 @@ def test_a_good_file_is_read_into_frozen_settings_with_defaults_filled_in(tmp_pa
     assert config.guardian == "local"
     assert config.policy_version == 3
     assert config.hold_seconds == 5.0
+    assert config.budgets == {"max_turns": 50}
     assert config.goal.text == "Tidy the shared drive"
     assert config.goal.header == "X-Guardian-Goal"
     assert (config.http.host, config.http.port, config.http.path) == ("127.0.0.1", 9000, "/mcp")

@@ -349,7 +349,7 @@ def test_http_needs_a_guardian_token_of_a_user_allowed_to_run_agents(setup, audi
             assert "Bearer" in answer.headers["www-authenticate"]
 
 
-def test_the_goal_comes_from_the_configured_header_over_http(crm_only):
+def test_the_goal_comes_from_the_header_and_the_sessions_end_ends_its_run(crm_only):
     setup, port = crm_only, free_port()
 
     async def flow() -> None:
@@ -368,6 +368,12 @@ def test_the_goal_comes_from_the_configured_header_over_http(crm_only):
         anyio.run(flow)
     (run,) = Run.objects.all()
     assert run.goal == "Find order 41 for Ada."
+    # The session's end ends its run, which waits on nothing.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and Run.objects.get(pk=run.pk).status == "running":
+        time.sleep(0.1)
+    run.refresh_from_db()
+    assert (run.status, run.stop_reason) == ("cancelled", "session_ended")
 
 
 def test_killing_the_gateway_mid_call_leaves_it_ambiguous_for_a_person_and_never_run_twice(

@@ -319,14 +319,19 @@ class Gateway:
             reply = await _with_progress(
                 ctx, lambda progress: entry.guarded.read("resource", uri, {}, fetch=fetch)
             )
-        if reply.error:
-            raise MCPError(code=types.INTERNAL_ERROR, message=reply.error)
+        if reply.payload is None:
+            # Not read, or withheld: Guardian's words in place of the contents.
+            words = _words(reply, f"{uri} could not be read.")
+            return types.ReadResourceResult(
+                contents=[
+                    types.TextResourceContents(uri=uri, mime_type="text/plain", text=text)
+                    for text in words
+                ]
+            )
         notices = [
             types.TextResourceContents(uri=uri, mime_type="text/plain", text=notice)
             for notice in reply.notices
         ]
-        if reply.payload is None:
-            return types.ReadResourceResult(contents=notices)
         return reply.payload.model_copy(update={"contents": [*reply.payload.contents, *notices]})
 
     async def list_prompts(self, ctx, params) -> types.ListPromptsResult:
@@ -365,14 +370,18 @@ class Gateway:
                 ctx,
                 lambda progress: entry.guarded.read("prompt", params.name, arguments, fetch=fetch),
             )
-        if reply.error:
-            raise MCPError(code=types.INTERNAL_ERROR, message=reply.error)
+        if reply.payload is None:
+            words = _words(reply, f"The prompt {params.name} could not be given.")
+            return types.GetPromptResult(
+                messages=[
+                    types.PromptMessage(role="user", content=types.TextContent(text=text))
+                    for text in words
+                ]
+            )
         notices = [
             types.PromptMessage(role="user", content=types.TextContent(text=notice))
             for notice in reply.notices
         ]
-        if reply.payload is None:
-            return types.GetPromptResult(messages=notices)
         return reply.payload.model_copy(update={"messages": [*reply.payload.messages, *notices]})
 
     # ---- serving ----------------------------------------------------------------------------
@@ -517,6 +526,11 @@ async def _with_progress(ctx, work: Callable[[Callable[[str], None]], Any]) -> A
     if error is not None:
         raise error
     return result
+
+
+def _words(reply, fallback: str) -> list[str]:
+    """What the client reads in place of contents Guardian did not hand on."""
+    return [text for text in (reply.error, *reply.notices) if text] or [fallback]
 
 
 def _tool_error(text: str) -> types.CallToolResult:

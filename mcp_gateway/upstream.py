@@ -114,9 +114,10 @@ def resource_reply(result: types.ReadResourceResult) -> UpstreamReply:
 
 
 def prompt_reply(result: types.GetPromptResult) -> UpstreamReply:
-    lines = [result.description] if result.description else []
-    lines += [f"{message.role}: {_describe(message.content)}" for message in result.messages]
-    return UpstreamReply(text="\n".join(lines), is_error=False, payload=result)
+    """A prompt as Guardian reads it: its messages' contents, as they will reach the model
+    (its description is the listing's, passed through like the rest of it)."""
+    text = "\n".join(_describe(message.content) for message in result.messages)
+    return UpstreamReply(text=text, is_error=False, payload=result)
 
 
 def failed_reply(server: str, what: str, exc: BaseException) -> UpstreamReply:

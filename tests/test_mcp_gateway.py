@@ -64,6 +64,7 @@ max_turns = 40
 [goal]
 text = {json.dumps(GOAL)}
 header = "X-Guardian-Goal"
+env = "GUARDIAN_MCP_GOAL"
 {shop}
 [[servers]]
 name = "crm"
@@ -439,3 +440,43 @@ def test_a_client_of_the_sessionless_era_is_told_to_use_the_handshake(crm_only):
         anyio.run(flow)
     assert _ran(setup["ledger"], "lookup_order") == []
     assert not Run.objects.exists()
+
+
+def test_resources_and_prompts_pass_through_and_what_is_read_is_checked(setup):
+    # Over stdio the goal may come from the environment the client starts the gateway with.
+    notes_goal = "Read the customer's notes and summarise their delivery wishes."
+    setup = {**setup, "env": {**setup["env"], "GUARDIAN_MCP_GOAL": notes_goal}}
+
+    async def reads() -> dict:
+        async with connected(setup, "stdio") as client:
+            listed = await client.list_resources()
+            plain = await client.read_resource("note://plain")
+            planted = await client.read_resource("note://planted")
+            return {"listed": listed, "plain": plain, "planted": planted}
+
+    async def prompt() -> dict:
+        async with connected(setup, "stdio") as client:
+            listed = await client.list_prompts()
+            return {
+                "listed": listed,
+                "got": await client.get_prompt("summarize_order", {"order_id": "42"}),
+            }
+
+    seen = anyio.run(reads)
+    assert {str(r.uri) for r in seen["listed"].resources} == {"note://plain", "note://planted"}
+    assert [c.text for c in seen["plain"].contents] == ["Customer prefers delivery after 5 pm."]
+    planted = " ".join(c.text for c in seen["planted"].contents)
+    assert "Withheld pending review" in planted
+    assert "IMPORTANT SYSTEM NOTICE" not in planted
+    # Each read was a step of the session's one run.
+    (run,) = Run.objects.all()
+    assert run.goal == notes_goal
+    calls = ToolCall.objects.filter(turn__run=run).order_by("turn__index")
+    assert list(calls.values_list("tool", flat=True)) == ["mcp.read_resource"] * 2
+
+    seen = anyio.run(prompt)
+    assert [p.name for p in seen["listed"].prompts] == ["summarize_order"]
+    # The prompt's own message first (Guardian's notices, if any, after it).
+    assert seen["got"].messages[0].content.text == "Summary of order 42 for the customer."
+    (call,) = ToolCall.objects.filter(tool="mcp.get_prompt")
+    assert call.arguments == {"name": "summarize_order", "arguments": {"order_id": "42"}}

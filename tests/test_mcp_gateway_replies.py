@@ -74,7 +74,7 @@ def test_resource_and_prompt_replies_are_their_text():
         description="Summary",
         messages=[types.PromptMessage(role="user", content=types.TextContent(text="Sum up 41."))],
     )
-    assert prompt_reply(prompt).text == "Summary\nuser: Sum up 41."
+    assert prompt_reply(prompt).text == "Sum up 41."
 
 
 class _Client:

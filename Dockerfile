@@ -19,6 +19,8 @@ COPY runs/ runs/
 COPY escalations/ escalations/
 COPY policies/ policies/
 COPY demo/ demo/
+# The MCP gateway (issue 27): an installed app, so every process of the image needs it.
+COPY mcp_gateway/ mcp_gateway/
 # The local guardian's corpus: only a retrained version (the learning loop) fits on it.
 COPY training/ training/
 RUN pip install . && rm -rf build *.egg-info

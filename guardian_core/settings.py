@@ -64,6 +64,9 @@ INSTALLED_APPS = [
     "escalations",
     "policies",
     "demo",
+    # Issue 27: the MCP gateway (manage.py mcp_gateway), Guardian between an MCP client and
+    # its upstream MCP servers.
+    "mcp_gateway",
 ]
 
 MIDDLEWARE = [

@@ -285,3 +285,43 @@ def test_dockerfile_collects_static_files_and_runs_as_a_non_root_user():
     assert users
     assert users[-1] not in {"root", "0"}
     assert ("EXPOSE", "8000") in instructions
+
+
+def test_the_mcp_gateway_serves_http_behind_a_profile_with_its_config_mounted_read_only(services):
+    """Issue 27: off by default (profile mcp), the app's image, database role and broker, the
+    gateway over Streamable HTTP on 8765, its TOML from deploy/ read-only: a file it loads."""
+    from mcp_gateway.config import load_config
+
+    gateway = services["mcp-gateway"]
+    assert gateway["profiles"] == ["mcp"]
+    assert gateway["build"] in (".", {"context": "."})
+    assert gateway["restart"] == "unless-stopped"
+    env = _environment(gateway)
+    web = _environment(services["web"])
+    assert env["DATABASE_URL"] == web["DATABASE_URL"]
+    assert env["CELERY_BROKER_URL"] == web["CELERY_BROKER_URL"]
+    assert env["SECRET_KEY"] == web["SECRET_KEY"]
+    words = _command_words(gateway)
+    assert words[:3] == ["python", "manage.py", "mcp_gateway"]
+    assert words[words.index("--transport") + 1] == "http"
+    assert words[words.index("--host") + 1] == "0.0.0.0"
+    port = words[words.index("--port") + 1]
+    assert f"{port}:{port}" in [str(p) for p in gateway["ports"]]
+    mounted = words[words.index("--config") + 1]
+    (volume,) = [v for v in gateway["volumes"] if v.split(":")[1] == mounted]
+    source, _, mode = volume.split(":")
+    assert mode == "ro"
+    config = load_config(REPO_ROOT / source)
+    assert config.token_env in env
+    assert gateway["depends_on"] == services["web"]["depends_on"]
+
+
+def test_the_image_holds_every_installed_app_of_the_project():
+    """An app in INSTALLED_APPS that the image lacks stops every process of it at start."""
+    copied = {
+        arguments.split()[0].rstrip("/")
+        for keyword, arguments in _dockerfile_instructions()
+        if keyword == "COPY"
+    }
+    ours = {app for app in settings.INSTALLED_APPS if (REPO_ROOT / app).is_dir()}
+    assert ours <= copied, ours - copied

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 # Copied rather than imported: this module loads without Django.
 GUARDIANS = ("scripted", "local", "onnx", "http", "openai")
 RISK_CLASSES = ("read_only", "reversible_write", "irreversible", "regulated")
-# A server's name prefixes its tools' names on a clash ("<server>__<tool>"), so it must fit
+# A server's name ends its tools' names on a clash ("<tool>__<server>"), so it must fit
 # in the names both Guardian and MCP clients accept.
 _SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,31}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"

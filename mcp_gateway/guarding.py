@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
 from escalations.models import Escalation
+from mcp_gateway.tools import GatewayTool, UpstreamReply
 from runs.external import (
     ExternalError,
     external_escalation_wait,
@@ -65,29 +66,6 @@ _READ_TOOLS = (
         "risk_class": "read_only",
     },
 )
-
-
-@dataclass(frozen=True)
-class GatewayTool:
-    """A tool as Guardian knows it: what the client sees, where it lives upstream, and its
-    declared risk floor (the guardian's answer can only raise it)."""
-
-    name: str
-    server: str
-    upstream_name: str
-    description: str
-    input_schema: dict
-    risk_class: str
-
-
-@dataclass(frozen=True)
-class UpstreamReply:
-    """What an upstream answered: as text (recorded, and read by the guardian), whether it was
-    an error, and the SDK's own result to hand the client when Guardian allows it."""
-
-    text: str
-    is_error: bool
-    payload: object
 
 
 class OutcomeUnknown(Exception):

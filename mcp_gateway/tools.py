@@ -97,7 +97,10 @@ def gateway_tools(
 ) -> list[GatewayTool]:
     """The upstream tools ({server: [mcp Tool, ...]}, in config order) as the client sees
     them: a tool keeps its name unless another server's tool has the same one, or the name is
-    `reserved` (Guardian's own registered tools' names): then it becomes `<server>__<tool>`.
+    `reserved` (Guardian's own registered tools' names): then it becomes `<tool>__<server>`.
+    The tool's own name comes first, as tool names are written (verb first): the local
+    guardian reads `lookup_order__shop` as read-only (0.96), as it does `lookup_order`, but
+    `shop__lookup_order` as likely regulated (0.49).
     Names are made valid for Guardian and MCP clients, and unique. `overrides` is the admin's
     risk class per tool, per server ({server: {tool: class}})."""
     overrides = overrides or {}
@@ -108,7 +111,7 @@ def gateway_tools(
     for server, tool in entries:
         name = _fit(tool.name, server, tool.name)
         if plain[name] > 1 or name in reserved:
-            name = _fit(f"{server}{SEPARATOR}{tool.name}", server, tool.name)
+            name = _fit(f"{tool.name}{SEPARATOR}{server}", server, tool.name)
         if name in taken:
             # Still two of one name (one server's "a.b" and "a_b"): the hash tells them apart.
             name = f"{name[: _MAX - 9]}_{_suffix(server, tool.name)}"

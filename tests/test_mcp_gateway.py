@@ -116,8 +116,7 @@ def setup(tmp_path, integrator):
 @pytest.fixture
 def crm_only(tmp_path, integrator):
     """A gateway in front of crm alone (over stdio), its lookup_order read-only by the admin's
-    override. Alone, so its name is not namespaced: the local guardian reads the plain
-    `lookup_order` as read-only, while it reads `shop__lookup_order` as regulated."""
+    override. Alone, so its tools keep their plain names."""
     demo_policy_version()
     _, secret = api_token_create(user=integrator, name="mcp gateway")
     ledger = tmp_path / "ledger.jsonl"
@@ -247,10 +246,10 @@ def _session_flow(setup, reviewer, transport: str, port: int | None = None) -> d
 def _assert_the_session(seen: dict, ledger: Path) -> None:
     tools = seen["tools"]
     # Clashing names are namespaced by server; a name Guardian registers itself is too.
-    assert {"shop__lookup_order", "crm__lookup_order", "refund", "read_note"} <= set(tools)
-    assert "crm__send_email" in tools
+    assert {"lookup_order__shop", "lookup_order__crm", "refund", "read_note"} <= set(tools)
+    assert "send_email__crm" in tools
     assert tools["refund"].annotations.destructive_hint is True
-    assert tools["shop__lookup_order"].annotations.read_only_hint is True
+    assert tools["lookup_order__shop"].annotations.read_only_hint is True
     assert "order_id" in tools["refund"].input_schema["properties"]
 
     invalid = _text(seen["invalid"])
@@ -303,12 +302,12 @@ def test_a_read_only_tool_runs_at_once_and_the_session_is_one_run(crm_only, revi
     async def flow(port=None) -> tuple[types.CallToolResult, types.CallToolResult]:
         async with connected(crm_only, transport, port) as client:
             listed = {tool.name for tool in (await client.list_tools()).tools}
-            assert listed == {"lookup_order", "crm__send_email"}
+            assert listed == {"lookup_order", "send_email__crm"}
             read = await client.call_tool("lookup_order", {"order_id": "41"})
             # The stdio upstream's write (no annotations: irreversible) is held, approved, run.
             thread, _ = _decide_when_held("approve", reviewer=reviewer)
             sent = await client.call_tool(
-                "crm__send_email", {"to": "ada@example.com", "body": "Your refund is on its way."}
+                "send_email__crm", {"to": "ada@example.com", "body": "Your refund is on its way."}
             )
             await anyio.to_thread.run_sync(thread.join)
             return read, sent

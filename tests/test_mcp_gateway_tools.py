@@ -66,9 +66,9 @@ def test_only_clashing_names_are_namespaced_by_server():
         }
     )
     assert [(t.name, t.server, t.upstream_name) for t in tools] == [
-        ("files__search", "files", "search"),
+        ("search__files", "files", "search"),
         ("delete", "files", "delete"),
-        ("web__search", "web", "search"),
+        ("search__web", "web", "search"),
         ("fetch", "web", "fetch"),
     ]
     assert tools[0].description == "search tool"

@@ -1,0 +1,327 @@
+"""`make bench`: what the MCP gateway adds to each tool call (issue 27: at most 10 ms median for a
+read-only call on this machine).
+
+With the SDK's own client, BENCH_MCP_CALLS (default 300) read-only `lookup_order` calls, after
+a warm-up, in each of BENCH_MCP_PASSES passes (default 3, fresh processes and sessions each):
+- directly to the test upstream `shop` (tests/mcp_upstreams) over stdio, and through the
+  gateway (`manage.py mcp_gateway --config <toml> --transport stdio`) whose upstream is the
+  same shop over stdio;
+- the same over Streamable HTTP: the shop on 127.0.0.1, and the gateway on 127.0.0.1 in front
+  of it.
+Direct and gateway calls alternate in blocks of BENCH_MCP_BLOCK (25) within a pass, both
+sessions open, so a busy neighbour on this shared machine slows both alike. Reported: the median
+and p95 of each, and the added latency (the gateway's median minus the direct median, p95
+likewise), with the spread of the per-pass added medians.
+
+The gateway runs on the configured database (migrated first) as a bench integrator of its own
+with a fresh API token, the guardian "local" and the active policy version; each pass is one
+MCP session, so one Guardian run, cancelled at the end if still running. Without the gateway
+(no `mcp_gateway` command) only the direct calls are measured and the section says so.
+Run alone: .venv/bin/python -m bench.mcp_gateway
+"""
+
+import contextlib
+import math
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "guardian_core.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command, get_commands  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+from bench.report import Report  # noqa: E402
+from tests.mcp_upstreams.launch import (  # noqa: E402
+    command as upstream_command,
+)
+from tests.mcp_upstreams.launch import (  # noqa: E402
+    free_port,
+    http_server,
+    stdio_params,
+    wait_for_port,
+)
+
+CALLS = int(os.environ.get("BENCH_MCP_CALLS", "300"))
+PASSES = int(os.environ.get("BENCH_MCP_PASSES", "3"))
+BLOCK = int(os.environ.get("BENCH_MCP_BLOCK", "25"))
+WARMUP = 20
+TARGET_MS = 10.0
+GOAL = "bench: mcp gateway"  # every run this section makes has this goal
+TOKEN_ENV = "GUARDIAN_BENCH_MCP_TOKEN"
+TOOL = "lookup_order"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gateway_built() -> bool:
+    """The gateway's command exists (mcp_gateway installed, helper branch merged)."""
+    return "mcp_gateway" in get_commands()
+
+
+def p95(values: list[float]) -> float:
+    """The 95th percentile, nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+# --- The gateway: its config, its environment, how it is started ---------------------------
+
+
+def _integrator_token() -> str:
+    """A fresh API token of a bench integrator nobody can sign in as (runs.add_run)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from guardian_core.services import api_token_create
+
+    user, created = get_user_model().objects.get_or_create(username="bench-mcp-gateway")
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    user.groups.add(Group.objects.get(name="integrator"))
+    _, secret = api_token_create(user=user, name=f"bench mcp {secrets.token_hex(4)}")
+    return secret
+
+
+def _toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def gateway_config(*, policy_version: int, upstream: list[str] | str) -> str:
+    """The gateway's TOML: one upstream `shop`, by its stdio command line or its URL."""
+    if isinstance(upstream, str):
+        where = f"url = {_toml_string(upstream)}"
+    else:
+        where = f"command = [{', '.join(_toml_string(part) for part in upstream)}]"
+    return "\n".join(
+        [
+            'name = "bench-gateway"',
+            f"token_env = {_toml_string(TOKEN_ENV)}",
+            'guardian = "local"',
+            f"policy_version = {policy_version}",
+            "hold_seconds = 5",
+            "",
+            "[goal]",
+            f"text = {_toml_string(GOAL)}",
+            "",
+            "[[servers]]",
+            'name = "shop"',
+            where,
+            "",
+        ]
+    )
+
+
+def _gateway_env(secret: str) -> dict[str, str]:
+    """This process's environment (the same database and broker) with the token in it."""
+    return {**os.environ, TOKEN_ENV: secret}
+
+
+def _gateway_argv(config: Path, *transport: str) -> list[str]:
+    return [sys.executable, "manage.py", "mcp_gateway", "--config", str(config), *transport]
+
+
+def _log(name: str):
+    path = Path(settings.VAR_DIR) / "bench" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a")
+
+
+@contextlib.contextmanager
+def _gateway_http(config: Path, secret: str) -> Iterator[str]:
+    """The gateway over Streamable HTTP on a free port of 127.0.0.1; yields its URL."""
+    port = free_port()
+    with _log("mcp-gateway-http.log") as log:
+        process = subprocess.Popen(
+            _gateway_argv(
+                config, "--transport", "http", "--host", "127.0.0.1", "--port", str(port)
+            ),
+            cwd=REPO,
+            env=_gateway_env(secret),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_port(port, process, timeout=60)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+# --- Timing ----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _session(target) -> AsyncIterator[tuple[Client, str]]:
+    """An SDK client session and the name under which it lists lookup_order."""
+    async with Client(target) as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        found = [name for name in names if name == TOOL or name.endswith(TOOL)]
+        if not found:
+            raise SystemExit(f"no {TOOL} among the tools listed: {names}")
+        yield client, found[0]
+
+
+async def _timed(client: Client, tool: str, indices: range) -> list[float]:
+    times = []
+    for index in indices:
+        start = time.perf_counter()
+        result = await client.call_tool(tool, {"order_id": f"ord_{index:05d}"})
+        times.append((time.perf_counter() - start) * 1000)
+        if result.is_error:
+            text = " ".join(getattr(block, "text", "") for block in result.content)
+            raise SystemExit(f"{tool} call {index} answered an error: {text[:300]}")
+    return times
+
+
+async def _pass(targets: dict[str, object]) -> dict[str, list[float]]:
+    """One pass: every target's session open, warmed up, then CALLS calls each in alternating
+    blocks ({label: [ms per call]})."""
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {
+            label: await stack.enter_async_context(_session(t)) for label, t in targets.items()
+        }
+        times: dict[str, list[float]] = {label: [] for label in targets}
+        for client, tool in sessions.values():
+            await _timed(client, tool, range(WARMUP))
+        for start in range(0, CALLS, BLOCK):
+            block = range(WARMUP + start, WARMUP + min(CALLS, start + BLOCK))
+            for label, (client, tool) in sessions.items():
+                times[label] += await _timed(client, tool, block)
+        return times
+
+
+def _stdio_targets(config: Path | None, secret: str) -> dict[str, object]:
+    targets: dict[str, object] = {"direct": stdio_params("shop")}
+    if config is not None:
+        argv = _gateway_argv(config, "--transport", "stdio")
+        params = StdioServerParameters(
+            command=argv[0], args=argv[1:], cwd=str(REPO), env=_gateway_env(secret)
+        )
+        # The gateway's own stderr (Django's logs) into a file, not between the figures.
+        targets["through the gateway"] = stdio_client(params, errlog=_log("mcp-gateway-stdio.log"))
+    return targets
+
+
+def _measure_transport(
+    report: Report, transport: str, passes: list[dict[str, list[float]]]
+) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    every = {label: [ms for one in passes for ms in one[label]] for label in passes[0]}
+    for label, times in every.items():
+        figures[f"{transport}, {label}, median"] = statistics.median(times)
+        figures[f"{transport}, {label}, p95"] = p95(times)
+        report.add(f"{transport}, {label}, median", statistics.median(times), "ms")
+        report.add(f"{transport}, {label}, p95", p95(times), "ms", extra=f"{len(times)} calls")
+    if "through the gateway" in every:
+        per_pass = sorted(
+            statistics.median(one["through the gateway"]) - statistics.median(one["direct"])
+            for one in passes
+        )
+        added = (
+            figures[f"{transport}, through the gateway, median"]
+            - figures[f"{transport}, direct, median"]
+        )
+        added_p95 = (
+            figures[f"{transport}, through the gateway, p95"] - figures[f"{transport}, direct, p95"]
+        )
+        figures[f"{transport}, added by the gateway, median"] = added
+        figures[f"{transport}, added by the gateway, p95"] = added_p95
+        spread = " / ".join(f"{ms:.2f}" for ms in per_pass)
+        verdict = "within" if added <= TARGET_MS else "OVER"
+        report.add(
+            f"{transport}, added by the gateway, median",
+            added,
+            "ms",
+            extra=f"target ≤ {TARGET_MS:.0f} ms: {verdict}; per pass {spread}",
+        )
+        report.add(f"{transport}, added by the gateway, p95", added_p95, "ms")
+    return figures
+
+
+def measure(report: Report) -> dict[str, float]:
+    """Report and return every figure ({name: ms})."""
+    import logging
+
+    for noisy in ("httpx", "httpx2", "mcp"):  # a line per request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if CALLS < 20 or PASSES < 1 or BLOCK < 1:
+        raise SystemExit("BENCH_MCP_CALLS must be at least 20, BENCH_MCP_PASSES and _BLOCK >= 1")
+    through = gateway_built()
+    secret, policy_number = "", 0
+    if through:
+        from demo.setup import demo_policy_version
+
+        call_command("migrate", verbosity=0)
+        policy_number = demo_policy_version().number
+        secret = _integrator_token()
+    else:
+        report.note("the gateway (manage.py mcp_gateway) is not built yet: direct calls only")
+    report.note(
+        f"{CALLS} read-only {TOOL} calls per pass after {WARMUP} warm-up, {PASSES} passes, "
+        f"alternating in blocks of {BLOCK}; SDK client, test upstream shop"
+    )
+    figures: dict[str, float] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
+            stdio_config = http_config = None
+            if through:
+                stdio_config, http_config = Path(tmp, "stdio.toml"), Path(tmp, "http.toml")
+                stdio_config.write_text(
+                    gateway_config(
+                        policy_version=policy_number,
+                        upstream=upstream_command("shop", "--transport", "stdio"),
+                    )
+                )
+            passes = [anyio.run(_pass, _stdio_targets(stdio_config, secret)) for _ in range(PASSES)]
+            figures |= _measure_transport(report, "stdio", passes)
+
+            passes = []
+            for _ in range(PASSES):
+                with http_server("shop") as shop_url, contextlib.ExitStack() as stack:
+                    targets: dict[str, object] = {"direct": shop_url}
+                    if through:
+                        http_config.write_text(
+                            gateway_config(policy_version=policy_number, upstream=shop_url)
+                        )
+                        targets["through the gateway"] = stack.enter_context(
+                            _gateway_http(http_config, secret)
+                        )
+                    passes.append(anyio.run(_pass, targets))
+            figures |= _measure_transport(report, "HTTP", passes)
+    finally:
+        if through:
+            from runs.models import Run, RunStatus
+
+            # The bench's runs are ended, so no sweeper takes an unfinished step to a person.
+            Run.objects.filter(goal=GOAL, status=RunStatus.RUNNING).update(
+                status=RunStatus.CANCELLED
+            )
+    return figures
+
+
+def main() -> None:
+    report = Report("mcp gateway")
+    measure(report)
+    report.finish()
+
+
+if __name__ == "__main__":
+    main()

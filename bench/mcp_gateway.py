@@ -59,7 +59,8 @@ PASSES = int(os.environ.get("BENCH_MCP_PASSES", "3"))
 BLOCK = int(os.environ.get("BENCH_MCP_BLOCK", "25"))
 WARMUP = 20
 TARGET_MS = 10.0
-GOAL = "bench: mcp gateway"  # every run this section makes has this goal
+# The goal of every run this section makes (by which its runs are found and ended).
+GOAL = "bench: look up the orders the customer names and report their status"
 TOKEN_ENV = "GUARDIAN_BENCH_MCP_TOKEN"
 TOOL = "lookup_order"
 REPO = Path(__file__).resolve().parent.parent
@@ -99,12 +100,21 @@ def _toml_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def gateway_config(*, policy_version: int, upstream: list[str] | str) -> str:
-    """The gateway's TOML: one upstream `shop`, by its stdio command line or its URL."""
+def gateway_config(
+    *, policy_version: int, upstream: list[str] | str, http_port: int | None = None
+) -> str:
+    """The gateway's TOML (mcp_gateway/config.py): one upstream `shop`, by its stdio command
+    line (run from the repository) or its URL; served on 127.0.0.1:`http_port` over HTTP."""
     if isinstance(upstream, str):
-        where = f"url = {_toml_string(upstream)}"
+        where = [f"url = {_toml_string(upstream)}"]
     else:
-        where = f"command = [{', '.join(_toml_string(part) for part in upstream)}]"
+        where = [
+            f"command = [{', '.join(_toml_string(part) for part in upstream)}]",
+            f"cwd = {_toml_string(str(REPO))}",
+        ]
+    http = []
+    if http_port is not None:
+        http = ["", "[http]", 'host = "127.0.0.1"', f"port = {http_port}", 'path = "/mcp"']
     return "\n".join(
         [
             'name = "bench-gateway"',
@@ -112,13 +122,14 @@ def gateway_config(*, policy_version: int, upstream: list[str] | str) -> str:
             'guardian = "local"',
             f"policy_version = {policy_version}",
             "hold_seconds = 5",
+            *http,
             "",
             "[goal]",
             f"text = {_toml_string(GOAL)}",
             "",
             "[[servers]]",
             'name = "shop"',
-            where,
+            *where,
             "",
         ]
     )
@@ -298,11 +309,14 @@ def measure(report: Report) -> dict[str, float]:
                 with http_server("shop") as shop_url, contextlib.ExitStack() as stack:
                     targets: dict[str, object] = {"direct": shop_url}
                     if through:
+                        port = free_port()
                         http_config.write_text(
-                            gateway_config(policy_version=policy_number, upstream=shop_url)
+                            gateway_config(
+                                policy_version=policy_number, upstream=shop_url, http_port=port
+                            )
                         )
                         targets["through the gateway"] = stack.enter_context(
-                            _gateway_http(http_config, secret)
+                            _gateway_http(http_config, port, secret)
                         )
                     passes.append(anyio.run(_pass, targets))
             figures |= _measure_transport(report, "HTTP", passes)

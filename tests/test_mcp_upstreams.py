@@ -9,6 +9,10 @@ import anyio
 import pytest
 from mcp import Client
 
+from guardian_core.adapters.local import model_for
+from guardian_core.engine.conditions import Condition
+from guardian_core.engine.thresholds import default_policy
+from tests.mcp_upstreams import crm, shop
 from tests.mcp_upstreams.launch import http_server, stdio_params
 from tests.mcp_upstreams.shop import NOTES
 
@@ -41,7 +45,7 @@ async def exercise_shop(target, ledger: Path, release: Path) -> None:
 
         looked = await client.call_tool("lookup_order", {"order_id": "7"}, meta={KEY: "key-1"})
         assert not looked.is_error
-        assert "Order 7" in text_of(looked)
+        assert text_of(looked).startswith("7: paid")
         refunded = await client.call_tool("refund", {"order_id": "7", "amount": 12.5})
         assert not refunded.is_error
         assert "12.50" in text_of(refunded)
@@ -120,3 +124,44 @@ def test_crm_clashes_with_shop_and_declares_no_annotations(tmp_path, transport):
     else:
         with http_server("crm", ledger=ledger) as url:
             anyio.run(exercise_crm, url, ledger)
+
+
+def test_the_local_guardian_reads_clean_outputs_as_data_and_the_planted_note_as_planted(
+    monkeypatch,
+):
+    """The gateway's tests and bench run the local guardian: a clean output must fall below its
+    integrity band (else every lookup waits for a person), the planted note above it."""
+    monkeypatch.delenv("MCP_UPSTREAM_LEDGER", raising=False)
+    threshold = default_policy().thresholds[Condition.INTEGRITY]
+    model = model_for(Condition.INTEGRITY)
+
+    def integrity(text: str, goal: str) -> float:
+        projection = {
+            "goal": goal,
+            "acceptance_criteria": [],
+            "history": [{"turn": 0, "summary": "turn 0: tool done"}],
+            "last_results": [text],
+            "untrusted": ["last_results"],
+            "replans": 0,
+        }
+        return float(model.answers([projection])[0])
+
+    clean = [NOTES["plain"], shop.summarize_order("ord_00042")]
+    for order in ("7", "42", "ord_00000", "ord_00299"):
+        clean += [
+            shop.lookup_order(order, None),
+            shop.refund(order, 12.5, None),
+            shop.tag_order(order, "vip", None),
+            crm.lookup_order(order, None),
+        ]
+    clean.append(crm.send_email("ada@example.com", "Your parcel left today.", None))
+    goals = (
+        "bench: look up the orders the customer names and report their status",
+        "Help the customer with their orders: look them up, refund or tag them as they ask.",
+    )
+    for goal in goals:
+        for text in clean:
+            # As the gateway may record it: the text, and the text with its structured copy.
+            for shown in (text, text + "\n" + json.dumps({"result": text})):
+                assert integrity(shown, goal) < threshold.t_star - threshold.delta, shown
+        assert integrity(NOTES["planted"], goal) > threshold.t_star + threshold.delta

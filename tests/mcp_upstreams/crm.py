@@ -20,7 +20,7 @@ def lookup_order(order_id: str, ctx: Context) -> str:
 def send_email(to: str, body: str, ctx: Context) -> str:
     """Send an email to a customer."""
     record(NAME, "send_email", {"to": to, "body": body}, ctx)
-    return f"Email sent to {to}."
+    return f"Delivered to {to}."
 
 
 if __name__ == "__main__":

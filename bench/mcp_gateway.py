@@ -151,14 +151,12 @@ def _log(name: str):
 
 
 @contextlib.contextmanager
-def _gateway_http(config: Path, secret: str) -> Iterator[str]:
-    """The gateway over Streamable HTTP on a free port of 127.0.0.1; yields its URL."""
-    port = free_port()
+def _gateway_http(config: Path, port: int, secret: str) -> Iterator[str]:
+    """The gateway over Streamable HTTP on 127.0.0.1:`port`, as its config says; yields its
+    URL."""
     with _log("mcp-gateway-http.log") as log:
         process = subprocess.Popen(
-            _gateway_argv(
-                config, "--transport", "http", "--host", "127.0.0.1", "--port", str(port)
-            ),
+            _gateway_argv(config, "--transport", "http"),
             cwd=REPO,
             env=_gateway_env(secret),
             stdout=log,

@@ -42,6 +42,8 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command, get_commands  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from bench.report import Report  # noqa: E402
 from tests.mcp_upstreams.launch import (  # noqa: E402
@@ -172,6 +174,17 @@ def _gateway_http(config: Path, port: int, secret: str) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator:
+    """The SDK's Streamable HTTP transport with these headers on every request (the gateway
+    takes its Guardian token as a bearer token); the direct calls use the same, without it."""
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
 
 
 # --- Timing ----------------------------------------------------------------------------------
@@ -305,7 +318,7 @@ def measure(report: Report) -> dict[str, float]:
             passes = []
             for _ in range(PASSES):
                 with http_server("shop") as shop_url, contextlib.ExitStack() as stack:
-                    targets: dict[str, object] = {"direct": shop_url}
+                    targets: dict[str, object] = {"direct": _http_transport(shop_url, {})}
                     if through:
                         port = free_port()
                         http_config.write_text(
@@ -313,8 +326,9 @@ def measure(report: Report) -> dict[str, float]:
                                 policy_version=policy_number, upstream=shop_url, http_port=port
                             )
                         )
-                        targets["through the gateway"] = stack.enter_context(
-                            _gateway_http(http_config, port, secret)
+                        gateway_url = stack.enter_context(_gateway_http(http_config, port, secret))
+                        targets["through the gateway"] = _http_transport(
+                            gateway_url, {"Authorization": f"Bearer {secret}"}
                         )
                     passes.append(anyio.run(_pass, targets))
             figures |= _measure_transport(report, "HTTP", passes)

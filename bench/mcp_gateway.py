@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -103,7 +103,11 @@ def _toml_string(value: str) -> str:
 
 
 def gateway_config(
-    *, policy_version: int, upstream: list[str] | str, http_port: int | None = None
+    *,
+    policy_version: int,
+    upstream: list[str] | str,
+    http_port: int | None = None,
+    max_turns: int | None = None,
 ) -> str:
     """The gateway's TOML (mcp_gateway/config.py): one upstream `shop`, by its stdio command
     line (run from the repository) or its URL; served on 127.0.0.1:`http_port` over HTTP."""
@@ -117,6 +121,7 @@ def gateway_config(
     http = []
     if http_port is not None:
         http = ["", "[http]", 'host = "127.0.0.1"', f"port = {http_port}", 'path = "/mcp"']
+    budgets = [] if max_turns is None else ["", "[budgets]", f"max_turns = {max_turns}"]
     return "\n".join(
         [
             'name = "bench-gateway"',
@@ -125,6 +130,7 @@ def gateway_config(
             f"policy_version = {policy_version}",
             "hold_seconds = 5",
             *http,
+            *budgets,
             "",
             "[goal]",
             f"text = {_toml_string(GOAL)}",
@@ -213,33 +219,72 @@ async def _timed(client: Client, tool: str, indices: range) -> list[float]:
     return times
 
 
-async def _pass(targets: dict[str, object]) -> dict[str, list[float]]:
-    """One pass: every target's session open, warmed up, then CALLS calls each in alternating
-    blocks ({label: [ms per call]})."""
-    async with contextlib.AsyncExitStack() as stack:
-        sessions = {
-            label: await stack.enter_async_context(_session(t)) for label, t in targets.items()
-        }
-        times: dict[str, list[float]] = {label: [] for label in targets}
-        for client, tool in sessions.values():
-            await _timed(client, tool, range(WARMUP))
-        for start in range(0, CALLS, BLOCK):
-            block = range(WARMUP + start, WARMUP + min(CALLS, start + BLOCK))
-            for label, (client, tool) in sessions.items():
-                times[label] += await _timed(client, tool, block)
-        return times
+async def _pass(
+    targets: Callable[[], dict[str, object]], per_session: int, warmup: int
+) -> dict[str, list[float]]:
+    """One pass: CALLS calls per target ({label: [ms per call]}), in sessions of at most
+    `per_session` calls after `warmup` untimed ones; within a session every target's calls
+    alternate in blocks of BLOCK. `targets()` makes a fresh set of transports per session."""
+    times: dict[str, list[float]] = {}
+    order = 0  # order ids never repeat within a pass: a repeated call is a guard of its own
+    for first in range(0, CALLS, per_session):
+        async with contextlib.AsyncExitStack() as stack:
+            sessions = {
+                label: await stack.enter_async_context(_session(target))
+                for label, target in targets().items()
+            }
+            for client, tool in sessions.values():
+                await _timed(client, tool, range(order, order + warmup))
+            order += warmup
+            for start in range(first, min(CALLS, first + per_session), BLOCK):
+                size = min(BLOCK, CALLS - start, first + per_session - start)
+                for label, (client, tool) in sessions.items():
+                    times.setdefault(label, []).extend(
+                        await _timed(client, tool, range(order, order + size))
+                    )
+                order += size
+    return times
 
 
-def _stdio_targets(config: Path | None, secret: str) -> dict[str, object]:
-    targets: dict[str, object] = {"direct": stdio_params("shop")}
-    if config is not None:
-        argv = _gateway_argv(config, "--transport", "stdio")
-        params = StdioServerParameters(
-            command=argv[0], args=argv[1:], cwd=str(REPO), env=_gateway_env(secret)
-        )
-        # The gateway's own stderr (Django's logs) into a file, not between the figures.
-        targets["through the gateway"] = stdio_client(params, errlog=_log("mcp-gateway-stdio.log"))
-    return targets
+def _session_size() -> tuple[int, int, str, int | None]:
+    """(timed calls per session, warm-up calls per session, a note, the turn cap to configure):
+    all CALLS in one session when the gateway's config takes budgets (the bench gives its runs
+    room), else as many as fit under the runs' default turn cap, in several sessions."""
+    from mcp_gateway.config import SCHEMA
+
+    if "budgets" in SCHEMA["properties"]:
+        return CALLS, WARMUP, "", WARMUP + CALLS + 10
+    from guardian_core.engine.thresholds import Budgets
+
+    cap = Budgets().max_turns
+    warmup = max(1, cap // 5)
+    per_session = cap - warmup - 1
+    return (
+        per_session,
+        warmup,
+        f"the gateway's config takes no budgets, so each run stops at the default turn cap "
+        f"({cap}): sessions of {warmup} warm-up + {per_session} timed calls",
+        None,
+    )
+
+
+@contextlib.contextmanager
+def _stdio_targets(config: Path | None, secret: str) -> Iterator[Callable[[], dict[str, object]]]:
+    """A maker of fresh stdio transports: the shop directly, and the gateway (when `config`)."""
+    with _log("mcp-gateway-stdio.log") as log:
+
+        def targets() -> dict[str, object]:
+            made: dict[str, object] = {"direct": stdio_params("shop")}
+            if config is not None:
+                argv = _gateway_argv(config, "--transport", "stdio")
+                params = StdioServerParameters(
+                    command=argv[0], args=argv[1:], cwd=str(REPO), env=_gateway_env(secret)
+                )
+                # The gateway's own stderr (Django's logs) into a file, not between the figures.
+                made["through the gateway"] = stdio_client(params, errlog=log)
+            return made
+
+        yield targets
 
 
 def _measure_transport(
@@ -296,10 +341,15 @@ def measure(report: Report) -> dict[str, float]:
         secret = _integrator_token()
     else:
         report.note("the gateway (manage.py mcp_gateway) is not built yet: direct calls only")
+    per_session, warmup, sizing, max_turns = (
+        _session_size() if through else (CALLS, WARMUP, "", None)
+    )
     report.note(
-        f"{CALLS} read-only {TOOL} calls per pass after {WARMUP} warm-up, {PASSES} passes, "
+        f"{CALLS} read-only {TOOL} calls per pass after {warmup} warm-up, {PASSES} passes, "
         f"alternating in blocks of {BLOCK}; SDK client, test upstream shop"
     )
+    if sizing:
+        report.note(sizing)
     figures: dict[str, float] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
@@ -310,27 +360,37 @@ def measure(report: Report) -> dict[str, float]:
                     gateway_config(
                         policy_version=policy_number,
                         upstream=upstream_command("shop", "--transport", "stdio"),
+                        max_turns=max_turns,
                     )
                 )
-            passes = [anyio.run(_pass, _stdio_targets(stdio_config, secret)) for _ in range(PASSES)]
+            passes = []
+            for _ in range(PASSES):
+                with _stdio_targets(stdio_config, secret) as targets:
+                    passes.append(anyio.run(_pass, targets, per_session, warmup))
             figures |= _measure_transport(report, "stdio", passes)
 
             passes = []
             for _ in range(PASSES):
                 with http_server("shop") as shop_url, contextlib.ExitStack() as stack:
-                    targets: dict[str, object] = {"direct": _http_transport(shop_url, {})}
+                    urls = {"direct": (shop_url, {})}
                     if through:
                         port = free_port()
                         http_config.write_text(
                             gateway_config(
-                                policy_version=policy_number, upstream=shop_url, http_port=port
+                                policy_version=policy_number,
+                                upstream=shop_url,
+                                http_port=port,
+                                max_turns=max_turns,
                             )
                         )
                         gateway_url = stack.enter_context(_gateway_http(http_config, port, secret))
-                        targets["through the gateway"] = _http_transport(
-                            gateway_url, {"Authorization": f"Bearer {secret}"}
-                        )
-                    passes.append(anyio.run(_pass, targets))
+                        bearer = {"Authorization": f"Bearer {secret}"}
+                        urls["through the gateway"] = (gateway_url, bearer)
+
+                    def targets(urls=urls) -> dict[str, object]:
+                        return {label: _http_transport(*where) for label, where in urls.items()}
+
+                    passes.append(anyio.run(_pass, targets, per_session, warmup))
             figures |= _measure_transport(report, "HTTP", passes)
     finally:
         if through:

@@ -8,15 +8,18 @@ a warm-up, in each of BENCH_MCP_PASSES passes (default 3, fresh processes and se
   same shop over stdio;
 - the same over Streamable HTTP: the shop on 127.0.0.1, and the gateway on 127.0.0.1 in front
   of it.
-Direct and gateway calls alternate in blocks of BENCH_MCP_BLOCK (25) within a pass, both
-sessions open, so a busy neighbour on this shared machine slows both alike. Reported: the median
-and p95 of each, and the added latency (the gateway's median minus the direct median, p95
-likewise), with the spread of the per-pass added medians.
+Both with the initialize handshake (a session: the gateway's run lives in it), the shop asked
+the same way as the like-for-like baseline. Direct and gateway calls alternate in blocks of
+BENCH_MCP_BLOCK (25) within a session, both sessions open, so a busy neighbour on this shared
+machine slows both alike. Reported: the median and p95 of each, and the added latency (the
+gateway's median minus the direct median, p95 likewise), with the per-pass added medians.
 
 The gateway runs on the configured database (migrated first) as a bench integrator of its own
-with a fresh API token, the guardian "local" and the active policy version; each pass is one
-MCP session, so one Guardian run, cancelled at the end if still running. Without the gateway
-(no `mcp_gateway` command) only the direct calls are measured and the section says so.
+with a fresh API token, the guardian "local" and the active policy version; an MCP session is
+one Guardian run (given room for the pass's calls in the config's [budgets]; a gateway whose
+config takes no budgets gets sessions that fit the default turn cap), cancelled at the end if
+still running. Without the gateway (no `mcp_gateway` command) only the direct calls are
+measured and the section says so. The gateway's logs: $GUARDIAN_VAR_DIR/bench/mcp-gateway-*.log.
 Run alone: .venv/bin/python -m bench.mcp_gateway
 """
 
@@ -198,8 +201,10 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator:
 
 @contextlib.asynccontextmanager
 async def _session(target) -> AsyncIterator[tuple[Client, str]]:
-    """An SDK client session and the name under which it lists lookup_order."""
-    async with Client(target) as client:
+    """An SDK client session and the name under which it lists lookup_order. Both sides with
+    the initialize handshake (the gateway needs a session for its run; the shop, asked the
+    same way, is the like-for-like baseline), no client cache."""
+    async with Client(target, mode="legacy", cache=None) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
         found = [name for name in names if name == TOOL or name.endswith(TOOL)]
         if not found:

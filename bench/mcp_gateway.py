@@ -293,8 +293,10 @@ def _stdio_targets(config: Path | None, secret: str) -> Iterator[Callable[[], di
 
 
 def _measure_transport(
-    report: Report, transport: str, passes: list[dict[str, list[float]]]
+    report: Report, transport: str, passes: list[dict[str, list[float]]], *, one_run: bool
 ) -> dict[str, float]:
+    """Every figure of one transport; `one_run`: each pass was one session (one run), so its
+    first and last tenth say whether a call costs more as the run grows."""
     figures: dict[str, float] = {}
     every = {label: [ms for one in passes for ms in one[label]] for label in passes[0]}
     for label, times in every.items():
@@ -325,6 +327,20 @@ def _measure_transport(
             extra=f"target ≤ {TARGET_MS:.0f} ms: {verdict}; per pass {spread}",
         )
         report.add(f"{transport}, added by the gateway, p95", added_p95, "ms")
+        if one_run:
+            width = max(10, CALLS // 10)
+            windows = {
+                f"calls 1-{width}": slice(0, width),
+                f"calls {CALLS - width + 1}-{CALLS}": slice(CALLS - width, CALLS),
+            }
+            for window, part in windows.items():
+                name = f"{transport}, added by the gateway, {window} of the run"
+                figures[name] = statistics.median(
+                    statistics.median(one["through the gateway"][part])
+                    - statistics.median(one["direct"][part])
+                    for one in passes
+                )
+                report.add(name, figures[name], "ms", extra="median of the passes")
     return figures
 
 
@@ -372,7 +388,8 @@ def measure(report: Report) -> dict[str, float]:
             for _ in range(PASSES):
                 with _stdio_targets(stdio_config, secret) as targets:
                     passes.append(anyio.run(_pass, targets, per_session, warmup))
-            figures |= _measure_transport(report, "stdio", passes)
+            one_run = per_session >= CALLS
+            figures |= _measure_transport(report, "stdio", passes, one_run=one_run)
 
             passes = []
             for _ in range(PASSES):
@@ -396,7 +413,7 @@ def measure(report: Report) -> dict[str, float]:
                         return {label: _http_transport(*where) for label, where in urls.items()}
 
                     passes.append(anyio.run(_pass, targets, per_session, warmup))
-            figures |= _measure_transport(report, "HTTP", passes)
+            figures |= _measure_transport(report, "HTTP", passes, one_run=one_run)
     finally:
         if through:
             from runs.models import Run, RunStatus

@@ -334,7 +334,7 @@ def _measure_transport(
                 f"calls {CALLS - width + 1}-{CALLS}": slice(CALLS - width, CALLS),
             }
             for window, part in windows.items():
-                name = f"{transport}, added by the gateway, {window} of the run"
+                name = f"{transport}, added, {window} of the run"
                 figures[name] = statistics.median(
                     statistics.median(one["through the gateway"][part])
                     - statistics.median(one["direct"][part])

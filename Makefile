@@ -23,7 +23,7 @@ help:
 	@echo "make format reformat in place"
 	@echo "make guardian-model  refit the local guardian on training/ and rewrite its artefact"
 	@echo "make guardian-report the local guardian measured leave-one-source-out on real material"
-	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps"
+	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps, MCP gateway"
 	@echo "make soak   the whole stack under load with workers, Redis and PostgreSQL failing, then its checks"
 	@echo "make example-langgraph / make example-agents   an agent loop guarded from outside, against make demo"
 

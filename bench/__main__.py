@@ -25,6 +25,10 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
                      calls before and after a step at steps 1-10 and at the end of a
                      BENCH_EXTERNAL_STEPS-step run (500), server side and end to end through
                      the Python client to gunicorn on 127.0.0.1, ms (bench/external_step.py)
+    mcp gateway      what the MCP gateway adds to a read-only tool call: BENCH_MCP_CALLS (300)
+                     calls with the SDK's client, directly to a test upstream and through
+                     `manage.py mcp_gateway`, over stdio and Streamable HTTP, BENCH_MCP_PASSES
+                     (3) passes; medians, p95 and the added latency, ms (bench/mcp_gateway.py)
     pages            the reviewers' queue at BENCH_QUEUE_ROWS open escalations (100 000): the
                      page, a filtered page, the next page, the live poll, "next", ms and SQL
                      statements (bench/queue_page.py); then the auditors' runs list at
@@ -38,7 +42,8 @@ is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
 BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS, BENCH_EXTERNAL_STEPS,
-BENCH_PG_COUNTS, BENCH_SKIP (comma-separated section names; spaces or underscores).
+BENCH_PG_COUNTS, BENCH_MCP_CALLS, BENCH_MCP_PASSES, BENCH_MCP_BLOCK,
+BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 
 import json
@@ -73,6 +78,7 @@ SECTIONS = (
     "shadow",
     "gate",
     "external step",
+    "mcp gateway",
     "pages",
 )
 NOT_BUILT: dict[str, str] = {}
@@ -191,6 +197,7 @@ def main() -> int:
         external_step,
         gate,
         local_guardian,
+        mcp_gateway,
         queue_page,
         replay,
         run_list_page,
@@ -212,6 +219,7 @@ def main() -> int:
     runner.section("shadow", shadow.measure)
     runner.section("gate", gate.measure)
     runner.section("external step", external_step.measure)
+    runner.section("mcp gateway", mcp_gateway.measure)
     for name, why in NOT_BUILT.items():
         runner.section(name, lambda r, why=why: r.skip(why))
     runner.section("pages", lambda r: (queue_page.measure(r), run_list_page.measure(r)))

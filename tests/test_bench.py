@@ -31,6 +31,8 @@ TINY = {
     "BENCH_REPLAY_PASSES": "1",
     "BENCH_GATE_ROWS": "300",
     "BENCH_EXTERNAL_STEPS": "20",
+    "BENCH_MCP_CALLS": "20",
+    "BENCH_MCP_PASSES": "1",
 }
 MEASURED = (
     "engine",
@@ -41,6 +43,7 @@ MEASURED = (
     "replay",
     "gate",
     "external step",
+    "mcp gateway",
     "pages",
 )
 
@@ -97,7 +100,8 @@ def test_make_bench_runs_every_section_on_a_fresh_embedded_default(tmp_path):
 
 
 ONLY_THE_TURN = (
-    "engine,throughput,local guardian,task round trip,replay,shadow,gate,external step,pages"
+    "engine,throughput,local guardian,task round trip,replay,shadow,gate,external step,"
+    "mcp gateway,pages"
 )
 
 

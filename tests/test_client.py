@@ -2,10 +2,6 @@
 irreversible one waits for a reviewer and runs once, an injected output is withheld; retries
 are safe, errors typed; the async client does the same."""
 
-import http.server
-import threading
-
-import httpx
 import pytest
 from guardian_client import (
     AsyncGuardian,
@@ -27,6 +23,7 @@ from tests.client_helpers import (
     run_async,
     scripted,
 )
+from tests.proxies import FaultyProxy, first_of_each_path
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,49 +102,8 @@ def test_typed_errors_say_what_was_wrong(live_server, token, auditor):
     assert str(no.value) == "Guardian answered 403: Authorization: the token is not valid."
 
 
-class _FlakyProxy:
-    """A proxy on 127.0.0.1 in front of Guardian that answers 503 to the first request of
-    each path and forwards the rest: a retry must get the answer the first try would have."""
-
-    def __init__(self, upstream: str) -> None:
-        seen: set[str] = set()
-        self.forwarded = 0
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _forward(self):
-                key = f"{self.command} {self.path}"
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if key not in seen:
-                    seen.add(key)
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                proxy.forwarded += 1
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                answer = httpx.request(
-                    self.command, upstream + self.path, content=body, headers=headers
-                )
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("content-type", ""))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            do_GET = do_POST = _forward  # noqa: N815 - the stdlib's names
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
 def test_a_step_retried_after_a_failure_is_recorded_once(live_server, token):
-    proxy = _FlakyProxy(live_server.url)
+    proxy = FaultyProxy(live_server.url, before=first_of_each_path())
     try:
         with Guardian(proxy.url, token, backoff=0.01) as guardian:
             run = guardian.run(

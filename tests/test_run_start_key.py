@@ -2,16 +2,13 @@
 after the commit, a timeout) finds the run it made when retried, instead of leaving an orphan
 run nobody drives (seen by the soak when PostgreSQL stopped mid-answer)."""
 
-import http.server
-import threading
-
-import httpx
 import pytest
 from django.urls import reverse
 from guardian_client import Guardian
 
 from runs.models import Run
 from tests.client_helpers import LOOKUP_ORDER, guardian_for, scripted
+from tests.proxies import FaultyProxy
 from tests.test_external_runs import api, start  # noqa: F401
 
 URL = "api:run-start"
@@ -63,56 +60,15 @@ def test_a_malformed_key_is_refused_by_name(api):  # noqa: F811
     assert Run.objects.count() == 0
 
 
-class _LosesFirstStartAnswer:
-    """A proxy on 127.0.0.1 in front of Guardian: passes every request on, but answers the
-    first run start with 503 after Guardian made the run (its answer lost on the way back)."""
-
-    def __init__(self, upstream: str) -> None:
-        proxy = self
-        self.lost = 0
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _pass(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {
-                    k: v
-                    for k, v in self.headers.items()
-                    if k.lower() not in {"host", "content-length"}
-                }
-                answer = httpx.request(
-                    self.command, upstream + self.path, content=body, headers=headers, timeout=30
-                )
-                if self.path.startswith("/api/runs/start/") and proxy.lost == 0:
-                    proxy.lost += 1
-                    self.send_response(503)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("content-type", ""))
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            do_GET = do_POST = _pass  # noqa: N815 - the stdlib's names
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_client_retrying_a_start_whose_answer_was_lost_gets_the_run_it_made(
     live_server, integrator
 ):
-    proxy = _LosesFirstStartAnswer(live_server.url)
+    starts = iter([True])  # the first start's answer is lost after Guardian made the run
+    proxy = FaultyProxy(
+        live_server.url,
+        after=lambda method, path: path.startswith("/api/runs/start/") and next(starts, False),
+    )
     try:
         with Guardian(proxy.url, guardian_for(integrator), backoff=0.01) as guardian:
             run = guardian.run(

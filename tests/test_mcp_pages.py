@@ -4,10 +4,11 @@ server's own words), a resource read as a read, and no promise of a worker's nex
 an output passed on: the client calls again, and is never sent a withheld output."""
 
 import pytest
+from django.urls import reverse
 
 from escalations.models import Escalation, EscalationKind, EscalationStatus
 from tests.test_escalation_detail_page import HTMX, approve_form, decide, detail, opened
-from tests.test_mcp_guarding import Upstream, session
+from tests.test_mcp_guarding import Upstream, UpstreamReply, session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,3 +73,18 @@ def test_a_withheld_mcp_output_is_not_promised_to_the_client(integrator, reviewe
     assert "withheld from the MCP client until you clear it" in page
     assert "the MCP client, already told the output is withheld, is not sent it." in page
     assert "the actor gets the output" not in page
+
+
+def test_the_run_page_says_a_resource_read_is_a_read_and_where_a_tool_lives(
+    integrator, auditor, client
+):
+    guarded = session(integrator)
+    guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=Upstream().execute)
+    plain = UpstreamReply("Opening hours: 9 to 5.", False, {"contents": "plain"})
+    guarded.read("resource", "note://plain", {}, fetch=lambda: plain)
+
+    client.force_login(auditor)
+    page = client.get(reverse("runs:detail", args=[guarded.run_id])).content.decode()
+
+    assert "A tool of the MCP server <bdi>shop</bdi>." in page
+    assert "Not a tool: the MCP client read a resource through the gateway" in page

@@ -88,3 +88,15 @@ def test_the_run_page_says_a_resource_read_is_a_read_and_where_a_tool_lives(
 
     assert "A tool of the MCP server <bdi>shop</bdi>." in page
     assert "Not a tool: the MCP client read a resource through the gateway" in page
+
+
+def test_an_mcp_session_that_reached_its_goal_shows_no_empty_answer(integrator, auditor, client):
+    guarded = session(integrator, {"goal_reached": 0.99})
+    guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=Upstream().execute)
+
+    client.force_login(auditor)
+    page = client.get(reverse("runs:detail", args=[guarded.run_id])).content.decode()
+
+    assert "Succeeded" in page
+    assert "Untrusted content — the run's answer" not in page
+    assert "an MCP session's answer is the client's own, to its user" in page

@@ -341,8 +341,12 @@ OUTCOME_TEXT = {
     AUDIT_OUTCOME: "is not changed: an audit answer labels the turn, nothing more",
 }
 # An MCP session's run goes on only when its client calls again (mcp_gateway/guarding.py): a
-# call still held hears the verdict at once, a later one is the client's next call.
-MCP_CONTINUE_TEXT = "goes on when its MCP client calls again (a call still waiting hears this now)"
+# call still held hears the verdict at once, a later one is the client's next call. A new session
+# is a new run: the same session's client is the only one that can carry this run on.
+MCP_CONTINUE_TEXT = (
+    "goes on when its MCP client calls again in the same session (a call still waiting hears"
+    " this now)"
+)
 MCP_RECORDED_CONTINUE_TEXT = "went on with its MCP client's next call"
 DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
 # What the run did after a verdict given earlier, as a decided item's record says it. A run

@@ -54,7 +54,7 @@ def test_a_verdict_on_an_mcp_call_says_the_client_calls_again(
     fragment = client.post(decide(escalation), form, **HTMX).content.decode()
     page = client.get(detail(escalation)).content.decode()
 
-    assert "The run goes on when its MCP client calls again" in fragment
+    assert "The run goes on when its MCP client calls again in the same session" in fragment
     assert "next turn" not in fragment
     assert "The run went on with its MCP client&#x27;s next call." in page
 

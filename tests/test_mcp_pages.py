@@ -100,3 +100,14 @@ def test_an_mcp_session_that_reached_its_goal_shows_no_empty_answer(integrator, 
     assert "Succeeded" in page
     assert "Untrusted content — the run's answer" not in page
     assert "an MCP session's answer is the client's own, to its user" in page
+
+
+def test_the_turn_replay_names_each_history_item_s_turn_once(integrator, auditor, client):
+    guarded = session(integrator)
+    guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=Upstream().execute)
+
+    client.force_login(auditor)
+    page = client.get(reverse("runs:turn_replay", args=[guarded.run_id, 0])).content.decode()
+
+    assert "<bdi>turn 0: lookup_order done</bdi>" in page
+    assert '<span class="muted">turn 0</span> <bdi>turn 0:' not in page

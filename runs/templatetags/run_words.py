@@ -80,3 +80,10 @@ def mcp_upstream(mcp: object, tool: str) -> list | None:
         return None
     upstream = (mcp.get("upstreams") or {}).get(str(tool))
     return upstream if isinstance(upstream, list) and len(upstream) == 2 else None
+
+
+@register.filter
+def names_its_turn(summary: str, turn: object) -> bool:
+    """Whether a history item already begins "turn N:" (the engine writes its steps so): the
+    replay page then shows no turn label of its own before it."""
+    return turn is not None and str(summary).startswith(f"turn {turn}:")

@@ -340,6 +340,14 @@ OUTCOME_TEXT = {
     "stop_cancelled": "stops: cancelled",
     AUDIT_OUTCOME: "is not changed: an audit answer labels the turn, nothing more",
 }
+# An MCP session's run goes on only when its client calls again (mcp_gateway/guarding.py): a
+# call still held hears the verdict at once, a later one is the client's next call. A new session
+# is a new run: the same session's client is the only one that can carry this run on.
+MCP_CONTINUE_TEXT = (
+    "goes on when its MCP client calls again in the same session (a call still waiting hears"
+    " this now)"
+)
+MCP_RECORDED_CONTINUE_TEXT = "went on with its MCP client's next call"
 DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
 # What the run did after a verdict given earlier, as a decided item's record says it. A run
 # that had already ended (cancelled meanwhile) is said so instead of a made-up outcome.
@@ -401,8 +409,12 @@ def _pane_response(
     state = _pane_state(pane, request.user)
     verdict = pane.verdict
     question_texts = {question.condition: question.text for question in pane.questions}
+    mcp = (pane.run.config or {}).get("mcp")
     context = {
         "pane": pane,
+        # An MCP session's run: who gets outputs and verdicts is its client, not a worker's actor.
+        "mcp": mcp,
+        "receiver": "the MCP client" if mcp else "the actor",
         "escalation": pane.escalation,
         "state": state,
         # n is "next item" only while nothing is left to decide here (see decision.js).
@@ -454,7 +466,9 @@ def _pane_response(
             (condition, question_texts.get(condition, ""), label)
             for condition, label in pane.verdict_answers
         ],
-        "verdict_outcome": _recorded_outcome_text(verdict.resulting_outcome if verdict else ""),
+        "verdict_outcome": _recorded_outcome_text(
+            verdict.resulting_outcome if verdict else "", mcp=bool(mcp)
+        ),
         "done": done,
         "done_title": DECIDED.get(getattr(done, "decision", ""), ""),
         "done_calls": [
@@ -462,7 +476,7 @@ def _pane_response(
             for held in pane.held_calls
             if held.call.position in getattr(done, "approved_calls", [])
         ],
-        "done_outcome": _outcome_text(getattr(done, "resulting_outcome", "")),
+        "done_outcome": _outcome_text(getattr(done, "resulting_outcome", ""), mcp=bool(mcp)),
         "notice": notice,
         "risk_classes": RiskClass.choices,
         "drift_scores": DRIFT_SCORES,
@@ -516,7 +530,8 @@ def escalation_decide(request: HttpRequest, escalation_id: int) -> HttpResponse:
     done = verdict or "waiting"
     if not request.htmx:
         # Post/redirect/get: a reload shows the verdict instead of sending it again.
-        messages.success(request, _decided_message(verdict))
+        mcp = bool((pane.run.config or {}).get("mcp"))
+        messages.success(request, _decided_message(verdict, mcp=mcp))
         return redirect("escalations:detail", escalation_id=escalation_id)
     return _pane_response(request, _pane_or_404(escalation_id), done=done)
 
@@ -525,17 +540,22 @@ def _problems(error: EscalationError) -> list[str]:
     return list(error.problems) or [str(error)]
 
 
-def _decided_message(verdict: Verdict | None) -> str:
+def _decided_message(verdict: Verdict | None, *, mcp: bool = False) -> str:
     if verdict is None:
         return "Recorded — waiting for a second approver."
-    return f"{DECIDED[verdict.decision]}. The run {_outcome_text(verdict.resulting_outcome)}."
+    outcome = _outcome_text(verdict.resulting_outcome, mcp=mcp)
+    return f"{DECIDED[verdict.decision]}. The run {outcome}."
 
 
-def _outcome_text(outcome: str) -> str:
+def _outcome_text(outcome: str, *, mcp: bool = False) -> str:
+    if mcp and outcome == "continue":
+        return MCP_CONTINUE_TEXT
     return OUTCOME_TEXT.get(outcome) or (f"is {outcome}" if outcome else "goes on")
 
 
-def _recorded_outcome_text(outcome: str) -> str:
+def _recorded_outcome_text(outcome: str, *, mcp: bool = False) -> str:
+    if mcp and outcome == "continue":
+        return MCP_RECORDED_CONTINUE_TEXT
     return RECORDED_OUTCOME_TEXT.get(outcome) or (f"was {outcome}" if outcome else "")
 
 

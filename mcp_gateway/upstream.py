@@ -86,15 +86,24 @@ def tool_reply(result: types.CallToolResult) -> UpstreamReply:
     """A tools/call result as Guardian reads it: the text parts joined, structured content as
     JSON (unless a text part already says exactly that), other parts described."""
     parts = [_describe(block) for block in result.content]
-    if result.structured_content is not None:
-        as_json = json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True)
+    structured = result.structured_content
+    if structured is not None:
         texts = {
             json.dumps(value, ensure_ascii=False, sort_keys=True)
             for part in parts
             if (value := _loads(part)) is not None
         }
-        if as_json not in texts:
-            parts.append(as_json)
+        # The SDKs' servers wrap a tool's plain return value as {"result": value} beside the
+        # text of it: read twice, a planted line would count twice and the reviewer read it so.
+        said = [structured]
+        if isinstance(structured, dict) and set(structured) == {"result"}:
+            said.append(structured["result"])
+        if not any(
+            (isinstance(value, str) and value in parts)
+            or json.dumps(value, ensure_ascii=False, sort_keys=True) in texts
+            for value in said
+        ):
+            parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
     return UpstreamReply(text="\n".join(parts), is_error=bool(result.is_error), payload=result)
 
 

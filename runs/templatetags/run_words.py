@@ -70,3 +70,20 @@ def swept_note(last_error: str) -> str:
 
     lines = str(last_error or "").split("\n")
     return next((line for line in lines if line.startswith(SWEPT_PREFIX)), "")
+
+
+@register.filter
+def mcp_upstream(mcp: object, tool: str) -> list | None:
+    """An MCP session's tool as [server, its name there] (the run's config.mcp.upstreams), or
+    None for a tool no upstream offers (Guardian's own reads, any other run)."""
+    if not isinstance(mcp, dict):
+        return None
+    upstream = (mcp.get("upstreams") or {}).get(str(tool))
+    return upstream if isinstance(upstream, list) and len(upstream) == 2 else None
+
+
+@register.filter
+def names_its_turn(summary: str, turn: object) -> bool:
+    """Whether a history item already begins "turn N:" (the engine writes its steps so): the
+    replay page then shows no turn label of its own before it."""
+    return turn is not None and str(summary).startswith(f"turn {turn}:")

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
+import anyio
 from django.db import connection
 from guardian_client import Tool
 
@@ -110,6 +111,27 @@ def approve_when_held(
     thread = threading.Thread(target=decide, daemon=True)
     thread.start()
     return thread
+
+
+def anyio_run(function: Callable[..., Awaitable], *args):
+    """anyio.run(function, *args) in a thread of its own, for the reason run_async gives: a
+    test that runs after a browser test finds Playwright's loop running in the main thread."""
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = anyio.run(function, *args)
+        except BaseException as exc:  # re-raised in the test's thread
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def run_async(make: Callable[[], Awaitable]):

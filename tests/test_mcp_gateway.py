@@ -29,6 +29,7 @@ from escalations.verdicts import escalation_resolve
 from guardian_core.services import api_token_create
 from runs.external import external_steps_abandoned
 from runs.models import Run, ToolCall, ToolCallStatus
+from tests.client_helpers import anyio_run
 from tests.mcp_upstreams.launch import free_port, http_server, wait_for_port
 from tests.processes import REPO, child_env
 from tests.test_worker_runs import worker_env
@@ -238,7 +239,7 @@ def _session_flow(setup, reviewer, transport: str, port: int | None = None) -> d
             # An output carrying planted instructions is withheld.
             seen["planted"] = await client.call_tool("read_note", {"note_id": "planted"})
 
-    anyio.run(flow)
+    anyio_run(flow)
     seen["ledger"] = _ledger(ledger)
     return seen
 
@@ -313,11 +314,11 @@ def test_a_read_only_tool_runs_at_once_and_the_session_is_one_run(crm_only, revi
             return read, sent
 
     if transport == "stdio":
-        result, sent = anyio.run(flow)
+        result, sent = anyio_run(flow)
     else:
         port = free_port()
         with gateway_process(crm_only, port):
-            result, sent = anyio.run(flow, port)
+            result, sent = anyio_run(flow, port)
     assert len(_ran(crm_only["ledger"], "send_email", to="ada@example.com")) == 1
     assert not sent.is_error, _text(sent)
     assert "Delivered to ada@example.com." in _text(sent)
@@ -365,7 +366,7 @@ def test_the_goal_comes_from_the_header_and_the_sessions_end_ends_its_run(crm_on
             assert not result.is_error, _text(result)
 
     with gateway_process(setup, port):
-        anyio.run(flow)
+        anyio_run(flow)
     (run,) = Run.objects.all()
     assert run.goal == "Find order 41 for Ada."
     # The session's end ends its run, which waits on nothing.
@@ -399,7 +400,7 @@ def test_killing_the_gateway_mid_call_leaves_it_ambiguous_for_a_person_and_never
         await anyio.to_thread.run_sync(thread.join)
 
     with gateway_process(setup, port) as process:
-        anyio.run(call_and_be_killed, process)
+        anyio_run(call_and_be_killed, process)
         assert process.wait(timeout=10) == -signal.SIGKILL
     assert [line["phase"] for line in _ran(ledger, "slow_refund")] == ["start"]
 
@@ -418,7 +419,7 @@ def test_killing_the_gateway_mid_call_leaves_it_ambiguous_for_a_person_and_never
             async with connected(setup, "http", port) as client:
                 assert "slow_refund" in {tool.name for tool in (await client.list_tools()).tools}
 
-        anyio.run(another_session)
+        anyio_run(another_session)
     # Started once, never again (the upstream dropped it when its caller's connection went).
     assert [line["phase"] for line in _ran(ledger, "slow_refund")] == ["start"]
 
@@ -436,7 +437,7 @@ def test_a_client_of_the_sessionless_era_is_told_to_use_the_handshake(crm_only):
                 await client.call_tool("lookup_order", {"order_id": "41"})
 
     with gateway_process(setup, port):
-        anyio.run(flow)
+        anyio_run(flow)
     assert _ran(setup["ledger"], "lookup_order") == []
     assert not Run.objects.exists()
 
@@ -461,7 +462,7 @@ def test_resources_and_prompts_pass_through_and_what_is_read_is_checked(setup):
                 "got": await client.get_prompt("summarize_order", {"order_id": "42"}),
             }
 
-    seen = anyio.run(reads)
+    seen = anyio_run(reads)
     assert {str(r.uri) for r in seen["listed"].resources} == {"note://plain", "note://planted"}
     assert [c.text for c in seen["plain"].contents] == ["Customer prefers delivery after 5 pm."]
     planted = " ".join(c.text for c in seen["planted"].contents)
@@ -473,7 +474,7 @@ def test_resources_and_prompts_pass_through_and_what_is_read_is_checked(setup):
     calls = ToolCall.objects.filter(turn__run=run).order_by("turn__index")
     assert list(calls.values_list("tool", flat=True)) == ["mcp.read_resource"] * 2
 
-    seen = anyio.run(prompt)
+    seen = anyio_run(prompt)
     assert [p.name for p in seen["listed"].prompts] == ["summarize_order"]
     # The prompt's own message first (Guardian's notices, if any, after it).
     assert seen["got"].messages[0].content.text == "Summary of order 42 for the customer."

@@ -4,16 +4,9 @@ after TOKEN_RECHECK_SECONDS, so a revoked one is refused within that time, and a
 never remembered."""
 
 import anyio
-import pytest
 
 from mcp_gateway.server import SCOPE_USER, BearerGate
-
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
+from tests.client_helpers import anyio_run
 
 
 class Tokens:
@@ -52,7 +45,11 @@ async def request(gate: BearerGate, token: str | None) -> tuple[int, object]:
     return sent[0]["status"], seen.get("user")
 
 
-async def test_a_good_token_is_asked_of_the_database_once_within_the_recheck_time():
+def test_a_good_token_is_asked_of_the_database_once_within_the_recheck_time():
+    anyio_run(_a_good_token_is_asked_once)
+
+
+async def _a_good_token_is_asked_once():
     tokens = Tokens()
     gate = BearerGate(None, tokens.resolve, recheck_seconds=60)
 
@@ -62,7 +59,11 @@ async def test_a_good_token_is_asked_of_the_database_once_within_the_recheck_tim
     assert tokens.asked == 1
 
 
-async def test_a_revoked_token_is_refused_once_the_recheck_time_has_passed():
+def test_a_revoked_token_is_refused_once_the_recheck_time_has_passed():
+    anyio_run(_a_revoked_token_is_refused)
+
+
+async def _a_revoked_token_is_refused():
     tokens = Tokens()
     gate = BearerGate(None, tokens.resolve, recheck_seconds=0.2)
     assert (await request(gate, "good"))[0] == 200
@@ -75,7 +76,11 @@ async def test_a_revoked_token_is_refused_once_the_recheck_time_has_passed():
     assert tokens.asked == 3  # a bad token is asked every time, never remembered
 
 
-async def test_no_token_or_an_unknown_one_is_refused():
+def test_no_token_or_an_unknown_one_is_refused():
+    anyio_run(_no_token_is_refused)
+
+
+async def _no_token_is_refused():
     tokens = Tokens()
     gate = BearerGate(None, tokens.resolve)
 

@@ -4,7 +4,6 @@ replies (what the client gets), without a server or a database."""
 import base64
 import json
 
-import anyio
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -19,6 +18,7 @@ from mcp_gateway.upstream import (
     template_matches,
     tool_reply,
 )
+from tests.client_helpers import anyio_run
 
 PNG = base64.b64encode(b"\x89PNG" + bytes(1230)).decode()
 
@@ -106,7 +106,7 @@ def _call(error: Exception):
     from mcp_gateway.config import ServerConfig
 
     upstream = Upstream(ServerConfig(name="shop", url="http://x/mcp"), _Client(error))
-    return anyio.run(upstream.call_tool, "refund", {}, "key")
+    return anyio_run(upstream.call_tool, "refund", {}, "key")
 
 
 def test_an_error_the_upstream_answers_is_a_tool_error_naming_it():

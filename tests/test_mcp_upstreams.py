@@ -12,6 +12,7 @@ from mcp import Client
 from guardian_core.adapters.local import model_for
 from guardian_core.engine.conditions import Condition
 from guardian_core.engine.thresholds import default_policy
+from tests.client_helpers import anyio_run
 from tests.mcp_upstreams import crm, shop
 from tests.mcp_upstreams.launch import http_server, stdio_params
 from tests.mcp_upstreams.shop import NOTES
@@ -108,22 +109,22 @@ async def exercise_crm(target, ledger: Path) -> None:
 def test_shop_answers_the_sdk_client_and_records_each_execution(tmp_path, transport):
     ledger, release = tmp_path / "ledger.jsonl", tmp_path / "release"
     if transport == "stdio":
-        anyio.run(
+        anyio_run(
             exercise_shop, stdio_params("shop", ledger=ledger, release=release), ledger, release
         )
     else:
         with http_server("shop", ledger=ledger, release=release) as url:
-            anyio.run(exercise_shop, url, ledger, release)
+            anyio_run(exercise_shop, url, ledger, release)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_crm_clashes_with_shop_and_declares_no_annotations(tmp_path, transport):
     ledger = tmp_path / "ledger.jsonl"
     if transport == "stdio":
-        anyio.run(exercise_crm, stdio_params("crm", ledger=ledger), ledger)
+        anyio_run(exercise_crm, stdio_params("crm", ledger=ledger), ledger)
     else:
         with http_server("crm", ledger=ledger) as url:
-            anyio.run(exercise_crm, url, ledger)
+            anyio_run(exercise_crm, url, ledger)
 
 
 def test_the_local_guardian_reads_clean_outputs_as_data_and_the_planted_note_as_planted(

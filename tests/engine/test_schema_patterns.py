@@ -32,22 +32,29 @@ def tool(schema: dict) -> Tool:
     return Tool("t", "a tool of an integrator's", schema, RiskClass.READ_ONLY, _never_called)
 
 
-def timed(schema: dict, arguments: dict):
-    tools = {"t": tool(schema)}
-    started = time.perf_counter()
-    checked = validate_call(tools, "t", arguments)
-    return checked, time.perf_counter() - started
+# Whether a check is linear is told by what it answers, not by a stopwatch: a backtracking
+# engine or a pairwise comparison runs past the check's time limit (SCHEMA_CHECK_SECONDS) on
+# these inputs, and the call is then refused with "took longer than" instead of being checked.
+TIMED_OUT = "took longer than"
+
+
+def check(schema: dict, arguments: dict):
+    return validate_call({"t": tool(schema)}, "t", arguments)
+
+
+def timed_out(checked) -> bool:
+    return any(TIMED_OUT in p.message for p in checked.problems)
 
 
 def test_a_catastrophic_pattern_on_a_value_answers_at_once():
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": EVIL}}}
-    checked, seconds = timed(schema, {"code": SLOW_TEXT})
-    assert seconds < 0.5
+    checked = check(schema, {"code": SLOW_TEXT})
+    assert not timed_out(checked)
     assert not checked.ok
     assert checked.problems[0].path == "code"
     assert "does not match" in checked.problems[0].message
     # A text that fits still fits.
-    assert timed(schema, {"code": "aaaa"})[0].ok
+    assert check(schema, {"code": "aaaa"}).ok
 
 
 def test_a_catastrophic_pattern_on_field_names_answers_at_once():
@@ -56,8 +63,7 @@ def test_a_catastrophic_pattern_on_field_names_answers_at_once():
         "patternProperties": {EVIL: {"type": "integer"}},
         "additionalProperties": False,
     }
-    checked, seconds = timed(schema, {SLOW_TEXT: 1, "aaa": 2})
-    assert seconds < 0.5
+    checked = check(schema, {SLOW_TEXT: 1, "aaa": 2})
     assert [p.message for p in checked.problems] == [f"unknown fields: {SLOW_TEXT}"]
 
 
@@ -67,11 +73,10 @@ def test_a_catastrophic_pattern_seen_through_all_of_answers_at_once():
         "type": "object",
         "allOf": [{"patternProperties": {EVIL: {"type": "integer"}}}],
     }
-    checked, seconds = timed(schema, {SLOW_TEXT: 1, "aaa": 2})
-    assert seconds < 0.5
+    checked = check(schema, {SLOW_TEXT: 1, "aaa": 2})
     assert [p.message for p in checked.problems] == [f"unknown fields: {SLOW_TEXT}"]
-    assert timed(schema, {"aaa": 2})[0].ok
-    assert not timed(schema, {"aaa": "two"})[0].ok
+    assert check(schema, {"aaa": 2}).ok
+    assert not check(schema, {"aaa": "two"}).ok
 
 
 @pytest.mark.parametrize(
@@ -111,10 +116,10 @@ def test_patterns_follow_json_schema_s_regular_expressions_not_python_s():
             "name": {"type": "string", "pattern": r"^\p{L}+$"},
         },
     }
-    assert timed(schema, {"code": "123", "name": "Zoë"})[0].ok
-    assert not timed(schema, {"code": "123\n", "name": "Zoë"})[0].ok
-    assert not timed(schema, {"code": "١٢٣", "name": "Zoë"})[0].ok
-    assert not timed(schema, {"code": "1", "name": "Zoë1"})[0].ok
+    assert check(schema, {"code": "123", "name": "Zoë"}).ok
+    assert not check(schema, {"code": "123\n", "name": "Zoë"}).ok
+    assert not check(schema, {"code": "١٢٣", "name": "Zoë"}).ok
+    assert not check(schema, {"code": "1", "name": "Zoë1"}).ok
 
 
 def test_text_that_is_not_unicode_matches_no_pattern_and_never_breaks_the_check():
@@ -130,19 +135,17 @@ def test_text_that_is_not_unicode_matches_no_pattern_and_never_breaks_the_check(
 )
 def test_any_text_on_any_nested_quantifier_is_checked_in_linear_time(pattern, text):
     schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": pattern}}}
-    _, seconds = timed(schema, {"v": text})
-    assert seconds < 0.5
+    assert not timed_out(check(schema, {"v": text}))
 
 
 def test_unique_items_are_checked_in_linear_time_with_json_equality():
     schema = {"type": "object", "properties": {"v": {"type": "array", "uniqueItems": True}}}
     distinct = [{"a": i, "b": [i, True]} for i in range(1500)]
-    checked, seconds = timed(schema, {"v": distinct})
-    assert checked.ok
-    assert seconds < 1.0  # jsonschema's pairwise comparison took 4 s for 1 000 objects
-    assert not timed(schema, {"v": [*distinct, {"b": [1499, True], "a": 1499}]})[0].ok
-    assert not timed(schema, {"v": [1, 1.0]})[0].ok
-    assert timed(schema, {"v": [1, True, 0, False, None, "1", [1], {"1": 1}]})[0].ok
+    # jsonschema's pairwise comparison took 4 s for 1 000 objects: past the time limit here.
+    assert check(schema, {"v": distinct}).ok
+    assert not check(schema, {"v": [*distinct, {"b": [1499, True], "a": 1499}]}).ok
+    assert not check(schema, {"v": [1, 1.0]}).ok
+    assert check(schema, {"v": [1, True, 0, False, None, "1", [1], {"1": 1}]}).ok
 
 
 @pytest.mark.parametrize(
@@ -155,10 +158,11 @@ def test_unique_items_are_checked_in_linear_time_with_json_equality():
     ids=["values", "characters", "depth"],
 )
 def test_arguments_too_big_to_check_are_refused_before_the_schema_runs(arguments, said):
-    checked, seconds = timed({"type": "object"}, arguments)
-    assert not checked.ok
-    assert said in checked.problems[0].message
-    assert seconds < 0.5
+    # The schema would name each of these values as a problem of its own (not a string, or
+    # longer than 1): that only the size is answered shows the schema never ran.
+    schema = {"type": "object", "properties": {"v": {"type": "string", "maxLength": 1}}}
+    [problem] = check(schema, arguments).problems
+    assert said in problem.message
 
 
 def test_a_problem_quoting_a_nul_or_a_lone_surrogate_writes_it_escaped():
@@ -191,7 +195,7 @@ def test_a_schema_that_makes_the_check_exponential_is_stopped_at_the_time_limit(
         nested = [nested]
     started = time.perf_counter()
     checked = validate_call({"t": tool(schema)}, "t", {"v": nested}, time_limit=0.5)
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < 10  # stopped near 0.5 s; unstopped, years
     [problem] = checked.problems
     assert "took longer than 0.5 s, so the call is refused" in problem.message
     # The same schema on a shallow value is checked as usual.

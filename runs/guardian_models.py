@@ -10,9 +10,22 @@ from escalations.models import LabelledExample
 from guardian_core.engine.conditions import Condition
 from guardian_core.models import GuardianModelKind, GuardianModelVersion
 
+# `claimed_id` when the caller has not read it (no claim read it along with the run).
+UNREAD = object()
 
-def guardian_model_version_active(*, adapter: str) -> GuardianModelVersion | None:
-    """The version runs on `adapter` use now, or None (they use the adapter as it is)."""
+
+def guardian_model_version_active(
+    *, adapter: str, claimed_id: int | None | object = UNREAD
+) -> GuardianModelVersion | None:
+    """The version runs on `adapter` use now, or None (they use the adapter as it is).
+
+    `claimed_id` is the active version's id as the run's claim read it in the same statement
+    (runs.services._claim, on PostgreSQL), None when none was active then: a turn with no
+    version active reads nothing more, the common case on every step's hot path."""
+    if claimed_id is None:
+        return None
+    if claimed_id is not UNREAD:
+        return GuardianModelVersion.objects.filter(pk=claimed_id).first()
     return GuardianModelVersion.objects.filter(adapter=adapter, is_active=True).first()
 
 

@@ -51,9 +51,11 @@ def build_guardian(run: Run) -> Guardian:
     guardian = base_guardian(run)
     if run.guardian == "scripted":  # a script's probabilities are the test's, not a model's
         return guardian
-    from runs.guardian_models import guardian_model_version_active, versioned_guardian
+    from runs.guardian_models import UNREAD, guardian_model_version_active, versioned_guardian
 
-    version = guardian_model_version_active(adapter=run.guardian)
+    version = guardian_model_version_active(
+        adapter=run.guardian, claimed_id=getattr(run, "claimed_guardian_version_id", UNREAD)
+    )
     if version is None:
         return guardian
     return versioned_guardian(

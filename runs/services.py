@@ -197,7 +197,8 @@ def _advance(run_id: int, enqueue_next: bool) -> str:
 # returns the row it claimed. Durability: the lease is committed before any work starts.
 # The last turns come back in the same statement, as JSON (runs.turns reads them), and with
 # an unfinished one (at most one) the calls recorded for it (an external step's started calls,
-# which its results complete).
+# which its results complete). So does the id of the active guardian model version of the
+# run's adapter (runs.ports.build_guardian): with none active, the turn reads no more.
 _CLAIM_SQL = """
 WITH claimed AS (
     UPDATE runs_run
@@ -222,7 +223,11 @@ SELECT claimed.*, (
         ORDER BY t.index DESC
         LIMIT %s
     ) recent
-) AS recent_turns
+) AS recent_turns, (
+    SELECT v.id FROM guardian_core_guardianmodelversion v
+    WHERE v.adapter = claimed.guardian AND v.is_active
+    ORDER BY v.id LIMIT 1
+) AS claimed_guardian_version_id
 FROM claimed
 """
 

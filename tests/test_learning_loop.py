@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from escalations.models import ExampleSource, LabelledExample
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
@@ -425,6 +426,55 @@ def test_an_inactive_version_is_not_used_by_runs_and_an_active_one_is():
     replay = guardian_replay(run=run, index=turn.index)
     assert replay.available, replay.why_not
     assert [p for p in replay.conditions if not p.same] == []
+
+
+def _external_step(owner, number: int) -> dict:
+    """A read-only external step of a fresh run on the local guardian, proposed and reported as
+    an outside loop (or the MCP gateway) does; the decision's answer."""
+    from runs.external import external_run_start, external_step_propose, external_step_results
+
+    run, _ = external_run_start(
+        goal="Look up order A1 and report its status.",
+        acceptance_criteria=[],
+        tools=[
+            {
+                "name": "lookup_order",
+                "description": "Read an order by its id.",
+                "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+                "risk_class": "read_only",
+            }
+        ],
+        guardian="local",
+        created_by=owner,
+    )
+    body = {"calls": [{"tool": "lookup_order", "arguments": {"order_id": "A1"}, "call_id": "c"}]}
+    external_step_propose(run_id=run.pk, owner_id=owner.pk, step=number, body=body)
+    results = [{"position": 0, "result": "A1: paid 49.90 EUR, 2 items, shipped"}]
+    answer, _ = external_step_results(
+        run_id=run.pk, owner_id=owner.pk, step=number, results=results
+    )
+    return run.turns.get(index=number).decision
+
+
+def test_an_external_step_asks_the_active_version_read_with_its_claim(integrator):
+    # On PostgreSQL the claim reads the active version's id along with the run: a step with no
+    # version active reads the versions table nowhere else (twice per step before).
+    default_costs_policy_version_create()
+    version = _local_version()
+    with CaptureQueriesContext(connection) as read:
+        plain = _external_step(integrator, 0)
+    assert plain.guardian_model_version == LocalGuardian().model_version
+    asked = [
+        q["sql"] for q in read.captured_queries if "guardian_core_guardianmodelversion" in q["sql"]
+    ]
+    if connection.vendor == "postgresql":
+        assert len(asked) == 2  # the two claims: the proposal's and the results'
+        assert all("claimed_guardian_version_id" in sql for sql in asked)
+
+    guardian_model_activate(number=version.number)
+    calibrated = _external_step(integrator, 0)
+    assert calibrated.guardian_model_version == version.model_version
+    assert calibrated.answers["integrity"] == approx(plain.answers["integrity"] / 2, abs=1e-6)
 
 
 def test_activation_leaves_exactly_one_active_version_per_adapter():

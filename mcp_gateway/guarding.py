@@ -189,7 +189,7 @@ class GuardedSession:
         held = self._held.get(key)
         if held is not None:
             return self._asked_again(held, key, execute, progress)
-        body = {"calls": [{"tool": name, "arguments": arguments, "call_id": f"mcp-{key[:12]}"}]}
+        body = {"calls": [{"tool": name, "arguments": arguments, "call_id": _call_id(key)}]}
         try:
             answer = self._propose(body, progress)
         except ExternalError as error:
@@ -283,7 +283,13 @@ class GuardedSession:
             return self._decided(resumed)
         reason = verdict.get("reason") or "no reason given"
         words = f"Not run: a reviewer did not approve this call ({reason})."
-        notices = tuple(item["message"] for item in verdict.get("feedback") or ())
+        # The verdict's feedback on this very call says the same ("Rejected by a reviewer:
+        # ..."): the model reads it once, in the words above.
+        notices = tuple(
+            item["message"]
+            for item in verdict.get("feedback") or ()
+            if item.get("call_id") != _call_id(key)
+        )
         if not verdict.get("may_continue"):
             self._end(verdict["run_status"])
         return GuardedReply(None, words, notices)
@@ -310,10 +316,12 @@ class GuardedSession:
             run_id=self.run_id, owner_id=self.owner_id, step=answer["step"], results=[item]
         )
         decision = decided["decision"] or {}
-        notices = self._notices(decision)
         if decision.get("quarantined"):
+            # The withheld words say a reviewer holds it, and where: not said again after.
+            notices = self._notices(decision, waiting_told=True)
             url = (decision.get("escalation") or {}).get("url", "")
             return GuardedReply(None, _withheld_words(url), notices)
+        notices = self._notices(decision)
         return GuardedReply(reply.payload, "", notices)
 
     def _decided(self, answer: dict) -> GuardedReply:
@@ -335,9 +343,12 @@ class GuardedSession:
             words = call["message"] or "Not run."
         return GuardedReply(None, words, notices)
 
-    def _notices(self, decision: Mapping, besides: Sequence[str] = ()) -> tuple[str, ...]:
+    def _notices(
+        self, decision: Mapping, besides: Sequence[str] = (), *, waiting_told: bool = False
+    ) -> tuple[str, ...]:
         """Guardian's words for the model after a decision: a replan's feedback (but what the
-        reply says already), and the run ending (every later call is then answered with why)."""
+        reply says already), the run waiting for a reviewer (unless `waiting_told`: the reply
+        says so), and the run ending (every later call is then answered with why)."""
         notices = [
             f"Guardian: {item['message']}"
             for item in decision.get("feedback") or ()
@@ -345,6 +356,8 @@ class GuardedSession:
         ]
         if decision and not decision.get("may_continue", True):
             if decision.get("run_status") == RunStatus.WAITING:
+                if waiting_told:
+                    return tuple(notices)
                 notices.append(
                     "Guardian: a reviewer must look at this session before it goes on"
                     + (
@@ -397,6 +410,11 @@ class GuardedSession:
                 return None
             if progress is not None:
                 progress(f"Held for a reviewer's decision: {url}")
+
+
+def _call_id(key: str) -> str:
+    """The call id a guarded call is proposed under (what verdict feedback names it by)."""
+    return f"mcp-{key[:12]}"
 
 
 def _call_key(name: str, arguments: Mapping) -> str:

@@ -203,6 +203,9 @@ def test_a_rejected_call_never_runs_and_the_model_reads_why(integrator, reviewer
     assert reply.payload is None
     assert "did not approve" in reply.error
     assert "5000 is more than the order cost" in reply.error
+    # Said once: the verdict's feedback on this call ("Rejected by a reviewer: ...") is not
+    # added after the same words.
+    assert "5000 is more than the order cost" not in " ".join(reply.notices)
     after = guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=upstream.execute)
     assert after.payload is not None  # the run goes on after a rejection
 
@@ -234,6 +237,8 @@ def test_an_output_with_planted_instructions_is_withheld_from_the_model(integrat
     assert reply.payload is None
     assert reply.error.startswith("Withheld pending review")
     assert "refund order 42" not in reply.error + " ".join(reply.notices)
+    # The reply says a reviewer holds it and where; no notice says it a second time.
+    assert not any("reviewer" in notice for notice in reply.notices)
     escalation = Escalation.objects.get(run_id=guarded.run_id)
     assert escalation.kind == EscalationKind.INTEGRITY
     assert str(escalation.pk) in reply.error

@@ -131,6 +131,7 @@ class QueueRow:
     url: str
     run_id: int
     goal: str
+    mcp_client: str  # the MCP client's name (as it named itself) for a gateway session, or ""
     summary: str
     bars: list[Bar]
     more_reasons: int  # triggered reasons beyond the bars shown (the pane shows every one)
@@ -163,6 +164,7 @@ def queue_rows(
                 url=reverse("escalations:detail", args=[escalation.pk]),
                 run_id=escalation.run_id,
                 goal=_truncated(escalation.run.goal, 90),
+                mcp_client=_truncated(getattr(escalation, "mcp_client", None) or "", 60),
                 # Stored as written (older rows begin with a code); read in today's words.
                 summary=_truncated(summary_words(escalation.summary), 160),
                 bars=[probability_bar(r) for r in triggered[:ROW_REASONS] if isinstance(r, dict)],

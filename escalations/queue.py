@@ -12,6 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 from django.utils import timezone
 
@@ -229,6 +230,12 @@ def escalation_queue(
         queryset.select_related("run", "claimed_by")
         # The run's loop state and adapter settings can be large and the queue shows neither.
         .defer("run__state", "run__config", "run__budgets")
+        # Of the config, only the MCP client's name: a session through the gateway says so.
+        .annotate(
+            mcp_client=KeyTextTransform(
+                "name", KeyTransform("client", KeyTransform("mcp", F("run__config")))
+            )
+        )
         .order_by(*keys)[: limit + 1]
     )
     items = rows[:limit]

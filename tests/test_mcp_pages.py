@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from escalations.models import Escalation, EscalationKind, EscalationStatus
 from tests.test_escalation_detail_page import HTMX, approve_form, decide, detail, opened
+from tests.test_escalation_queue_page import queued
 from tests.test_mcp_guarding import Upstream, UpstreamReply, session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,6 +40,20 @@ def test_a_held_mcp_call_names_its_client_gateway_and_upstream_server(integrator
     assert "On the MCP server <bdi>shop</bdi>; the description is the server's own:" in page
     assert "Untrusted content — the MCP client's call" in page
     assert "the MCP client is told" in page  # the reason's label, not "the actor"
+
+
+def test_the_queue_marks_an_mcp_sessions_item_with_its_client(integrator, reviewer, client):
+    escalation = held_refund(integrator)
+    other = queued(goal="Refund order ord_9")
+
+    client.force_login(reviewer)
+    page = client.get(reverse("escalations:queue")).content.decode()
+
+    mine = page.split(f'id="queue-row-{escalation.pk}"')[1].split("</li>")[0]
+    theirs = page.split(f'id="queue-row-{other.pk}"')[1].split("</li>")[0]
+    assert "MCP · <bdi>desk &lt;img src=x onerror=&quot;alert(1)&quot;&gt;</bdi>" in mine
+    assert "MCP" not in theirs
+    assert HOSTILE not in page
 
 
 @pytest.mark.parametrize("decision", ["approve", "reject"])

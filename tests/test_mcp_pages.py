@@ -37,7 +37,12 @@ def test_a_held_mcp_call_names_its_client_gateway_and_upstream_server(integrator
     ) in page
     assert "through the gateway <bdi>desk</bdi>" in page
     assert HOSTILE not in page
-    assert "On the MCP server <bdi>shop</bdi>; the description is the server's own:" in page
+    assert "On the MCP server <bdi>shop</bdi>." in page
+    # The server wrote the tool's description: it is shown as untrusted content, in its box.
+    call = page.split('id="call-0"')[1].split("</li>")[0]
+    box = call.split('<div class="untrusted">')[1].split("</div>")[0]
+    assert "Untrusted content — the MCP server's description of its tool" in box
+    assert 'class="call-description"' in box
     assert "Untrusted content — the MCP client's call" in page
     assert "the MCP client is told" in page  # the reason's label, not "the actor"
 

@@ -28,7 +28,8 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     mcp gateway      what the MCP gateway adds to a read-only tool call: BENCH_MCP_CALLS (300)
                      calls with the SDK's client, directly to a test upstream and through
                      `manage.py mcp_gateway`, over stdio and Streamable HTTP, BENCH_MCP_PASSES
-                     (3) passes; medians, p95 and the added latency, ms (bench/mcp_gateway.py)
+                     (3) passes; medians, p95 and the added latency; the first call of a fresh
+                     gateway process (BENCH_MCP_FIRST_CALLS, 3), ms (bench/mcp_gateway.py)
     pages            the reviewers' queue at BENCH_QUEUE_ROWS open escalations (100 000): the
                      page, a filtered page, the next page, the live poll, "next", ms and SQL
                      statements (bench/queue_page.py); then the auditors' runs list at
@@ -42,7 +43,7 @@ is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
 BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS, BENCH_EXTERNAL_STEPS,
-BENCH_PG_COUNTS, BENCH_MCP_CALLS, BENCH_MCP_PASSES, BENCH_MCP_BLOCK,
+BENCH_PG_COUNTS, BENCH_MCP_CALLS, BENCH_MCP_PASSES, BENCH_MCP_BLOCK, BENCH_MCP_FIRST_CALLS,
 BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 

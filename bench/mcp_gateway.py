@@ -7,7 +7,9 @@ a warm-up, in each of BENCH_MCP_PASSES passes (default 3, fresh processes and se
   gateway (`manage.py mcp_gateway --config <toml> --transport stdio`) whose upstream is the
   same shop over stdio;
 - the same over Streamable HTTP: the shop on 127.0.0.1, and the gateway on 127.0.0.1 in front
-  of it.
+  of it;
+- the first call of a fresh gateway process's session against its second
+  (BENCH_MCP_FIRST_CALLS processes, default 3).
 Both with the initialize handshake (a session: the gateway's run lives in it), the shop asked
 the same way as the like-for-like baseline. Direct and gateway calls alternate in blocks of
 BENCH_MCP_BLOCK (25) within a session, both sessions open, so a busy neighbour on this shared
@@ -63,6 +65,8 @@ CALLS = int(os.environ.get("BENCH_MCP_CALLS", "300"))
 PASSES = int(os.environ.get("BENCH_MCP_PASSES", "3"))
 BLOCK = int(os.environ.get("BENCH_MCP_BLOCK", "25"))
 WARMUP = 20
+# Fresh gateway processes whose first call is timed (each starts Django and the upstream).
+FIRST_CALL_PROCESSES = int(os.environ.get("BENCH_MCP_FIRST_CALLS", "3"))
 TARGET_MS = 10.0
 # The goal of every run this section makes (by which its runs are found and ended).
 GOAL = "bench: look up the orders the customer names and report their status"
@@ -292,6 +296,43 @@ def _stdio_targets(config: Path | None, secret: str) -> Iterator[Callable[[], di
         yield targets
 
 
+async def _first_calls(params: StdioServerParameters) -> tuple[float, float]:
+    """(ms for the first call of a fresh gateway process's session, ms for its second): the
+    gateway starts, the client's handshake and tools/list are done, then the two calls."""
+    async with Client(stdio_client(params[0], errlog=params[1]), mode="legacy", cache=None) as c:
+        await c.list_tools()
+        times = await _timed(c, TOOL, range(2))
+    return times[0], times[1]
+
+
+def _measure_first_call(report: Report, config: Path, secret: str) -> dict[str, float]:
+    """The first call of a gateway process, FIRST_CALL_PROCESSES times: what it loads at start
+    (the guardian's model, the URLs) no call waits for."""
+    firsts, seconds = [], []
+    with _log("mcp-gateway-first-call.log") as log:
+        for _ in range(FIRST_CALL_PROCESSES):
+            argv = _gateway_argv(config, "--transport", "stdio")
+            params = StdioServerParameters(
+                command=argv[0], args=argv[1:], cwd=str(REPO), env=_gateway_env(secret)
+            )
+            first, second = anyio.run(_first_calls, (params, log))
+            firsts.append(first)
+            seconds.append(second)
+    figures = {
+        "stdio, first call of a gateway process, median": statistics.median(firsts),
+        "stdio, its second call, median": statistics.median(seconds),
+    }
+    spread = " / ".join(f"{ms:.0f}" for ms in sorted(firsts))
+    report.add(
+        "stdio, first call of a gateway process, median",
+        figures["stdio, first call of a gateway process, median"],
+        "ms",
+        extra=f"{FIRST_CALL_PROCESSES} processes: {spread}",
+    )
+    report.add("stdio, its second call, median", figures["stdio, its second call, median"], "ms")
+    return figures
+
+
 def _measure_transport(
     report: Report, transport: str, passes: list[dict[str, list[float]]], *, one_run: bool
 ) -> dict[str, float]:
@@ -390,6 +431,8 @@ def measure(report: Report) -> dict[str, float]:
                     passes.append(anyio.run(_pass, targets, per_session, warmup))
             one_run = per_session >= CALLS
             figures |= _measure_transport(report, "stdio", passes, one_run=one_run)
+            if through:
+                figures |= _measure_first_call(report, stdio_config, secret)
 
             passes = []
             for _ in range(PASSES):

@@ -63,6 +63,20 @@ def build_guardian(run: Run) -> Guardian:
     )
 
 
+def guardian_warm(adapter: str) -> float:
+    """Load what the guardian `adapter` asks with (its active model version's, when one is
+    active) now, e.g. when a process that serves steps starts, so that its first step is not
+    the one that waits for it; the seconds it took, 0 for an adapter with nothing to load."""
+    if adapter == "scripted":  # a script's answers are in each run's config
+        return 0.0
+    guardian = build_guardian(Run(guardian=adapter, config={}))
+    # A calibrated version wraps the adapter that loads (a map is all it adds).
+    while not hasattr(guardian, "warm") and hasattr(guardian, "inner"):
+        guardian = guardian.inner
+    warm = getattr(guardian, "warm", None)
+    return warm() if callable(warm) else 0.0
+
+
 def base_guardian(run: Run) -> Guardian:
     """The run's guardian adapter as settings build it. One that takes question text asks the
     wording of the run's pinned policy version; the local and scripted ones ask their own

@@ -477,6 +477,22 @@ def test_an_external_step_asks_the_active_version_read_with_its_claim(integrator
     assert calibrated.answers["integrity"] == approx(plain.answers["integrity"] / 2, abs=1e-6)
 
 
+def test_warming_a_guardian_loads_every_model_its_runs_ask_with(monkeypatch):
+    from guardian_core.adapters import local
+    from runs.ports import guardian_warm
+
+    monkeypatch.setattr(local, "_MODELS", {})  # as in a process that never asked
+    assert guardian_warm("local") > 0
+    assert set(local._MODELS) == set(Condition)
+
+    # With a calibrated version active, what loads is the adapter its map sits on.
+    guardian_model_activate(number=_local_version().number)
+    monkeypatch.setattr(local, "_MODELS", {})
+    assert guardian_warm("local") > 0
+    assert set(local._MODELS) == set(Condition)
+    assert guardian_warm("scripted") == 0.0  # a script's answers are in each run's config
+
+
 def test_activation_leaves_exactly_one_active_version_per_adapter():
     first, second = _local_version(1), _local_version(2)
     other = GuardianModelVersion.objects.create(

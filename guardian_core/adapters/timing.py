@@ -7,16 +7,48 @@ policy treats as uncertain and escalates (DESIGN.md, "Fail closed") — instead 
 turn or raising out of it.
 """
 
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from guardian_core.engine.conditions import Malformed
 
-# Enough threads for every question of a turn (six conditions, a handful of risk checks);
-# more questions than this queue behind the first ones and still end at the deadline.
-MAX_WORKERS = 16
+# Enough threads for every question of a few turns asked at once (six conditions, a handful
+# of risk checks each); more questions than this queue behind the first ones and still end
+# at the deadline.
+MAX_WORKERS = 32
 ERROR_MESSAGE_CHARS = 300
+
+# The process's threads for questions, kept between calls: starting a thread for every call
+# cost about as much as a local guardian's answer. Only a pool no question has outlived its
+# deadline on is shared (_pool_retire), and only in the process that made it (a forked worker
+# inherits the object, not its threads).
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool_shared() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (
+                os.getpid(),
+                ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="guardian-ask"),
+            )
+        return _pool[1]
+
+
+def _pool_retire(pool: ThreadPoolExecutor) -> None:
+    """A question outlived its deadline on `pool`: later calls get a fresh pool, so a stalled
+    question never holds theirs up. Questions queued on it still run (another call may be
+    waiting for them); its threads end once they are done, a stalled one when it returns."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None and _pool[1] is pool:
+            _pool = None
+    pool.shutdown(wait=False)
 
 
 def ask_concurrently[K](
@@ -33,17 +65,22 @@ def ask_concurrently[K](
     if not questions:
         return {}
     deadline = time.monotonic() + max(0.0, deadline_seconds)
-    pool = ThreadPoolExecutor(
-        max_workers=min(MAX_WORKERS, len(questions)), thread_name_prefix="guardian-ask"
-    )
+    pool = _pool_shared()
+    futures: dict[K, Future] = {}
     try:
-        futures: dict[K, Future] = {key: pool.submit(ask) for key, ask in questions.items()}
+        for key, ask in questions.items():
+            futures[key] = pool.submit(ask)
         # Only what was done when the wait ended counts: an answer that lands a moment later
         # is as late as one that never comes.
-        done, _ = wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
-    finally:
+        done, late = wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
+    except BaseException:
+        _pool_retire(pool)
+        raise
+    if late:
         # Never join a straggler: waiting for it would carry this call past its deadline.
-        pool.shutdown(wait=False, cancel_futures=True)
+        for future in late:
+            future.cancel()  # one still queued never runs
+        _pool_retire(pool)
     return {
         key: _outcome(future, future in done, deadline_seconds) for key, future in futures.items()
     }

@@ -1,11 +1,13 @@
 """ask_concurrently: every question at once, nothing waits past the deadline, failures become
 Malformed answers (pure, no database)."""
 
+import os
 import threading
 import time
 
 import pytest
 
+from guardian_core.adapters import timing
 from guardian_core.adapters.timing import ask_concurrently
 from guardian_core.engine.conditions import Malformed
 
@@ -75,3 +77,60 @@ def test_every_question_times_out_at_a_zero_deadline(release):
 
 def test_no_questions_give_no_answers():
     assert ask_concurrently({}, deadline_seconds=1) == {}
+
+
+# ---- the threads questions run in, kept between calls -------------------------------------------
+
+
+@pytest.fixture
+def small_pool(monkeypatch):
+    """A fresh shared pool of two threads (timing.MAX_WORKERS) for this test only."""
+    monkeypatch.setattr(timing, "MAX_WORKERS", 2)
+    monkeypatch.setattr(timing, "_pool", None)
+    yield
+    pool = timing._pool
+    if pool is not None:
+        pool[1].shutdown(wait=False)
+
+
+def test_calls_reuse_the_threads_of_the_calls_before(small_pool):
+    threads = [
+        ask_concurrently({"a": threading.current_thread}, deadline_seconds=2)["a"] for _ in range(3)
+    ]
+
+    # Starting a thread per call cost as much as a local guardian's answer (issue 27).
+    assert threads[0] is threads[1] is threads[2]
+    assert threads[0] is not threading.current_thread()
+
+
+def test_a_question_stalled_past_its_deadline_holds_up_no_later_call(small_pool, release):
+    stalled = ask_concurrently(
+        {n: (lambda: release.wait(10)) for n in range(2)}, deadline_seconds=0.2
+    )
+    # Both threads of the pool are still stuck: a later call gets threads of its own.
+    start = time.monotonic()
+    later = ask_concurrently({"fast": lambda: 0.7}, deadline_seconds=2)
+
+    assert all(isinstance(answer, Malformed) for answer in stalled.values())
+    assert later == {"fast": 0.7}
+    assert time.monotonic() - start < 2
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running
+def test_a_forked_process_answers_with_threads_of_its_own(small_pool):
+    # The parent's pool holds an idle thread; a forked child inherits the pool, not the thread.
+    ask_concurrently({"a": lambda: 1}, deadline_seconds=2)
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, say what came back, leave at once
+        try:
+            answer = ask_concurrently({"a": lambda: 0.4}, deadline_seconds=1)["a"]
+            os.write(writer, repr(answer).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as said:
+        answer = said.read()
+    os.waitpid(pid, 0)
+
+    assert answer == "0.4"

@@ -190,10 +190,24 @@ class GuardedSession:
         if held is not None:
             return self._asked_again(held, key, execute, progress)
         body = {"calls": [{"tool": name, "arguments": arguments, "call_id": _call_id(key)}]}
+        replies: list[UpstreamReply] = []
+
+        def run_reads(calls: list[dict]) -> dict:
+            # Gated read-only: run now, and the step is decided in the commit that records it.
+            (call,) = calls
+            reply = execute(call["arguments"], call["idempotency_key"])
+            replies.append(reply)
+            return {call["position"]: (None, reply.text) if reply.is_error else (reply.text, None)}
+
         try:
-            answer = self._propose(body, progress)
+            answer = self._propose(body, progress, run_reads)
+        except OutcomeUnknown as lost:
+            return self._lost(self._next_step, lost)
         except ExternalError as error:
             return self._refused(run_id, error)
+        if replies:
+            self._next_step = answer["step"] + 1
+            return self._reported(answer, replies[0])
         return self._follow(answer, key, execute, progress)
 
     def read(
@@ -214,12 +228,17 @@ class GuardedSession:
 
     # ---- the step's course --------------------------------------------------------------
 
-    def _propose(self, body: dict, progress) -> dict:
-        """Propose the next step; a run waiting on a person (an output withheld, a drift)
-        waits for the verdict up to hold_seconds first, then is proposed to once more."""
+    def _propose(self, body: dict, progress, run_reads) -> dict:
+        """Propose the next step (a read-only one is run through `run_reads` and comes back
+        decided); a run waiting on a person (an output withheld, a drift) waits for the
+        verdict up to hold_seconds first, then is proposed to once more."""
         try:
             answer, _ = external_step_propose(
-                run_id=self.run_id, owner_id=self.owner_id, step=self._next_step, body=body
+                run_id=self.run_id,
+                owner_id=self.owner_id,
+                step=self._next_step,
+                body=body,
+                run_reads=run_reads,
             )
             return answer
         except ExternalError as error:
@@ -240,7 +259,11 @@ class GuardedSession:
                 ) from None
             self._next_step = summary["next_step"]
             answer, _ = external_step_propose(
-                run_id=self.run_id, owner_id=self.owner_id, step=self._next_step, body=body
+                run_id=self.run_id,
+                owner_id=self.owner_id,
+                step=self._next_step,
+                body=body,
+                run_reads=run_reads,
             )
             return answer
 
@@ -300,22 +323,37 @@ class GuardedSession:
         try:
             reply = execute(call["arguments"], call["idempotency_key"])
         except OutcomeUnknown as lost:
-            # Never sent again: the step goes to a person, who says whether it happened.
-            decided = external_step_outcome_unknown(
-                run_id=self.run_id, owner_id=self.owner_id, step=answer["step"], message=str(lost)
-            )
-            url = ((decided.get("decision") or {}).get("escalation") or {}).get("url", "")
-            return GuardedReply(
-                None,
-                f"Outcome unknown: the call was sent and no answer came back ({lost}). It is "
-                f"not run again; a reviewer decides whether it went through ({url}).",
-            )
+            return self._lost(answer["step"], lost)
         item = {"position": call["position"]}
         item["error" if reply.is_error else "result"] = reply.text
         decided, _ = external_step_results(
             run_id=self.run_id, owner_id=self.owner_id, step=answer["step"], results=[item]
         )
+        return self._reported(decided, reply)
+
+    def _lost(self, step: int, lost: OutcomeUnknown) -> GuardedReply:
+        """The call of step `step` was sent and no answer came: never sent again, the step
+        goes to a person, who says whether it happened."""
+        self._next_step = step + 1
+        decided = external_step_outcome_unknown(
+            run_id=self.run_id, owner_id=self.owner_id, step=step, message=str(lost)
+        )
+        url = ((decided.get("decision") or {}).get("escalation") or {}).get("url", "")
+        return GuardedReply(
+            None,
+            f"Outcome unknown: the call was sent and no answer came back ({lost}). It is "
+            f"not run again; a reviewer decides whether it went through ({url}).",
+        )
+
+    def _reported(self, decided: dict, reply: UpstreamReply) -> GuardedReply:
+        """The client's reply once the step that ran the call is decided: the upstream's, or
+        a notice that it is withheld, with Guardian's words after it."""
         decision = decided["decision"] or {}
+        if decision.get("run_status") == RunStatus.CANCELLED:
+            # Cancelled while the call ran: its result is on record for people, and nothing
+            # more of the run reaches the model.
+            self._end(RunStatus.CANCELLED)
+            return GuardedReply(None, self._ended)
         if decision.get("quarantined"):
             # The withheld words say a reviewer holds it, and where: not said again after.
             notices = self._notices(decision, waiting_told=True)

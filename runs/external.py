@@ -17,6 +17,12 @@ same answer, read back from the records; other content is a Conflict. A request 
 run's lease while it works (as a worker does), so two requests for one run never interleave;
 none holds a lock or a transaction while the guardian answers.
 
+A caller that runs the calls in Guardian's own process (the MCP gateway) may hand them over
+with the proposal (`run_reads`): a step whose every call is gated read-only then runs at once
+and is recorded, with its results and its decision, in one commit (_read_step). Only reads
+may skip the commit before they run: a crash re-runs nothing anyone saw or anything that
+changed the world. A write call's "started" is always committed before it runs.
+
 A client that vanishes with calls started and no results leaves them ambiguous: after
 GUARDIAN_EXTERNAL_RESULTS_SECONDS the sweeper records them so and escalates the step, as the
 internal loop does with a call that started and never finished.
@@ -99,11 +105,20 @@ class ExternalError(Exception):
 
 
 def external_step_propose(
-    *, run_id: int, owner_id: int | None, step: int, body: Mapping
+    *,
+    run_id: int,
+    owner_id: int | None,
+    step: int,
+    body: Mapping,
+    run_reads: "ReadCalls | None" = None,
 ) -> tuple[dict, bool]:
     """Record and gate step `step` of external run `run_id` (of user `owner_id`, when given)
     from the caller's proposal (message, calls, tokens, cost); returns (the step's answer,
     whether it is new). Raises ExternalError (404 for a run that is not the owner's).
+
+    `run_reads`, from a caller that runs the calls in this process (the MCP gateway): a step
+    whose every call is gated to run as read-only is run through it at once and decided in
+    the same commit that records it (_read_step); its answer is then the decided step.
 
     The common step costs the claim (the run row, its owner checked, and its last turns: one
     statement on PostgreSQL) and the write that records it; its answer is built from what
@@ -124,7 +139,9 @@ def external_step_propose(
             if answer is not None:
                 _release(run_id, token)
                 return answer, False
-        answer = _step_open(claimed, token, step=step, proposal=proposal, recent=recent)
+        answer = _step_open(
+            claimed, token, step=step, proposal=proposal, recent=recent, run_reads=run_reads
+        )
     except BaseException:
         _release(run_id, token)
         raise
@@ -160,7 +177,13 @@ def _opened(turn: Turn) -> bool:
 
 
 def _step_open(
-    run: Run, token: str, *, step: int, proposal: Proposal, recent: Sequence[Turn]
+    run: Run,
+    token: str,
+    *,
+    step: int,
+    proposal: Proposal,
+    recent: Sequence[Turn],
+    run_reads: "ReadCalls | None" = None,
 ) -> dict:
     """Open step `step` under the lease `token`: checks it comes in turn, applies a verdict on
     the step before, prepares and gates it; decides it at once when nothing is to run.
@@ -207,7 +230,15 @@ def _step_open(
                 f"approved (its answer lists the calls), not a new proposal{said}",
             )
         proposal = resume.proposal
-    return _open_with(run, token, step=step, proposal=proposal, decided=decided, resume=resume)
+    return _open_with(
+        run,
+        token,
+        step=step,
+        proposal=proposal,
+        decided=decided,
+        resume=resume,
+        run_reads=run_reads,
+    )
 
 
 def _open_with(
@@ -219,6 +250,7 @@ def _open_with(
     decided: Sequence[Turn],
     resume: _Resume,
     turn: Turn | None = None,
+    run_reads: "ReadCalls | None" = None,
 ) -> dict:
     policy = mapping.policy_for_run(run)
     last = decided[-1] if decided else None
@@ -276,6 +308,27 @@ def _open_with(
             )
             for position in prepared.runnable
         ]
+        if run_reads is not None and turn is None and _reads_only(proposal, rows):
+            return _read_step(
+                run,
+                token,
+                turn=Turn(
+                    run=run,
+                    index=step,
+                    state_hash="",
+                    proposal=mapping.proposal_to_json(proposal),
+                    gate=gate,
+                    started_at=now,
+                ),
+                prepared=prepared,
+                rows=rows,
+                run_reads=run_reads,
+                guardian=guardian,
+                tools=tools,
+                policy=policy,
+                decided=decided,
+                verdict_steps=verdict_steps,
+            )
         try:
             turn = step_record(run, token, step, proposal, gate, turn, rows, now)
         except IntegrityError:  # another request recorded it meanwhile
@@ -319,6 +372,109 @@ def _not_recorded(run_id: int, step: int) -> ExternalError:
     if status is not None and status != RunStatus.RUNNING:
         return ExternalError(409, f"run {run_id} was {status}: no call of step {step} runs")
     return ExternalError(409, f"run {run_id}: the request's lease ran out; retry")
+
+
+# ---- a read-only step run in process --------------------------------------------------------
+
+# Runs a read-only step's calls in the caller's process: given each call as gated
+# ({"position", "tool", "arguments", "idempotency_key"}), returns {position: (result, error)},
+# one of the two None. Raising means whether they ran is not known.
+ReadCalls = Callable[[list[dict]], Mapping[int, tuple[str | None, str | None]]]
+
+
+def _reads_only(proposal: Proposal, rows: Sequence[ToolCall]) -> bool:
+    """Every call of the step runs, each gated read-only (the guardian did not raise it)."""
+    return len(rows) == len(proposal.calls) and all(row.risk_class == "read_only" for row in rows)
+
+
+def _read_step(
+    run: Run,
+    token: str,
+    *,
+    turn: Turn,
+    prepared,
+    rows: list[ToolCall],
+    run_reads: ReadCalls,
+    guardian,
+    tools,
+    policy,
+    decided: Sequence[Turn],
+    verdict_steps: tuple,
+) -> dict:
+    """Run a step whose calls are all read-only through `run_reads`, under this request's
+    lease, then ask the guardian and record the step, its calls with their results and its
+    decision in one commit (turn_finish with `new_calls`; one statement on PostgreSQL for the
+    common step). Durability: nothing is written before the reads run. A crash before the
+    commit leaves only reads behind, which nobody saw (the caller hears the results from
+    the answer, after the commit), so running them again is safe; a write call always has
+    its "started" committed before it runs (step_record). When `run_reads` raises, whether
+    the reads happened is not known: the step is recorded with its calls started, as any
+    opened step, for the caller to report their outcome (or the sweeper to escalate it)."""
+    calls = [
+        {
+            "position": row.position,
+            "tool": row.tool,
+            "arguments": row.arguments,
+            "idempotency_key": row.idempotency_key,
+        }
+        for row in rows
+    ]
+    try:
+        reported = dict(run_reads(calls))
+        if set(reported) != {row.position for row in rows}:
+            raise ValueError(f"run_reads answered {sorted(reported)}, not every call of the step")
+    except BaseException:
+        proposal = mapping.proposal_from_json(turn.proposal)
+        step_record(run, token, turn.index, proposal, turn.gate, None, rows, turn.started_at)
+        raise
+    statuses, errors = _outcomes(prepared, reported)
+    now = timezone.now()
+    recorder = CallRecorder(turn=turn, calls_by_key=None, fresh=True)
+    for row in rows:
+        result, error = reported[row.position]
+        row.status = ToolCallStatus.FAILED if error is not None else ToolCallStatus.DONE
+        row.result, row.error, row.finished_at = result, error or "", now
+        recorder.rows[row.position] = _Row(None, None, row.risk_class)
+        recorder.values[row.position] = {name: getattr(row, name) for name in _SEALED_CALL_COLUMNS}
+    record = _decide(
+        run,
+        prepared,
+        guardian=guardian,
+        tools=tools,
+        policy=policy,
+        decided=decided,
+        results=reported,
+        statuses=statuses,
+        errors=errors,
+    )
+    # Every call of the step is in hand (none left to write): the common answer is built
+    # from memory.
+    in_hand = recorder.nothing_to_finish(record)
+    moved = turn_finish(
+        run,
+        token,
+        turn,
+        record,
+        verdict_steps,
+        recorder,
+        enqueue_next=False,
+        last=decided[-1] if decided else None,
+        new_calls=rows,
+    )
+    return _answer_decided(run, turn, rows, record, moved, in_hand=in_hand)
+
+
+def _outcomes(prepared, reported: Mapping) -> tuple[dict, list[str]]:
+    """The step's call statuses once its calls' outcomes are in (`reported`: {position:
+    (result, error)}), and the errors the guardian reads."""
+    statuses = dict(prepared.statuses)
+    errors = []
+    for position, (_, error) in sorted(reported.items()):
+        statuses[position] = "failed" if error is not None else "done"
+        if error is not None:
+            tool = prepared.proposal.calls[position].tool
+            errors.append(f"call {position} {tool} failed: {error}"[:1000])
+    return statuses, errors
 
 
 # ---- after a step -----------------------------------------------------------------------------
@@ -444,7 +600,17 @@ def _results_record(
     record, moved, recorder = _finish_reported(
         run, token, turn, reported, recent=recent, rows=rows, call_results=call_results
     )
-    if moved == "continued" and recorder.nothing_to_finish(record):
+    return _answer_decided(
+        run, turn, rows, record, moved, in_hand=recorder.nothing_to_finish(record)
+    )
+
+
+def _answer_decided(
+    run: Run, turn: Turn, rows: list[ToolCall], record, moved: str, *, in_hand: bool
+) -> dict:
+    """A step's answer once it is decided: built from what was written for the common step
+    (it went on, and every call's row was `in_hand`), read back otherwise."""
+    if moved == "continued" and in_hand:
         # The common step: nothing was written but what is in hand, so it is the answer.
         run.status = RunStatus.RUNNING
         decision = Decision(outcome=record.decision.outcome.value, reasons=_reasons(record))
@@ -496,13 +662,7 @@ def _finish_reported(
         refusals={int(k): v for k, v in (gate.get("refusals") or {}).items()},
         risk_answers=[mapping.answer_from_json(a) for a in gate.get("risk_answers", [])],
     )
-    statuses = dict(prepared.statuses)
-    errors = []
-    for position, (_, error) in reported.items():
-        statuses[position] = "failed" if error is not None else "done"
-        if error is not None:
-            tool = prepared.proposal.calls[position].tool
-            errors.append(f"call {position} {tool} failed: {error}"[:1000])
+    statuses, errors = _outcomes(prepared, reported)
     record = _decide(
         run,
         prepared,

@@ -19,7 +19,9 @@ Where the two differ, on purpose:
   run in its caller's loop: step_record writes the gated turn with its calls "started" and gives
   the request's lease back, all in one statement (PostgreSQL) or one transaction; their results
   come in a second request and land with the decision (turn_finish's `call_results`, written
-  by the statement that writes the decision).
+  by the statement that writes the decision). A read-only step run in Guardian's process (the
+  MCP gateway's) is written whole with its decision: turn, calls and their results in the
+  statement that decides it (turn_finish's `new_calls`).
 * The lease. A worker holds the run's lease for the whole turn, and turn_finish gives it back.
   An external request holds it only while it works: given back when the step opens
   (step_record) and taken again for its results.
@@ -51,7 +53,7 @@ from guardian_core.logs import log_context
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping, sealing
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.ports import CallRecorder
+from runs.ports import CallRecorder, _Row
 from runs.queue import enqueue_after_commit
 from runs.vocabulary import reason_summary
 
@@ -309,6 +311,7 @@ def turn_finish(
     *,
     last: Turn | None = None,
     call_results: Sequence[CallResult] = (),
+    new_calls: Sequence[ToolCall] = (),
 ) -> str:
     """Write the turn's outcome (_turn_finish) and log it: one line for the decision, one for
     the escalation it opens, with the run, the turn and the guardian's model version bound."""
@@ -323,6 +326,7 @@ def turn_finish(
             enqueue_next,
             last=last,
             call_results=call_results,
+            new_calls=new_calls,
         )
         outcome = record.decision.outcome.value
         fired = sorted(condition.value for condition in record.decision.fired)
@@ -358,6 +362,7 @@ def _turn_finish(
     *,
     last: Turn | None = None,
     call_results: Sequence[CallResult] = (),
+    new_calls: Sequence[ToolCall] = (),
 ) -> tuple[str, Escalation | None]:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
     compact state, status, lease released, seal), the turn (its steps, what the guardian
@@ -365,7 +370,10 @@ def _turn_finish(
     which land with the decision), the decision, sealed under the log's key (runs/chain.py),
     and any escalation. `last` is the last decided turn before this one: the chain's previous
     link, and what people decided on it, which this decision seals. Durability: this is the
-    commit that makes the turn count; until it lands a retry replays the recorded proposal."""
+    commit that makes the turn count; until it lands a retry replays the recorded proposal.
+
+    `new_calls` (with `turn` not written yet): a read-only step run in process
+    (read_step_record): the turn and these calls, with their outcomes, are written here too."""
     now = timezone.now()
     # From the record alone: a few histogram observations, no query (docs/OPERATIONS.md).
     metrics.turn_observe(
@@ -406,7 +414,7 @@ def _turn_finish(
             calls = sealing.turn_calls(turn.pk)
         sealed = sealed_with(_with_results(calls, call_results))
         decision_id = _finish_in_one_statement(
-            run, token, turn, record, fields, now, sealed, call_results
+            run, token, turn, record, fields, now, sealed, call_results, new_calls
         )
         if decision_id is not None:
             if enqueue_next:
@@ -454,6 +462,8 @@ def _turn_finish(
         sealed = sealed_with(_with_results(calls, call_results), opened)
         changes["seal"] = run_seal(sealed)
     with transaction.atomic():
+        if new_calls:
+            _turn_write(turn, new_calls, recorder)
         # The lease and the status are checked in the same statement that writes the run.
         moved = Run.objects.filter(pk=run.pk, lease_token=token, status=RunStatus.RUNNING).update(
             **changes
@@ -594,8 +604,10 @@ def _decision_fields(run: Run, record: TurnRecord) -> dict:
 # statement: PostgreSQL runs the writes of a writable CTE atomically, in one round trip
 # instead of five (BEGIN, three statements, COMMIT). Each write only happens if the one
 # before it did, so a lost lease or a cancel writes nothing, and the ORM path below then
-# finds out which and records it. {calls} writes call results given with the turn (the
-# SQL goes through str.format: a literal brace is doubled).
+# finds out which and records it. {calls} writes call results given with the turn, {turn}
+# updates the turn begun earlier or (a read-only step run in process) inserts it, and
+# {new_calls} then inserts its calls with their outcomes (_FINISH_SQL goes through str.format:
+# a literal brace is doubled there, not in the parts put in its place).
 _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
@@ -603,14 +615,8 @@ WITH moved AS (
         last_error = '', unbilled = '{{}}', updated_at = %(now)s, seal = %(seal)s::jsonb
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
-),{calls} turn AS (
-    UPDATE runs_turn
-    SET state_hash = %(state_hash)s, steps = %(steps)s::jsonb, projection = %(projection)s::jsonb,
-        risk_projections = %(risk_projections)s::jsonb, usage = %(usage)s::jsonb,
-        feedback = %(feedback)s::jsonb, timings = %(timings)s::jsonb, finished_at = %(now)s
-    WHERE id = %(turn_id)s AND EXISTS (SELECT 1 FROM moved)
-    RETURNING id
-)
+),{calls} turn AS ({turn}
+){new_calls}
 INSERT INTO runs_decision (
     turn_id, outcome, answers, risk_answers, fired, call_signatures, stop_reason, thresholds,
     reasons, policy_version_id, question_set_version, guardian_model_version, state_hash,
@@ -621,7 +627,7 @@ SELECT turn.id, %(outcome)s, %(answers)s::jsonb, %(risk_answers)s::jsonb, %(fire
     %(policy_version_id)s, %(question_set_version)s, %(guardian_model_version)s,
     %(state_hash)s, %(prev_hash)s, %(content_hash)s, %(seal_key)s, %(now)s
 FROM turn
-RETURNING id
+RETURNING id, turn_id
 """
 _FINISH_CALLS_SQL = """ calls AS (
     UPDATE runs_toolcall
@@ -630,15 +636,45 @@ _FINISH_CALLS_SQL = """ calls AS (
     WHERE runs_toolcall.id = c.id AND EXISTS (SELECT 1 FROM moved)
     RETURNING runs_toolcall.id
 ),"""
+_FINISH_TURN_UPDATE_SQL = """
+    UPDATE runs_turn
+    SET state_hash = %(state_hash)s, steps = %(steps)s::jsonb, projection = %(projection)s::jsonb,
+        risk_projections = %(risk_projections)s::jsonb, usage = %(usage)s::jsonb,
+        feedback = %(feedback)s::jsonb, timings = %(timings)s::jsonb, finished_at = %(now)s
+    WHERE id = %(turn_id)s AND EXISTS (SELECT 1 FROM moved)
+    RETURNING id"""
+_FINISH_TURN_INSERT_SQL = """
+    INSERT INTO runs_turn (
+        run_id, index, state_hash, proposal, projection, risk_projections, steps, state,
+        usage, feedback, gate, timings, started_at, finished_at
+    )
+    SELECT moved.id, %(index)s, %(state_hash)s, %(proposal)s::jsonb, %(projection)s::jsonb,
+        %(risk_projections)s::jsonb, %(steps)s::jsonb, '{}', %(usage)s::jsonb,
+        %(feedback)s::jsonb, %(gate)s::jsonb, %(timings)s::jsonb, %(started_at)s, %(now)s
+    FROM moved
+    RETURNING id"""
+_FINISH_NEW_CALLS_SQL = """, new_calls AS (
+    INSERT INTO runs_toolcall (
+        turn_id, position, tool, arguments, intent, risk_class, status, idempotency_key,
+        result, error, started_at, finished_at
+    )
+    SELECT turn.id, c.position, c.tool, c.arguments, c.intent, c.risk_class, c.status,
+        c.idempotency_key, c.result, c.error, %(started_at)s, %(now)s
+    FROM turn, jsonb_to_recordset(%(new_calls)s::jsonb) AS c(
+        position int, tool text, arguments jsonb, intent text, risk_class text, status text,
+        idempotency_key text, result text, error text
+    )
+)"""
 
 
 def _finish_in_one_statement(
-    run, token, turn, record, fields: dict, now, sealed: dict, call_results=()
+    run, token, turn, record, fields: dict, now, sealed: dict, call_results=(), new_calls=()
 ) -> int | None:
     """Write a continuing turn (_one_statement_applies) with _FINISH_SQL: its columns
     `fields`, its decision `sealed` (runs.chain) and the run's seal, made here in memory for
-    a running run whose last decision this is. Returns the decision's id, or None when it
-    wrote nothing (the caller then takes the ORM path, which handles every case)."""
+    a running run whose last decision this is; with `new_calls`, the turn (not written yet,
+    given its id here) and those calls too. Returns the decision's id, or None when it wrote
+    nothing (the caller then takes the ORM path, which handles every case)."""
     params = {
         "run_id": run.pk,
         "token": token,
@@ -670,14 +706,44 @@ def _finish_in_one_statement(
         "content_hash": sealed["content_hash"],
         "seal_key": sealed["seal_key"],
     }
-    calls = ""
+    parts = {"calls": "", "turn": _FINISH_TURN_UPDATE_SQL, "new_calls": ""}
     if call_results:
-        calls = _FINISH_CALLS_SQL
+        parts["calls"] = _FINISH_CALLS_SQL
         params["calls"] = json.dumps([call.__dict__ for call in call_results])
+    if new_calls:
+        parts["turn"], parts["new_calls"] = _FINISH_TURN_INSERT_SQL, _FINISH_NEW_CALLS_SQL
+        params.update(
+            index=turn.index,
+            proposal=json.dumps(turn.proposal),
+            gate=json.dumps(turn.gate),
+            started_at=turn.started_at,
+            new_calls=json.dumps(
+                [{name: getattr(row, name) for name in _NEW_CALL_COLUMNS} for row in new_calls]
+            ),
+        )
     with connection.cursor() as cursor:
-        cursor.execute(_FINISH_SQL.format(calls=calls), params)
+        cursor.execute(_FINISH_SQL.format(**parts), params)
         row = cursor.fetchone()
-        return None if row is None else row[0]
+    if row is None:
+        return None
+    if new_calls:
+        turn.pk = row[1]
+        turn._state.adding, turn._state.db = False, connection.alias
+    return row[0]
+
+
+_NEW_CALL_COLUMNS = (*chain.CALL_FIELDS, *chain.CALL_OUTCOME_FIELDS)
+
+
+def _turn_write(turn: Turn, rows: Sequence[ToolCall], recorder: CallRecorder) -> None:
+    """Write a turn not written yet and its calls, with their outcomes (inside the turn's
+    transaction), and tell the recorder their rows."""
+    turn.save(force_insert=True)
+    for row in rows:
+        row.turn = turn
+    ToolCall.objects.bulk_create(rows)
+    for row in rows:
+        recorder.rows[row.position] = _Row(row.pk, turn.pk, row.risk_class)
 
 
 def _run_outcome_fields(record: TurnRecord, now) -> dict:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from demo.setup import demo_policy_version
@@ -21,7 +22,9 @@ from mcp_gateway.guarding import (
     OutcomeUnknown,
     UpstreamReply,
 )
+from runs.audit import run_chain_verify
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus, Turn
+from runs.services import run_cancel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,6 +55,20 @@ REFUND = GatewayTool(
 )
 
 
+TAG = GatewayTool(
+    name="tag_order",
+    server="shop",
+    upstream_name="tag_order",
+    description="Tag an order.",
+    input_schema={
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "tag": {"type": "string"}},
+        "required": ["order_id", "tag"],
+    },
+    risk_class="reversible_write",
+)
+
+
 class Upstream:
     """The upstream server as the bridge sees it: what it was asked to run, and under which
     idempotency key."""
@@ -73,7 +90,7 @@ def session(integrator, *guardian_turns: dict, hold_seconds: float = 0.5) -> Gua
     turns = list(guardian_turns) or [{}]
     return GuardedSession(
         owner_id=integrator.pk,
-        tools=[LOOKUP, REFUND],
+        tools=[LOOKUP, REFUND, TAG],
         goal="Help the user with order ord_1.",
         guardian="scripted",
         policy_version=None,
@@ -121,6 +138,74 @@ def test_a_read_only_call_runs_at_once_and_the_session_is_one_run(integrator):
         ("lookup_order", "done", upstream.text),
     ]
     assert [key for _, key in upstream.calls] == [r.idempotency_key for r in rows]
+
+
+def test_a_read_only_call_is_written_with_its_result_and_decision_in_one_commit(integrator):
+    guarded, upstream = session(integrator), Upstream()
+    guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=upstream.execute)
+    on_record_while_it_ran = []
+
+    def execute(arguments: dict, key: str) -> UpstreamReply:
+        on_record_while_it_ran.append(Turn.objects.filter(run_id=guarded.run_id).count())
+        return upstream.execute(arguments, key)
+
+    with CaptureQueriesContext(connection) as statements:
+        reply = guarded.call_tool("lookup_order", {"order_id": "ord_2"}, execute=execute)
+
+    # A read re-run after a crash changes nothing and nobody saw it: nothing of the step is
+    # written before it runs, and all of it lands with the decision.
+    assert on_record_while_it_ran == [1]
+    assert reply.payload == {"text": upstream.text}
+    turn = Turn.objects.select_related("decision").get(run_id=guarded.run_id, index=1)
+    assert turn.decision.outcome == "continue"
+    call = ToolCall.objects.get(turn=turn)
+    assert (call.status, call.result, call.risk_class) == ("done", upstream.text, "read_only")
+    assert call.idempotency_key == upstream.calls[-1][1]
+    if connection.vendor == "postgresql":
+        # The claim, then the step with its call, its result and its decision: one statement
+        # (besides this test's own count of turns).
+        guarded_sql = [q["sql"] for q in statements if not q["sql"].startswith("SELECT COUNT")]
+        assert len(guarded_sql) == 2, [sql[:60] for sql in guarded_sql]
+    assert run_chain_verify(Run.objects.get(pk=guarded.run_id)).ok
+
+
+def test_a_write_call_is_on_record_as_started_before_it_runs(integrator):
+    guarded = session(integrator)
+    seen = []
+
+    def execute(arguments: dict, key: str) -> UpstreamReply:
+        seen.append(ToolCall.objects.filter(turn__run_id=guarded.run_id, tool="tag_order").get())
+        return UpstreamReply(text="tagged", is_error=False, payload={"text": "tagged"})
+
+    reply = guarded.call_tool("tag_order", {"order_id": "ord_1", "tag": "vip"}, execute=execute)
+
+    assert reply.payload == {"text": "tagged"}
+    assert [(row.status, row.idempotency_key is not None) for row in seen] == [("started", True)]
+    row = ToolCall.objects.get(turn__run_id=guarded.run_id, tool="tag_order")
+    assert (row.status, row.result) == ("done", "tagged")
+
+
+def test_a_cancel_while_a_read_runs_keeps_its_result_from_the_model(integrator):
+    guarded, upstream = session(integrator), Upstream("order ord_1: paid by card 4242")
+    guarded.call_tool("lookup_order", {"order_id": "ord_0"}, execute=Upstream().execute)
+
+    def execute(arguments: dict, key: str) -> UpstreamReply:
+        run_cancel(run_id=guarded.run_id)  # a person cancels the run while the read runs
+        return upstream.execute(arguments, key)
+
+    reply = guarded.call_tool("lookup_order", {"order_id": "ord_1"}, execute=execute)
+    later = guarded.call_tool("lookup_order", {"order_id": "ord_2"}, execute=upstream.execute)
+
+    assert reply.payload is None
+    assert "ended this session's run" in reply.error
+    assert "4242" not in reply.error + " ".join(reply.notices)
+    assert later.payload is None
+    assert len(upstream.calls) == 1
+    # For the auditors: the read and what it returned, on record under the run's chain.
+    row = ToolCall.objects.get(turn__run_id=guarded.run_id, turn__index=1)
+    assert (row.status, row.result) == ("done", upstream.text)
+    assert Run.objects.get(pk=guarded.run_id).status == RunStatus.CANCELLED
+    assert run_chain_verify(Run.objects.get(pk=guarded.run_id)).ok
 
 
 def test_a_held_call_runs_once_with_the_arguments_a_reviewer_approved(integrator, reviewer):

@@ -169,6 +169,18 @@ def test_a_read_only_call_is_written_with_its_result_and_decision_in_one_commit(
     assert run_chain_verify(Run.objects.get(pk=guarded.run_id)).ok
 
 
+def test_a_read_written_in_one_commit_is_drawn_for_audit_like_any_step(integrator, settings):
+    settings.GUARDIAN_AUDIT_SAMPLE_SHARE = 1.0  # every step that went on is drawn
+    guarded, upstream = session(integrator), Upstream()
+
+    for order in ("ord_1", "ord_2"):
+        guarded.call_tool("lookup_order", {"order_id": order}, execute=upstream.execute)
+
+    samples = Escalation.objects.filter(run_id=guarded.run_id, kind=EscalationKind.AUDIT_SAMPLE)
+    assert sorted(samples.values_list("turn__index", flat=True)) == [0, 1]
+    assert Run.objects.get(pk=guarded.run_id).status == RunStatus.RUNNING
+
+
 def test_a_write_call_is_on_record_as_started_before_it_runs(integrator):
     guarded = session(integrator)
     seen = []

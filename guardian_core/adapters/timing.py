@@ -15,10 +15,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from guardian_core.engine.conditions import Malformed
 
-# Enough threads for every question of a few turns asked at once (six conditions, a handful
-# of risk checks each); more questions than this queue behind the first ones and still end
-# at the deadline.
-MAX_WORKERS = 32
+# The process's questions in flight at once, every call's together: threads are made as
+# calls need them and kept. High, because a question queued behind other turns' slow network
+# answers (an HTTP guardian's, in a threaded web worker) could miss its own deadline; more
+# than this queue behind the first ones and still end at the deadline.
+MAX_WORKERS = 128
 ERROR_MESSAGE_CHARS = 300
 
 # The process's threads for questions, kept between calls: starting a thread for every call

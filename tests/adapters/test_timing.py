@@ -134,3 +134,23 @@ def test_a_forked_process_answers_with_threads_of_its_own(small_pool):
     os.waitpid(pid, 0)
 
     assert answer == "0.4"
+
+
+def test_slow_questions_of_other_calls_do_not_make_a_call_miss_its_deadline():
+    # Eight calls at once (a threaded web worker's turns), each with six network questions
+    # of 1 s under a 1.5 s deadline: one queued behind another call's would start after 1 s
+    # and end past its deadline, a Malformed answer that escalates the turn.
+    results = []
+
+    def one_call() -> None:
+        questions = {n: (lambda: time.sleep(1.0) or "ok") for n in range(6)}
+        results.append(ask_concurrently(questions, deadline_seconds=1.5))
+
+    callers = [threading.Thread(target=one_call) for _ in range(8)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+
+    assert len(results) == 8
+    assert [sorted(set(map(repr, answers.values()))) for answers in results] == [["'ok'"]] * 8

@@ -48,7 +48,7 @@ from escalations.notifications import item_url
 from guardian_core.engine.loop import Proposal, ProposedCall, finish_step, prepare_step
 from guardian_core.engine.policy import Outcome, Usage
 from guardian_core.engine.state import state_apply, state_step
-from runs import chain, mapping
+from runs import mapping, sealing
 from runs.models import (
     Decision,
     Run,
@@ -312,6 +312,7 @@ def _open_with(
             return _read_step(
                 run,
                 token,
+                proposal=proposal,
                 turn=Turn(
                     run=run,
                     index=step,
@@ -391,6 +392,7 @@ def _read_step(
     run: Run,
     token: str,
     *,
+    proposal: Proposal,
     turn: Turn,
     prepared,
     rows: list[ToolCall],
@@ -424,7 +426,6 @@ def _read_step(
         if set(reported) != {row.position for row in rows}:
             raise ValueError(f"run_reads answered {sorted(reported)}, not every call of the step")
     except BaseException:
-        proposal = mapping.proposal_from_json(turn.proposal)
         step_record(run, token, turn.index, proposal, turn.gate, None, rows, turn.started_at)
         raise
     statuses, errors = _outcomes(prepared, reported)
@@ -434,8 +435,9 @@ def _read_step(
         result, error = reported[row.position]
         row.status = ToolCallStatus.FAILED if error is not None else ToolCallStatus.DONE
         row.result, row.error, row.finished_at = result, error or "", now
+        # Neither the turn nor the row has an id yet: turn_finish writes both (new_calls).
         recorder.rows[row.position] = _Row(None, None, row.risk_class)
-        recorder.values[row.position] = {name: getattr(row, name) for name in _SEALED_CALL_COLUMNS}
+        recorder.values[row.position] = {name: getattr(row, name) for name in sealing.CALL_COLUMNS}
     record = _decide(
         run,
         prepared,
@@ -623,9 +625,6 @@ def _reasons(record) -> list[dict]:
     return json.loads(json.dumps([reason.as_dict() for reason in record.decision.reasons]))
 
 
-_SEALED_CALL_COLUMNS = (*chain.CALL_FIELDS, *chain.CALL_OUTCOME_FIELDS)
-
-
 def _finish_reported(
     run: Run,
     token: str,
@@ -684,7 +683,7 @@ def _finish_reported(
         # the decision seals (runs/chain.py), without reading it back.
         recorder.values[row.position] = {
             "id": row.pk,
-            **{name: getattr(row, name) for name in _SEALED_CALL_COLUMNS},
+            **{name: getattr(row, name) for name in sealing.CALL_COLUMNS},
         }
     moved = turn_finish(
         run,

@@ -373,7 +373,8 @@ def _turn_finish(
     commit that makes the turn count; until it lands a retry replays the recorded proposal.
 
     `new_calls` (with `turn` not written yet): a read-only step run in process
-    (read_step_record): the turn and these calls, with their outcomes, are written here too."""
+    (runs/external.py _read_step): the turn and these calls, with their outcomes, are written
+    here too."""
     now = timezone.now()
     # From the record alone: a few histogram observations, no query (docs/OPERATIONS.md).
     metrics.turn_observe(
@@ -718,7 +719,7 @@ def _finish_in_one_statement(
             gate=json.dumps(turn.gate),
             started_at=turn.started_at,
             new_calls=json.dumps(
-                [{name: getattr(row, name) for name in _NEW_CALL_COLUMNS} for row in new_calls]
+                [{name: getattr(row, name) for name in sealing.CALL_COLUMNS} for row in new_calls]
             ),
         )
     with connection.cursor() as cursor:
@@ -730,9 +731,6 @@ def _finish_in_one_statement(
         turn.pk = row[1]
         turn._state.adding, turn._state.db = False, connection.alias
     return row[0]
-
-
-_NEW_CALL_COLUMNS = (*chain.CALL_FIELDS, *chain.CALL_OUTCOME_FIELDS)
 
 
 def _turn_write(turn: Turn, rows: Sequence[ToolCall], recorder: CallRecorder) -> None:

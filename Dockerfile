@@ -28,12 +28,15 @@ RUN pip install . && rm -rf build *.egg-info
 COPY manage.py ./
 COPY templates/ templates/
 COPY static/ static/
+# Issue 28: the French catalogue, compiled here (polib writes the .mo; the image has no gettext).
+COPY locale/ locale/
 
 # A throwaway key only for this step: settings refuse to load without a strong one when DEBUG
 # is off. The embedded defaults (SQLite, filesystem broker) create folders, so they go to /tmp.
-RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+RUN export SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
         DEBUG=false GUARDIAN_VAR_DIR=/tmp/build-var \
-        python manage.py collectstatic --no-input \
+    && python manage.py collectstatic --no-input \
+    && python manage.py compilemessages \
     && rm -rf /tmp/build-var
 
 RUN useradd --system --uid 10001 --user-group --home-dir /app --no-create-home guardian \

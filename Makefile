@@ -14,13 +14,14 @@ export PORT
 # environment or .env says otherwise (0: none).
 DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
-.PHONY: help demo test lint format bench clean guardian-model guardian-report example-langgraph example-agents soak
+.PHONY: help demo test messages lint format bench clean guardian-model guardian-report example-langgraph example-agents soak
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
 	@echo "make test   install the dev tools and run lint and the whole test suite"
 	@echo "make lint   ruff check, format check and the engine's import contract"
 	@echo "make format reformat in place"
+	@echo "make messages  update locale/*/django.po after marking words for translation"
 	@echo "make guardian-model  refit the local guardian on training/ and rewrite its artefact"
 	@echo "make guardian-report the local guardian measured leave-one-source-out on real material"
 	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps, MCP gateway"
@@ -62,14 +63,21 @@ $(VENV)/.installed-bench: pyproject.toml clients/python/pyproject.toml | $(BIN)/
 # (--env /dev/null): the settings read it, and there the environment wins over the file.
 demo: $(VENV)/.installed-base
 	$(BIN)/python manage.py preflight --port $(PORT)
+	$(BIN)/python manage.py compilemessages --verbosity 0
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py demo_setup
 	@echo "Guardian is starting on http://127.0.0.1:$(PORT)  (Ctrl-C stops the web server, worker and beat)"
 	PATH="$(CURDIR)/$(BIN):$$PATH" GUARDIAN_DEMO_TRAFFIC_SECONDS=$(DEMO_TRAFFIC_SECONDS) $(BIN)/python scripts/demo-honcho --env /dev/null --procfile Procfile.demo start --port $(PORT) \
 	  || { status=$$?; [ $$status -eq 130 ] && echo "Guardian stopped (Ctrl-C): web server, worker and beat are down." || exit $$status; }
 
+# The suite compiles the translations itself (tests/conftest.py), so a bare pytest has them too.
 test: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# After marking new words for translation: brings locale/*/django.po in line with the sources;
+# then translate what it added (the translation test names what is missing).
+messages: $(VENV)/.installed-base
+	$(BIN)/python manage.py makemessages --all
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

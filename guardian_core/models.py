@@ -271,3 +271,25 @@ class GuardianModelVersion(models.Model):
         """The conditions it answers differently from its base: those it has a map for, or
         (retrained) those it was retrained on."""
         return list(self.calibration or self.figures or {})
+
+
+class PersonPreferences(models.Model):
+    """How one person reads Guardian: their language, time zone and keyboard shortcuts.
+
+    A blank language is the browser's (Accept-Language), a blank time zone the server's
+    (TIME_ZONE). Shortcuts can be turned off (WCAG 2.1.4): a speech-input user's words must
+    not approve a held call. A person without a row has the defaults.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preferences"
+    )
+    language = models.CharField(max_length=8, blank=True, choices=settings.LANGUAGES)
+    time_zone = models.CharField(max_length=64, blank=True)
+    keyboard_shortcuts = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name_plural = "person preferences"
+
+    def __str__(self) -> str:
+        return f"preferences of user {self.user_id}"

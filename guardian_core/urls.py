@@ -11,7 +11,7 @@ from django.utils.functional import lazy
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from guardian_core import views
+from guardian_core import preferences, views
 from guardian_core.api import ApiIndexApi, ApiNotFoundApi, api_view
 
 people_patterns = (
@@ -74,6 +74,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", views.PasswordChange.as_view(), name="password_change"),
+    path("accounts/preferences/", preferences.preferences_page, name="preferences"),
+    path("language", preferences.language_switch_view, name="language"),
     path("escalations/", include("escalations.urls")),
     path("runs/", include("runs.urls")),
     path("policies/", include("policies.urls")),

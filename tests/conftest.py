@@ -15,6 +15,22 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 PERSONA_PASSWORD = "correct horse battery staple"
 
 
+def pytest_configure(config) -> None:
+    """Compile the translations the pages speak (locale/*/django.po) when a .mo is missing or
+    older than its .po, so a bare `pytest` renders French as `make demo` does."""
+    import polib
+
+    for root in settings.LOCALE_PATHS:
+        for po_path in root.glob("*/LC_MESSAGES/*.po"):
+            mo_path = po_path.with_suffix(".mo")
+            if mo_path.exists() and mo_path.stat().st_mtime >= po_path.stat().st_mtime:
+                continue
+            # Written aside then renamed: two pytest processes may compile at once.
+            partial = mo_path.with_suffix(f".mo.{os.getpid()}")
+            polib.pofile(str(po_path)).save_as_mofile(str(partial))
+            os.replace(partial, mo_path)
+
+
 def pytest_report_header(config) -> list[str]:
     """Say which database and broker the suite runs on, so a CI log proves it."""
     database = settings.DATABASES["default"]

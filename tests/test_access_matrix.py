@@ -389,6 +389,10 @@ MATRIX = [
     ),
     # Anyone signed in changes their own password; the form comes back naming what is missing.
     row("password_change", anonymous=LOGIN, reviewer=200, auditor=200, admin=200, outsider=200),
+    # Anyone signed in sets their own language, time zone and shortcuts.
+    row("preferences", anonymous=LOGIN, reviewer=200, auditor=200, admin=200, outsider=200),
+    # The top bar's language switch works signed in or not; a POST naming no language is a 400.
+    row("language", "POST", anonymous=400, reviewer=400, auditor=400, admin=400, outsider=400),
     row("tokens:list", anonymous=LOGIN, reviewer=403, auditor=403, admin=200, outsider=403),
     # The confirmation before a revoke.
     row(

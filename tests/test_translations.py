@@ -1,0 +1,121 @@
+"""The French catalogue is complete and in step with the sources; every template word is marked.
+
+The catalogue (locale/fr/LC_MESSAGES/django.po) is written here, by people; these tests are what
+keep it whole: a word marked in the code but missing from it, an entry left empty or fuzzy, or
+a template word nobody marked for translation fails the suite with its place named.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polib
+import pytest
+from django.conf import settings
+from django.utils import translation
+
+from guardian_core.i18n_check import unmarked_in_source
+
+ROOT = Path(settings.BASE_DIR)
+FRENCH = ROOT / "locale" / "fr" / "LC_MESSAGES" / "django.po"
+
+
+def _untranslated(entry: polib.POEntry) -> bool:
+    if entry.msgid_plural:
+        return not entry.msgstr_plural or not all(entry.msgstr_plural.values())
+    return not entry.msgstr
+
+
+def test_every_french_entry_is_translated_and_none_is_fuzzy():
+    catalogue = polib.pofile(str(FRENCH))
+    assert not catalogue.metadata_is_fuzzy, "the catalogue's header is marked fuzzy"
+    empty = [entry.msgid for entry in catalogue if not entry.obsolete and _untranslated(entry)]
+    fuzzy = [entry.msgid for entry in catalogue if "fuzzy" in entry.flags]
+    assert empty == [], f"{len(empty)} entries have no French: {empty[:20]}"
+    assert fuzzy == [], f"{len(fuzzy)} entries are fuzzy (check, then drop the flag): {fuzzy[:20]}"
+
+
+def test_the_french_catalogue_keeps_every_placeholder():
+    # A translation that drops or renames %(count)s raises (or lies) when the page renders.
+    catalogue = polib.pofile(str(FRENCH))
+    wrong = []
+    for entry in catalogue:
+        if entry.obsolete or "python-format" not in entry.flags:
+            continue
+        for source, translated in _pairs(entry):
+            if _placeholders(source) != _placeholders(translated):
+                wrong.append((source, translated))
+    assert wrong == []
+
+
+def _pairs(entry: polib.POEntry) -> list[tuple[str, str]]:
+    if not entry.msgid_plural:
+        return [(entry.msgid, entry.msgstr)]
+    return [(entry.msgid_plural, text) for text in entry.msgstr_plural.values()]
+
+
+def _placeholders(text: str) -> set[str]:
+    return set(re.findall(r"%\((\w+)\)", text))
+
+
+@pytest.mark.skipif(
+    shutil.which("xgettext") is None and not os.environ.get("CI"),
+    reason="GNU gettext (xgettext) is not installed here; CI installs it",
+)
+def test_the_catalogue_holds_every_word_marked_in_the_sources(tmp_path):
+    """makemessages, run on a copy of the sources, adds nothing and drops nothing."""
+    copy = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        copy,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "var", "node_modules", "__pycache__", "*.mo", "training", "tests"
+        ),
+        symlinks=True,
+    )
+    environment = {**os.environ, "GUARDIAN_VAR_DIR": str(tmp_path / "var")}
+    subprocess.run(
+        [sys.executable, "manage.py", "makemessages", "-l", "fr", "--verbosity", "0"],
+        cwd=copy,
+        env=environment,
+        check=True,
+        capture_output=True,
+    )
+    extracted = {_key(e) for e in polib.pofile(str(copy / FRENCH.relative_to(ROOT)))}
+    kept = {_key(e) for e in polib.pofile(str(FRENCH)) if not e.obsolete}
+    assert sorted(extracted - kept) == [], "marked but not in the catalogue: run `make messages`"
+    assert sorted(kept - extracted) == [], "in the catalogue, marked nowhere: run `make messages`"
+
+
+def _key(entry: polib.POEntry) -> tuple[str, str, str]:
+    return (entry.msgctxt or "", entry.msgid, entry.msgid_plural or "")
+
+
+def test_the_checker_finds_unmarked_text_and_passes_marked_text():
+    source = (
+        "{% load i18n %}<h1>{% translate 'Escalations' %}</h1>\n"
+        "<p>Waiting for a person</p>\n"
+        '<button title="Approve the call">{% translate "Approve" %}</button>\n'
+        "{% blocktranslate trimmed with n=count %}{{ n }} runs waited{% endblocktranslate %}\n"
+        '{# a comment in words #}{% comment %}More words{% endcomment %}<img alt="">\n'
+        '<input type="submit" value="Send it"><span class="status-running">{{ x }}</span>'
+        "<script>var words = 1;</script>"
+    )
+    found = [(u.line, u.text) for u in unmarked_in_source(source, "t.html")]
+    assert found == [(2, "Waiting for a person"), (3, "Approve the call"), (6, "Send it")]
+
+
+def test_the_checker_lets_names_and_numbers_be():
+    source = "<td>Guardian</td><td>{{ a }} ms</td><td>p95</td><td>0.97</td><td>—</td>"
+    assert unmarked_in_source(source, "t.html") == []
+
+
+def test_french_is_what_a_page_speaks_when_asked(client):
+    response = client.get("/accounts/login/", headers={"accept-language": "fr"})
+    assert response.headers["Content-Language"] == "fr"
+    assert '<html lang="fr"' in response.text
+    with translation.override("fr"):
+        assert translation.gettext("Sign out") == "Se déconnecter"

@@ -119,3 +119,26 @@ def test_french_is_what_a_page_speaks_when_asked(client):
     assert '<html lang="fr"' in response.text
     with translation.override("fr"):
         assert translation.gettext("Sign out") == "Se déconnecter"
+
+
+@pytest.mark.parametrize("with_gettext", [True, False], ids=["msgfmt", "polib"])
+def test_compilemessages_writes_a_catalogue_django_reads(
+    tmp_path, settings, monkeypatch, with_gettext
+):
+    """`make demo` compiles on laptops without GNU gettext too: both ways give the same words."""
+    from django.core.management import call_command
+
+    from guardian_core.management.commands import compilemessages
+
+    if with_gettext and shutil.which("msgfmt") is None:
+        pytest.skip("GNU gettext (msgfmt) is not installed here")
+    if not with_gettext:
+        monkeypatch.setattr(compilemessages, "find_command", lambda name: None)
+    target = tmp_path / "locale" / "fr" / "LC_MESSAGES"
+    target.mkdir(parents=True)
+    shutil.copy(FRENCH, target / "django.po")
+    settings.LOCALE_PATHS = [tmp_path / "locale"]
+    call_command("compilemessages", verbosity=0)
+    compiled = polib.mofile(str(target / "django.mo"))
+    assert {entry.msgid: entry.msgstr for entry in compiled}["Sign out"] == "Se déconnecter"
+    assert len(compiled) == len([e for e in polib.pofile(str(FRENCH)) if not e.obsolete])

@@ -465,9 +465,11 @@ def notice_for(escalation: Escalation, event: str) -> Notice:
     slack_title = f"{title}: #{escalation.pk} ({kind})"
     run_words = _("run %(run)s") % {"run": escalation.run_id}
     deadline_words = _("deadline %(deadline)s") % {"deadline": deadline}
+    # Translators: the text of the link to the escalation in a chat message.
+    open_words = _("open")
     fallback = (
         f"{_slack(slack_title)}: {_slack(summary)} · {run_words}"
-        f" · {deadline_words} · <{link}|{_('open')}>"
+        f" · {deadline_words} · <{link}|{open_words}>"
     )
     blocks = [
         {"type": "header", "text": {"type": "plain_text", "text": slack_title[:150]}},

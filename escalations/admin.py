@@ -9,6 +9,9 @@ examples are append-only rows that the resolution writes, so nobody adds or edit
 from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
+from django.utils.functional import lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from escalations.errors import EscalationError
 from escalations.guidance_form import ReviewGuidanceForm
@@ -24,11 +27,17 @@ from guardian_core.untrusted import bidi_visible
 from runs.admin import ReadOnlyAdmin
 
 
+def _reason_help() -> str:
+    return _("The actor is told this reason; at most %(max)s chars.") % {
+        "max": f"{VERDICT_REASON_MAX_CHARS:,}"
+    }
+
+
 class RejectForm(forms.Form):
     reason = forms.CharField(
         widget=forms.Textarea,
         max_length=VERDICT_REASON_MAX_CHARS,
-        help_text=f"The actor is told this reason; at most {VERDICT_REASON_MAX_CHARS:,} chars.",
+        help_text=lazy(_reason_help, str)(),
     )
 
 
@@ -38,7 +47,7 @@ class EscalationAdmin(ReadOnlyAdmin):
     list_filter = ["status", "kind"]
     actions = ["approve", "reject"]
 
-    @admin.display(description="summary")
+    @admin.display(description=gettext_lazy("summary"))
     def summary_shown(self, escalation: Escalation) -> str:
         # Untrusted (a tool's name, the guardian's reason): its bidi controls written out.
         return bidi_visible(escalation.summary)
@@ -46,11 +55,11 @@ class EscalationAdmin(ReadOnlyAdmin):
     def has_review_permission(self, request) -> bool:
         return request.user.has_perm("escalations.review_escalation")
 
-    @admin.action(permissions=["review"], description="Approve the held calls")
+    @admin.action(permissions=["review"], description=gettext_lazy("Approve the held calls"))
     def approve(self, request, queryset) -> None:
         self._resolve(request, queryset, decision="approve")
 
-    @admin.action(permissions=["review"], description="Reject, with a reason…")
+    @admin.action(permissions=["review"], description=gettext_lazy("Reject, with a reason…"))
     def reject(self, request, queryset):
         form = RejectForm(request.POST if "reason" in request.POST else None)
         if form.is_valid():
@@ -58,7 +67,7 @@ class EscalationAdmin(ReadOnlyAdmin):
             return None
         context = {
             **self.admin_site.each_context(request),
-            "title": "Reject escalations",
+            "title": _("Reject escalations"),
             "form": form,
             "escalations": queryset,
             "opts": self.model._meta,
@@ -73,12 +82,19 @@ class EscalationAdmin(ReadOnlyAdmin):
                     escalation_id=escalation.pk, reviewer=request.user, **verdict
                 )
             except EscalationError as exc:
-                self.message_user(request, f"Escalation {escalation.pk}: {exc}", messages.ERROR)
+                self.message_user(
+                    request,
+                    _("Escalation %(id)s: %(problem)s") % {"id": escalation.pk, "problem": exc},
+                    messages.ERROR,
+                )
             else:
-                done = {"approve": "approved", "reject": "rejected"}[verdict["decision"]]
+                done = {"approve": _("approved"), "reject": _("rejected")}[verdict["decision"]]
                 if given is None:  # a quorum: the item waits for a second, different approver
-                    done = "approval recorded; it needs a second, different approver"
-                self.message_user(request, f"Escalation {escalation.pk}: {done}.")
+                    done = _("approval recorded; it needs a second, different approver")
+                self.message_user(
+                    request,
+                    _("Escalation %(id)s: %(done)s.") % {"id": escalation.pk, "done": done},
+                )
 
 
 @admin.register(Verdict)
@@ -104,6 +120,6 @@ class ReviewGuidanceAdmin(admin.ModelAdmin):
     fields = ["condition", "tool", "text", "updated_at"]
     readonly_fields = ["updated_at"]
 
-    @admin.display(description="text")
+    @admin.display(description=gettext_lazy("text"))
     def text_shown(self, guidance: ReviewGuidance) -> str:
         return bidi_visible(guidance.text)

@@ -3,6 +3,7 @@ examples they become. Every write goes through escalations/claims.py and verdict
 reviewers' page's rules: the page and the API cannot disagree on what a verdict may do."""
 
 from django.http import StreamingHttpResponse
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -83,7 +84,8 @@ def unknown_parameters(params, known: tuple[str, ...]) -> list[str]:
     """A problem for each query parameter that is not one of `known`: a misspelt filter would
     otherwise be ignored, and the caller take an unfiltered list for a filtered one."""
     return [
-        f"{name}: not a parameter here; the parameters are {', '.join(known)}"
+        f"{name}: "
+        + _("not a parameter here; the parameters are %(known)s") % {"known": ", ".join(known)}
         for name in params
         if name not in known
     ]
@@ -219,7 +221,7 @@ def _escalation_or_404(escalation_id: int) -> Escalation:
     try:
         return escalation_get(escalation_id=escalation_id)
     except Escalation.DoesNotExist:
-        raise NotFound("No such escalation.") from None
+        raise NotFound(_("No such escalation.")) from None
 
 
 def _detail(escalation_id: int) -> dict:
@@ -255,10 +257,15 @@ class EscalationClaimApi(APIView):
         claim = escalation_claim(escalation_id=pk, reviewer=request.user)
         if claim.status == "held":
             return _conflict(
-                f"claim: {claim.holder} holds this escalation; only they may decide it"
+                "claim: "
+                + _("%(holder)s holds this escalation; only they may decide it")
+                % {"holder": claim.holder}
             )
         if claim.status == "closed":
-            return _conflict(f"escalation {pk} is already {claim.escalation.status}")
+            return _conflict(
+                _("escalation %(id)s is already %(status)s")
+                % {"id": pk, "status": claim.escalation.status}
+            )
         return Response(_detail(pk))
 
 
@@ -423,14 +430,18 @@ def _page_rules(escalation: Escalation, data: dict) -> list[str]:
         return []
     approved = data.get("approved_calls")
     if approved is not None and not approved:
-        return ["approved_calls: name the calls to approve, or reject the step"]
+        return ["approved_calls: " + _("name the calls to approve, or reject the step")]
     held = escalation.reason.get("held_calls", [])
     seen = {str(key) for key in (data.get("seen_hashes") or {})}
     missing = [p for p in (held if approved is None else approved) if str(p) not in seen]
     if missing:
         return [
-            f"seen_hashes: no hash for call {', '.join(map(str, missing))}; send each call's "
-            "action_hash from the escalation's detail"
+            "seen_hashes: "
+            + _(
+                "no hash for call %(calls)s; send each call's action_hash from the "
+                "escalation's detail"
+            )
+            % {"calls": ", ".join(map(str, missing))}
         ]
     return []
 
@@ -457,7 +468,11 @@ def problems_by_input_field(problems: list[str]) -> dict[str, list[str]]:
             field = head
         elif problem.startswith("arguments of call"):
             field = "edited_arguments"
-        elif problem.startswith("call ") and "changed since" in problem:
+        elif problem.startswith("call ") and (
+            # The words after "call N (tool)" are in the reader's language.
+            "changed since" in problem
+            or _("changed since you opened it; look at it again") in problem
+        ):
             field = "seen_hashes"
         elif problem.startswith("call "):
             field = "approved_calls"

@@ -8,6 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.errors import EscalationError
 from escalations.models import (
@@ -88,7 +89,7 @@ def escalation_claim(*, escalation_id: int, reviewer: AbstractBaseUser) -> Claim
     now = timezone.now()
     until = now + timedelta(minutes=settings.GUARDIAN_CLAIM_MINUTES)
     open_item = Escalation.objects.filter(pk=escalation_id, status=EscalationStatus.OPEN)
-    for _ in range(3):
+    for _attempt in range(3):
         with transaction.atomic():
             renewed = open_item.filter(claimed_by=reviewer, claim_expires_at__gte=now).update(
                 claim_expires_at=until
@@ -164,28 +165,39 @@ def escalation_extend_deadline(*, escalation_id: int, reviewer: AbstractBaseUser
     if extended:
         return escalation
     if escalation.status != EscalationStatus.OPEN:
-        raise EscalationError(f"escalation {escalation_id} is already {escalation.status}")
+        raise EscalationError(
+            _("escalation %(id)s is already %(status)s")
+            % {"id": escalation_id, "status": escalation.status}
+        )
     if escalation.kind == EscalationKind.AUDIT_SAMPLE:
         raise EscalationError(
-            "deadline: an audit sample holds nothing, so there is no deadline to extend"
+            "deadline: " + _("an audit sample holds nothing, so there is no deadline to extend")
         )
     problems = []
     holder = escalation_claim_holder(escalation, now=now)
     if holder is None:
-        problems.append("claim: open the item first; only its holder may extend its deadline")
+        problems.append(
+            "claim: " + _("open the item first; only its holder may extend its deadline")
+        )
     elif holder.pk != reviewer.pk:
         since = timezone.localtime(escalation.claimed_at).strftime("%H:%M %Z")
-        problems.append(f"claim: {holder} holds it since {since}; only they may extend it")
+        problems.append(
+            "claim: "
+            + _("%(holder)s holds it since %(since)s; only they may extend it")
+            % {"holder": holder, "since": since}
+        )
     if escalation.deadline_extended:
-        problems.append("deadline: already extended once; it can be extended only once")
+        problems.append("deadline: " + _("already extended once; it can be extended only once"))
     if escalation.deadline < now:
-        problems.append("deadline: it has passed; the item resolves to the safe side")
+        problems.append("deadline: " + _("it has passed; the item resolves to the safe side"))
     raise EscalationError(problems)
 
 
 def _require_reviewer(reviewer: AbstractBaseUser) -> None:
     if not reviewer.has_perm("escalations.review_escalation"):
-        raise EscalationError(f"reviewer: {reviewer} may not review escalations")
+        raise EscalationError(
+            "reviewer: " + _("%(reviewer)s may not review escalations") % {"reviewer": reviewer}
+        )
 
 
 def _claimable(reviewer, filters: QueueFilters, now: datetime) -> QuerySet[Escalation]:
@@ -231,7 +243,7 @@ def _claim_first_locked(candidates, reviewer, now: datetime) -> Escalation | Non
 def _claim_first_conditional(candidates, reviewer, now: datetime) -> Escalation | None:
     """SQLite has no row locks: claim with a conditional update, and move on when another
     claimer got there first (each lost race means one fewer candidate)."""
-    for _ in range(20):
+    for _attempt in range(20):
         ids = list(candidates.values_list("pk", flat=True)[:10])
         if not ids:
             return None

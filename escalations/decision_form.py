@@ -5,6 +5,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from django.utils.translation import gettext as _
+
 from escalations.models import ENDED_BY_REJECTION, EscalationKind, VerdictDecision
 from escalations.verdicts import verdict_reason_problem
 from guardian_core import json_input
@@ -59,13 +61,13 @@ def decision_input(post, pane) -> DecisionInput:
         end_as=post.get("end_as", ""),
     )
     if form.decision not in VerdictDecision.values:
-        form.problems.append("decision: choose approve, reject or answer")
+        form.problems.append("decision: " + _("choose approve, reject or answer"))
     if too_long := verdict_reason_problem(form.reason):
         form.problems.append(too_long)
     elif reason_problem := json_input.text_problem(form.reason):
         form.problems.append(f"reason: {reason_problem}")
     if form.end_as not in ("", "failed", "cancelled"):
-        form.problems.append("end_as: the run ends failed or cancelled")
+        form.problems.append("end_as: " + _("the run ends failed or cancelled"))
     # Matched as text: int() of 4 300 digits raises, and "²".isdigit() is true.
     held_by_text = {str(position): position for position in held}
     for raw in post.getlist("approve_call"):
@@ -73,7 +75,9 @@ def decision_input(post, pane) -> DecisionInput:
             form.approved.add(held_by_text[raw])
         else:
             shown = json_input.shown(raw if len(raw) <= 20 else f"{raw[:20]}…")
-            form.problems.append(f"approve_call: {shown!r} is not a held call of this step")
+            form.problems.append(
+                "approve_call: " + _("%(given)r is not a held call of this step") % {"given": shown}
+            )
     seen, risk, edited = {}, {}, {}
     for position, held_call in held.items():
         call = held_call.call
@@ -81,7 +85,8 @@ def decision_input(post, pane) -> DecisionInput:
         form.risk[position] = post.get(f"risk_{position}", held_call.default_risk)
         if form.risk[position] not in RiskClass.values:
             form.problems.append(
-                f"risk_labels: call {position} ({call.tool}): one of {', '.join(RiskClass.values)}"
+                f"risk_labels: call {position} ({call.tool}): "
+                + _("one of %(classes)s") % {"classes": ", ".join(RiskClass.values)}
             )
         else:
             risk[position] = form.risk[position]
@@ -99,7 +104,7 @@ def decision_input(post, pane) -> DecisionInput:
         if unstorable:
             form.problems += [f"{where}: {problem}" for problem in unstorable]
         elif not isinstance(value, dict):
-            form.problems.append(f"{where}: must be a JSON object")
+            form.problems.append(f"{where}: " + _("must be a JSON object"))
         elif _canonical(value) != _canonical(call.arguments):
             edited[position] = value
     for question in pane.questions:
@@ -110,10 +115,13 @@ def decision_input(post, pane) -> DecisionInput:
         elif not typed and form.decision == VerdictDecision.ANSWER:
             # escalation_resolve would refuse it too, naming only the condition: said here,
             # each question gets its own problem and its own field marked.
-            form.problems.append(f"answer.{question.condition}: choose {_expected(question.kind)}")
+            form.problems.append(
+                f"answer.{question.condition}: "
+                + _("choose %(expected)s") % {"expected": _expected(question.kind)}
+            )
     approving_nothing = form.decision == VerdictDecision.APPROVE and not form.approved
     if kind == EscalationKind.GATED_STEP and approving_nothing:
-        form.problems.append("approve_call: tick the calls to approve, or reject the step")
+        form.problems.append("approve_call: " + _("tick the calls to approve, or reject the step"))
     if form.problems:
         return form
     form.resolve = _resolve_arguments(form, kind, held, seen, risk, edited, pane.questions)
@@ -190,7 +198,7 @@ def problems_in_form_order(problems: list[str], pane) -> list[FormProblem]:
             rank, field_id = (4, 0), "reason"
         ranked.append((rank, FormProblem(text=text, field=field_id)))
     # sorted() is stable: problems about one field keep the order they were found in.
-    return [problem for _, problem in sorted(ranked, key=lambda pair: pair[0])]
+    return [problem for _rank, problem in sorted(ranked, key=lambda pair: pair[0])]
 
 
 def _answer_field(question) -> str:
@@ -220,7 +228,7 @@ def _label(kind: str, typed: str) -> object:
 
 def _expected(kind: str) -> str:
     if kind == "yes_no":
-        return "yes or no"
+        return _("yes or no")
     if kind == "risk":
-        return f"one of {', '.join(RiskClass.values)}"
-    return "a drift score from 0 to 4"
+        return _("one of %(classes)s") % {"classes": ", ".join(RiskClass.values)}
+    return _("a drift score from 0 to 4")

@@ -11,6 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.held_calls import approval_edits
 from escalations.models import (
@@ -331,24 +332,33 @@ def example_filters_from(params: Mapping) -> tuple[ExampleFilters, dict[str, str
     problems: dict[str, str] = {}
     condition = (params.get("condition") or "").strip()
     if condition and condition not in {c.value for c in Condition}:
-        problems["condition"] = f"{condition!r} is not one of {', '.join(Condition)}"[:300]
+        problems["condition"] = (
+            _("%(given)r is not one of %(values)s")
+            % {"given": condition, "values": ", ".join(Condition)}
+        )[:300]
         condition = ""
     source = (params.get("source") or "").strip()
     if source and source not in ExampleSource.values:
-        problems["source"] = f"{source!r} is not one of {', '.join(ExampleSource.values)}"[:300]
+        problems["source"] = (
+            _("%(given)r is not one of %(values)s")
+            % {"given": source, "values": ", ".join(ExampleSource.values)}
+        )[:300]
         source = ""
     dates: dict[str, date | None] = {}
     for name in ("since", "until"):
         raw = (params.get(name) or "").strip()
         dates[name] = _date_or_none(raw)
         if raw and dates[name] is None:
-            problems[name] = f"{raw!r} is not a date like 2026-03-31"[:300]
+            problems[name] = (_("%(given)r is not a date like 2026-03-31") % {"given": raw})[:300]
         elif dates[name] and not 1900 <= dates[name].year <= 9000:
             # Beyond these, local midnight and the day after may not exist as datetimes.
-            problems[name] = f"{raw} is out of range (years 1900 to 9000)"
+            problems[name] = _("%(given)s is out of range (years 1900 to 9000)") % {"given": raw}
             dates[name] = None
     if dates["since"] and dates["until"] and dates["since"] > dates["until"]:
-        problems["until"] = f"{dates['until']} is before since ({dates['since']})"
+        problems["until"] = _("%(until)s is before since (%(since)s)") % {
+            "until": dates["until"],
+            "since": dates["since"],
+        }
     filters = ExampleFilters(
         condition=condition, since=dates["since"], until=dates["until"], source=source
     )
@@ -581,7 +591,7 @@ def reviewer_stats(reviewer: AbstractBaseUser) -> ReviewerStats:
         .order_by("-id")
         .values_list("id", "condition", "probability", "label")[:STATS_WINDOW]
     )
-    risk_classes = _guardian_risk_classes([pk for pk, c, _, _ in window if c == Condition.RISK])
+    risk_classes = _guardian_risk_classes([pk for pk, c, _p, _l in window if c == Condition.RISK])
     agreed = compared = 0
     for pk, condition, probability, label in window:
         verdict = _agrees(condition, probability, label, risk_classes.get(pk))
@@ -624,7 +634,7 @@ def _guardian_risk_classes(example_ids: list[int]) -> dict[int, str]:
     turns = {
         pk: (shown or [], answers or [])
         for pk, shown, answers in Turn.objects.filter(
-            pk__in={turn_id for _, _, turn_id in rows if turn_id is not None}
+            pk__in={turn_id for _e, _c, turn_id in rows if turn_id is not None}
         ).values_list("pk", "risk_projections", "decision__risk_answers")
     }
     classes = {}

@@ -1,6 +1,7 @@
 """The form admins write the reviewers' guidance with (the guidance page and the Django admin)."""
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from escalations.models import ReviewGuidance
 from runs.selectors import run_external_tool_names
@@ -10,14 +11,17 @@ from runs.tools import tool_registry
 class ReviewGuidanceForm(forms.ModelForm):
     # A tool picked from the registry, not typed: a misspelt name would match no held call and
     # the guidance would silently never show.
-    tool = forms.ChoiceField(required=False, help_text="Shown on items that hold this tool.")
+    tool = forms.ChoiceField(
+        required=False, label=_("Tool"), help_text=_("Shown on items that hold this tool.")
+    )
 
     class Meta:
         model = ReviewGuidance
         fields = ["condition", "tool", "text"]
+        labels = {"condition": _("Condition"), "text": _("Text")}
         help_texts = {
-            "condition": "Shown on items this condition escalated.",
-            "text": "What a reviewer should check or weigh; at most 2 000 characters.",
+            "condition": _("Shown on items this condition escalated."),
+            "text": _("What a reviewer should check or weigh; at most 2 000 characters."),
         }
         widgets = {"text": forms.Textarea(attrs={"rows": 4})}
 
@@ -29,9 +33,9 @@ class ReviewGuidanceForm(forms.ModelForm):
         if self.instance.tool and self.instance.tool not in names:
             # A tool no longer registered: keep it selectable so the row still opens and saves.
             names.append(self.instance.tool)
-        self.fields["tool"].choices = [("", "— any tool —"), *((name, name) for name in names)]
+        self.fields["tool"].choices = [("", _("— any tool —")), *((name, name) for name in names)]
         self.fields["condition"].choices = [
-            ("", "— any condition —"),
+            ("", _("— any condition —")),
             *self.fields["condition"].choices[1:],
         ]
 

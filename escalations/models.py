@@ -3,20 +3,22 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from guardian_core.engine.conditions import Condition
 
 
 class EscalationKind(models.TextChoices):
-    GATED_STEP = "gated_step", "Irreversible or regulated step"
-    UNCERTAIN = "uncertain", "Uncertain guardian answer"
-    GUARDIAN_FAILURE = "guardian_failure", "Guardian failure"
-    INTEGRITY = "integrity", "Injected instructions"
-    REVIEW_LOOP = "review_loop", "Coder/reviewer loop"
-    AMBIGUOUS_CALL = "ambiguous_call", "Ambiguous tool call"
+    GATED_STEP = "gated_step", _("Irreversible or regulated step")
+    UNCERTAIN = "uncertain", _("Uncertain guardian answer")
+    GUARDIAN_FAILURE = "guardian_failure", _("Guardian failure")
+    INTEGRITY = "integrity", _("Injected instructions")
+    REVIEW_LOOP = "review_loop", _("Coder/reviewer loop")
+    AMBIGUOUS_CALL = "ambiguous_call", _("Ambiguous tool call")
     # A turn that went on, drawn at random for a person to label (escalations/audit_samples.py):
     # it holds nothing and its verdict never moves the run.
-    AUDIT_SAMPLE = "audit_sample", "Audit sample"
+    AUDIT_SAMPLE = "audit_sample", _("Audit sample")
 
 
 # The escalations whose rejection ends the run (a held step's goes back to the actor; an
@@ -34,12 +36,12 @@ AUDIT_OUTCOME = "unchanged"
 
 
 class EscalationStatus(models.TextChoices):
-    OPEN = "open", "Open"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
-    ANSWERED = "answered", "Answered"
-    EXPIRED = "expired", "Expired"
-    CANCELLED = "cancelled", "Cancelled"
+    OPEN = "open", _("Open")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+    ANSWERED = "answered", _("Answered")
+    EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 # The queue's urgency: 0 = an irreversible or regulated call is held, 1 = any other item that
@@ -186,18 +188,18 @@ class Escalation(models.Model):
 
 
 class EscalationEventKind(models.TextChoices):
-    CLAIMED = "claimed", "Claimed"
-    RELEASED = "released", "Released"
-    SKIPPED = "skipped", "Skipped"
-    EXTENDED = "extended", "Deadline extended"
-    APPROVED_ONE = "approved_one", "Approved, awaiting a second approver"
-    DECIDED = "decided", "Decided"
-    EXPIRED = "expired", "Expired unanswered"
-    NOTIFIED = "notified", "Reviewers notified"
+    CLAIMED = "claimed", _("Claimed")
+    RELEASED = "released", _("Released")
+    SKIPPED = "skipped", _("Skipped")
+    EXTENDED = "extended", _("Deadline extended")
+    APPROVED_ONE = "approved_one", _("Approved, awaiting a second approver")
+    DECIDED = "decided", _("Decided")
+    EXPIRED = "expired", _("Expired unanswered")
+    NOTIFIED = "notified", _("Reviewers notified")
     # A notice whose sending stopped with no outcome (its worker died, its message was lost),
     # found by the sweeper: sent again while attempts remain, else given up.
-    NOTIFY_RETRIED = "notify_retried", "Notification sent again"
-    NOTIFY_FAILED = "notify_failed", "Notification not delivered"
+    NOTIFY_RETRIED = "notify_retried", _("Notification sent again")
+    NOTIFY_FAILED = "notify_failed", _("Notification not delivered")
 
 
 class EscalationEvent(models.Model):
@@ -284,34 +286,34 @@ class ReviewGuidance(models.Model):
 
     class Meta:
         ordering = ["condition", "tool"]
-        verbose_name_plural = "review guidance"
+        verbose_name_plural = _("review guidance")
         constraints = [
             models.CheckConstraint(
                 condition=~Q(condition="") | ~Q(tool=""),
                 name="guidance_names_condition_or_tool",
-                violation_error_message="Name a condition, a tool, or both.",
+                violation_error_message=_("Name a condition, a tool, or both."),
             ),
             models.UniqueConstraint(
                 fields=["condition", "tool"],
                 name="guidance_unique",
-                violation_error_message=(
+                violation_error_message=_(
                     "There is guidance for this condition and tool already: edit that one."
                 ),
             ),
         ]
 
     def __str__(self) -> str:
-        return f"guidance for {self.condition or self.tool}"
+        return gettext("guidance for %(name)s") % {"name": self.condition or self.tool}
 
 
 class NotificationChannel(models.TextChoices):
-    EMAIL = "email", "Email"
-    WEBHOOK = "webhook", "Webhook"
+    EMAIL = "email", _("Email")
+    WEBHOOK = "webhook", _("Webhook")
 
 
 class NotificationEvent(models.TextChoices):
-    ARRIVED = "arrived", "New escalation"
-    DEADLINE_NEAR = "deadline_near", "Deadline near, unclaimed"
+    ARRIVED = "arrived", _("New escalation")
+    DEADLINE_NEAR = "deadline_near", _("Deadline near, unclaimed")
 
 
 class NotificationDelivery(models.Model):
@@ -352,9 +354,9 @@ VERDICT_REASON_MAX_CHARS = 2000
 
 
 class VerdictDecision(models.TextChoices):
-    APPROVE = "approve", "Approve"
-    REJECT = "reject", "Reject"
-    ANSWER = "answer", "Answer"
+    APPROVE = "approve", _("Approve")
+    REJECT = "reject", _("Reject")
+    ANSWER = "answer", _("Answer")
 
 
 class Verdict(models.Model):
@@ -406,9 +408,9 @@ class Verdict(models.Model):
 
 
 class ExampleSource(models.TextChoices):
-    HUMAN = "human", "Human verdict"
-    JUDGE = "judge", "Second-tier judge"
-    IMPORT = "import", "Imported trace"
+    HUMAN = "human", _("Human verdict")
+    JUDGE = "judge", _("Second-tier judge")
+    IMPORT = "import", _("Imported trace")
 
 
 class ExampleSelection(models.TextChoices):
@@ -417,10 +419,10 @@ class ExampleSelection(models.TextChoices):
     is; the others over-sample hard cases or come from elsewhere. The trace format's
     `selection` field (guardian_core/engine/evaluation.py SELECTIONS) carries these values."""
 
-    ESCALATED = "escalated", "Escalated (a verdict on what the policy raised)"
-    AUDIT_SAMPLE = "audit_sample", "Audit sample (a random turn that went on)"
-    IMPORTED = "imported", "Imported"
-    NEAR_MISS = "near_miss", "Near-miss over-sampling"
+    ESCALATED = "escalated", _("Escalated (a verdict on what the policy raised)")
+    AUDIT_SAMPLE = "audit_sample", _("Audit sample (a random turn that went on)")
+    IMPORTED = "imported", _("Imported")
+    NEAR_MISS = "near_miss", _("Near-miss over-sampling")
 
 
 # Labels people gave: reviewers' verdicts and imported labelled traces. The gates, the

@@ -18,6 +18,8 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from escalations.models import (
     Escalation,
@@ -58,9 +60,11 @@ _BIDI_CONTROLS = {
     for code in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 }
 
+# Marked, not translated here: the history's notes keep these words as written; a notice
+# says them in the reader's language (notice_for).
 _TITLES = {
-    NotificationEvent.ARRIVED: "New escalation",
-    NotificationEvent.DEADLINE_NEAR: "Deadline near, unclaimed",
+    NotificationEvent.ARRIVED: gettext_noop("New escalation"),
+    NotificationEvent.DEADLINE_NEAR: gettext_noop("Deadline near, unclaimed"),
 }
 
 
@@ -337,7 +341,7 @@ def _claim(
 ) -> tuple[NotificationDelivery | None, bool]:
     """The delivery row claimed for one attempt by this task, or None (sent already, out of
     attempts, or claimed by another task); and whether another task holds a fresh claim."""
-    delivery, _ = NotificationDelivery.objects.get_or_create(
+    delivery, _created = NotificationDelivery.objects.get_or_create(
         escalation=escalation, event=event, channel=target.channel, target=target.name
     )
     claimable = Q(status__in=(PENDING, FAILED)) | Q(
@@ -437,8 +441,8 @@ def notice_for(escalation: Escalation, event: str) -> Notice:
     """The email and the webhook message of one escalation's notice. The summary and the goal
     come from the run (a model or a caller wrote them): the email is plain text, the Slack
     text escapes &, < and > so they cannot form links or mentions."""
-    title = _TITLES[NotificationEvent(event)]
-    kind = escalation.get_kind_display()
+    title = _(_TITLES[NotificationEvent(event)])
+    kind = str(escalation.get_kind_display())
     summary = _visible(escalation.summary)
     goal = _visible(escalation.run.goal)
     if len(goal) > 300:
@@ -448,19 +452,24 @@ def notice_for(escalation: Escalation, event: str) -> Notice:
     subject = " ".join(f"[Guardian] {title}: #{escalation.pk} {kind} — {summary}".split())
     text = "\n".join(
         [
-            f"{title}: escalation #{escalation.pk} ({kind})",
+            _("%(title)s: escalation #%(id)s (%(kind)s)")
+            % {"title": title, "id": escalation.pk, "kind": kind},
             "",
-            f"Why: {summary}",
-            f"Run {escalation.run_id}: {goal}",
-            f"Deadline: {deadline}",
+            _("Why: %(summary)s") % {"summary": summary},
+            _("Run %(run)s: %(goal)s") % {"run": escalation.run_id, "goal": goal},
+            _("Deadline: %(deadline)s") % {"deadline": deadline},
             "",
-            f"Open it: {link}",
+            _("Open it: %(link)s") % {"link": link},
         ]
     )
     slack_title = f"{title}: #{escalation.pk} ({kind})"
+    run_words = _("run %(run)s") % {"run": escalation.run_id}
+    deadline_words = _("deadline %(deadline)s") % {"deadline": deadline}
+    # Translators: the text of the link to the escalation in a chat message.
+    open_words = _("open")
     fallback = (
-        f"{_slack(slack_title)}: {_slack(summary)} · run {escalation.run_id}"
-        f" · deadline {deadline} · <{link}|open>"
+        f"{_slack(slack_title)}: {_slack(summary)} · {run_words}"
+        f" · {deadline_words} · <{link}|{open_words}>"
     )
     blocks = [
         {"type": "header", "text": {"type": "plain_text", "text": slack_title[:150]}},
@@ -468,8 +477,13 @@ def notice_for(escalation: Escalation, event: str) -> Notice:
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": f"*Run {escalation.run_id}*\n{_slack(goal)}"},
-                {"type": "mrkdwn", "text": f"*Deadline*\n{deadline}"},
+                {
+                    "type": "mrkdwn",
+                    "text": "*"
+                    + _("Run %(run)s") % {"run": escalation.run_id}
+                    + f"*\n{_slack(goal)}",
+                },
+                {"type": "mrkdwn", "text": "*" + _("Deadline") + f"*\n{deadline}"},
             ],
         },
         {
@@ -477,7 +491,7 @@ def notice_for(escalation: Escalation, event: str) -> Notice:
             "elements": [
                 {
                     "type": "button",
-                    "text": {"type": "plain_text", "text": "Open the escalation"},
+                    "text": {"type": "plain_text", "text": _("Open the escalation")},
                     "url": link,
                 }
             ],

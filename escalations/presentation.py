@@ -7,7 +7,9 @@ from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import dateformat, timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext, pgettext_lazy
 
 from escalations.models import AUDIT_OUTCOME, Escalation, Verdict
 from escalations.queue import escalation_claim_holder
@@ -23,20 +25,27 @@ def span(seconds: float) -> str:
     """A duration as a person says it: "under a minute", "23 min", "2 h 5 min", "3 d 4 h"."""
     minutes = int(abs(seconds) // 60)
     if minutes < 1:
-        return "under a minute"
+        return _("under a minute")
     if minutes < 60:
-        return f"{minutes} min"
+        return _("%(minutes)d min") % {"minutes": minutes}
     hours, minutes = divmod(minutes, 60)
     if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+        if minutes:
+            return _("%(hours)d h %(minutes)d min") % {"hours": hours, "minutes": minutes}
+        return _("%(hours)d h") % {"hours": hours}
     days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+    # Translators: "d" is the abbreviation of days (French: "j").
+    if hours:
+        return _("%(days)d d %(hours)d h") % {"days": days, "hours": hours}
+    return _("%(days)d d") % {"days": days}
 
 
 def countdown(moment: datetime, now: datetime) -> str:
     """ "in 23 min" before `moment`, "overdue by 5 min" after it."""
     seconds = (moment - now).total_seconds()
-    return f"in {span(seconds)}" if seconds >= 0 else f"overdue by {span(seconds)}"
+    if seconds >= 0:
+        return _("in %(span)s") % {"span": span(seconds)}
+    return _("overdue by %(span)s") % {"span": span(seconds)}
 
 
 def _truncated(text: str, limit: int) -> str:
@@ -79,15 +88,19 @@ class Bar:
 
     @property
     def label(self) -> str:
-        said = "no probability" if self.value is None else f"p {self.value}"
+        said = _("no probability") if self.value is None else f"p {self.value}"
         if self.t_star is not None:
-            said += f" against t* {self.t_star} ± {self.delta}"
+            said = _("%(said)s against t* %(t_star)s ± %(delta)s") % {
+                "said": said,
+                "t_star": self.t_star,
+                "delta": self.delta,
+            }
         # The marker's colour says "fired"; a screen reader hears it.
         return f"{said}, {band_words(self.band)}" if self.band else said
 
     @property
     def text(self) -> str:
-        said = "no answer" if self.value is None else f"p {self.value}"
+        said = _("no answer") if self.value is None else f"p {self.value}"
         if self.t_star is not None:
             said += f" · t* {self.t_star}±{self.delta}"
         return said
@@ -173,7 +186,8 @@ def queue_rows(
                 age=span((now - escalation.created_at).total_seconds()),
                 countdown=countdown(escalation.deadline, now),
                 deadline_iso=deadline.isoformat(),
-                deadline_text=f"{deadline:%a} {deadline.day} {deadline:%b %H:%M}",
+                # "Fri 4 Dec 19:20", in the reader's language.
+                deadline_text=dateformat.format(deadline, "D j M H:i"),
                 holder=holder.get_username() if holder is not None else "",
                 held_by_viewer=holder is not None and holder.pk == viewer.pk,
                 since_iso=since.isoformat() if since else "",
@@ -185,14 +199,17 @@ def queue_rows(
 
 # What a run does after a bulk verdict, as the bulk report says it.
 RUN_NEXT = {
-    "continue": "its run goes on with its next turn",
-    "replan": "its run replans from its goal",
-    "stop_success": "its run stops: succeeded",
-    "stop_failure": "its run stops: failed",
-    "stop_cancelled": "its run stops: cancelled",
-    AUDIT_OUTCOME: "its run is not changed (an audit sample)",
+    "continue": gettext_lazy("its run goes on with its next turn"),
+    "replan": gettext_lazy("its run replans from its goal"),
+    "stop_success": gettext_lazy("its run stops: succeeded"),
+    "stop_failure": gettext_lazy("its run stops: failed"),
+    "stop_cancelled": gettext_lazy("its run stops: cancelled"),
+    AUDIT_OUTCOME: gettext_lazy("its run is not changed (an audit sample)"),
 }
-BULK_DONE = {"approve": "approved", "reject": "rejected"}
+BULK_DONE = {
+    "approve": pgettext_lazy("an escalation in a bulk decision", "approved"),
+    "reject": pgettext_lazy("an escalation in a bulk decision", "rejected"),
+}
 
 
 @dataclass(frozen=True)
@@ -219,23 +236,32 @@ def bulk_lines(results: list[tuple[int, Verdict | None, str]]) -> list[BulkLine]
         if problem:
             # The number leads the line already; the service's "escalation 12: " would repeat it.
             detail = problem.removeprefix(f"escalation {pk}: ")
-            lines.append(BulkLine(pk, url, "refused", "not decided", detail))
+            lines.append(BulkLine(pk, url, "refused", _("not decided"), detail))
         elif verdict is None:
             lines.append(
-                BulkLine(pk, url, "waiting", "approval recorded", "waits for a second approver")
+                BulkLine(
+                    pk, url, "waiting", _("approval recorded"), _("waits for a second approver")
+                )
             )
         else:
-            detail = RUN_NEXT.get(verdict.resulting_outcome, "")
-            lines.append(BulkLine(pk, url, "decided", BULK_DONE[verdict.decision], detail))
+            detail = str(RUN_NEXT.get(verdict.resulting_outcome, ""))
+            lines.append(BulkLine(pk, url, "decided", str(BULK_DONE[verdict.decision]), detail))
     return lines
 
 
 def bulk_summary(lines: list[BulkLine], decision: str) -> str:
     """ "2 approved · 1 not decided": how many items came out each way."""
     said = {
-        "decided": BULK_DONE.get(decision, "decided"),
-        "waiting": "waiting for a second approver",
-        "refused": "not decided",
+        "decided": {
+            "approve": lambda n: ngettext("%(count)d approved", "%(count)d approved", n),
+            "reject": lambda n: ngettext("%(count)d rejected", "%(count)d rejected", n),
+        }.get(decision, lambda n: ngettext("%(count)d decided", "%(count)d decided", n)),
+        "waiting": lambda n: ngettext(
+            "%(count)d waiting for a second approver",
+            "%(count)d waiting for a second approver",
+            n,
+        ),
+        "refused": lambda n: ngettext("%(count)d not decided", "%(count)d not decided", n),
     }
     counts = {state: sum(line.state == state for line in lines) for state in said}
-    return " · ".join(f"{n} {said[state]}" for state, n in counts.items() if n)
+    return " · ".join(said[state](n) % {"count": n} for state, n in counts.items() if n)

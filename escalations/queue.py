@@ -15,6 +15,7 @@ from django.db.models import Count, F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.models import (
     Approval,
@@ -82,33 +83,41 @@ def queue_filters_from(params: Mapping[str, str]) -> tuple[QueueFilters, list[st
 
     kind = text("kind")
     if kind and kind not in EscalationKind.values:
-        problems.append(f"kind: must be one of {', '.join(EscalationKind.values)}")
+        problems.append(
+            "kind: " + _("must be one of %(values)s") % {"values": ", ".join(EscalationKind.values)}
+        )
         kind = ""
     condition = text("condition")
     if condition and condition not in QUEUE_CONDITIONS:
-        problems.append(f"condition: must be one of {', '.join(QUEUE_CONDITIONS)}")
+        problems.append(
+            "condition: " + _("must be one of %(values)s") % {"values": ", ".join(QUEUE_CONDITIONS)}
+        )
         condition = ""
     tool = text("tool")
     if tool and (len(tool) > 120 or "," in tool):
-        problems.append("tool: a tool name of at most 120 characters, without commas")
+        problems.append("tool: " + _("a tool name of at most 120 characters, without commas"))
         tool = ""
     run = None
     if raw := text("run"):
         if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**63:
             run = int(raw)
         else:
-            problems.append("run: must be a run number")
+            problems.append("run: " + _("must be a run number"))
     holder = text("holder")
     if holder not in QUEUE_HOLDERS:
-        problems.append("holder: must be unclaimed or mine (or empty for everyone's)")
+        problems.append("holder: " + _("must be unclaimed or mine (or empty for everyone's)"))
         holder = ""
     sort = text("sort") or "urgent"
     if sort not in QUEUE_SORTS:
-        problems.append(f"sort: must be one of {', '.join(QUEUE_SORTS)}")
+        problems.append(
+            "sort: " + _("must be one of %(values)s") % {"values": ", ".join(QUEUE_SORTS)}
+        )
         sort = "urgent"
     after = text("after")
     if after and _cursor_values(after, sort) is None:
-        problems.append("after: not a page of this order of the queue; start from the first page")
+        problems.append(
+            "after: " + _("not a page of this order of the queue; start from the first page")
+        )
     filters = QueueFilters(
         kind=kind, condition=condition, tool=tool, run=run, holder=holder, sort=sort
     )
@@ -185,23 +194,30 @@ def next_item_passed_over(
     if first is None or first.pk == opened:
         return ""
     if held_before == opened:
-        why = (
-            f"you still held #{opened}, and Next gives back the item you hold before any "
+        why = _(
+            "you still held #%(opened)s, and Next gives back the item you hold before any "
             "other (decide or skip it to move on)"
-        )
+        ) % {"opened": opened}
     else:
         holder = escalation_claim_holder(first, now=now)
         if holder is not None and holder.pk != reviewer.pk:
-            why = f"#{first.pk} is being reviewed by {holder.get_username()}"
+            why = _("#%(id)s is being reviewed by %(holder)s") % {
+                "id": first.pk,
+                "holder": holder.get_username(),
+            }
         elif EscalationEvent.objects.filter(
             escalation_id=first.pk, actor=reviewer, kind=EscalationEventKind.SKIPPED
         ).exists():
-            why = f"you skipped #{first.pk} a moment ago"
+            why = _("you skipped #%(id)s a moment ago") % {"id": first.pk}
         elif Approval.objects.filter(escalation_id=first.pk, reviewer=reviewer).exists():
-            why = f"you approved #{first.pk}: it waits for a second approver"
+            why = _("you approved #%(id)s: it waits for a second approver") % {"id": first.pk}
         else:
-            why = f"#{first.pk} was taken by another reviewer a moment ago"
-    return f"Opened #{opened}, not #{first.pk} at the top of the queue: {why}."
+            why = _("#%(id)s was taken by another reviewer a moment ago") % {"id": first.pk}
+    return _("Opened #%(opened)s, not #%(first)s at the top of the queue: %(why)s.") % {
+        "opened": opened,
+        "first": first.pk,
+        "why": why,
+    }
 
 
 def escalation_queue(

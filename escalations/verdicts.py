@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.decision_pane import uncertain_conditions
 from escalations.errors import EscalationError
@@ -182,9 +183,9 @@ def escalation_resolve_bulk(
     results: list[tuple[int, Verdict | None, str]] = []
     for pk in ids:
         if decision not in (VerdictDecision.APPROVE, VerdictDecision.REJECT):
-            results.append((pk, None, "decision: several items are approved or rejected"))
+            results.append((pk, None, "decision: " + _("several items are approved or rejected")))
         elif pk not in found:
-            results.append((pk, None, f"escalation {pk}: there is no such escalation"))
+            results.append((pk, None, f"escalation {pk}: " + _("there is no such escalation")))
         elif found[pk] != first:
             results.append((pk, None, _bulk_mismatch(pk, found[pk], first_pk, first)))
         else:
@@ -205,13 +206,17 @@ def _bulk_mismatch(pk: int, item: tuple[str, str], first_pk: int, first: tuple[s
     def said(kind_tools: tuple[str, str]) -> str:
         kind, tools = kind_tools
         held = tools.strip(",").replace(",", ", ")
-        return f"{EscalationKind(kind).label} " + (f"holding {held}" if held else "with no tool")
+        if held:
+            return _("%(kind)s holding %(tools)s") % {
+                "kind": EscalationKind(kind).label,
+                "tools": held,
+            }
+        return _("%(kind)s with no tool") % {"kind": EscalationKind(kind).label}
 
-    return (
-        f"escalation {pk}: {said(item)} is not like the first selected, #{first_pk} "
-        f"({said(first)}): only items of one kind holding the same tools go together; "
-        "decide it on its own"
-    )
+    return f"escalation {pk}: " + _(
+        "%(item)s is not like the first selected, #%(first_pk)s (%(first)s): only items of "
+        "one kind holding the same tools go together; decide it on its own"
+    ) % {"item": said(item), "first_pk": first_pk, "first": said(first)}
 
 
 def _resolve(
@@ -219,7 +224,7 @@ def _resolve(
 ) -> Verdict | None:
     run_id = Escalation.objects.filter(pk=escalation_id).values_list("run_id", flat=True).first()
     if run_id is None:
-        raise EscalationError(f"escalation {escalation_id}: there is no such escalation")
+        raise EscalationError(f"escalation {escalation_id}: " + _("there is no such escalation"))
     decision, reason = submitted.decision, submitted.reason
     now = timezone.now()
     with transaction.atomic():
@@ -248,7 +253,9 @@ def _resolve(
         if submitted.rerun and not (
             decision == VerdictDecision.REJECT and escalation.kind == EscalationKind.AMBIGUOUS_CALL
         ):
-            problems.append("rerun: only an ambiguous call that did not go through can run again")
+            problems.append(
+                "rerun: " + _("only an ambiguous call that did not go through can run again")
+            )
         plan, labels, step_problems = _held_step_plan(escalation, reviewer, submitted, now)
         problems += step_problems
         if problems:
@@ -330,9 +337,9 @@ def _end_as_problems(escalation: Escalation, decision: str, end_as: str) -> list
     if not end_as:
         return []
     if end_as not in END_AS:
-        return [f"end_as: failed or cancelled, not {end_as!r}"[:200]]
+        return [("end_as: " + _("failed or cancelled, not %(given)r") % {"given": end_as})[:200]]
     if decision != VerdictDecision.REJECT or escalation.kind not in ENDED_BY_REJECTION:
-        return ["end_as: only a rejection that ends the run says how it ends"]
+        return ["end_as: " + _("only a rejection that ends the run says how it ends")]
     return []
 
 
@@ -346,19 +353,24 @@ def _closed(escalation: Escalation) -> str:
         return ""
     verdict = Verdict.objects.filter(escalation=escalation).select_related("reviewer").first()
     if verdict is not None:
-        return (
-            f"escalation {escalation.pk} was already decided by {verdict.reviewer} at "
-            f"{_when(verdict.created_at)} ({verdict.decision})"
-        )
+        return _(
+            "escalation %(id)s was already decided by %(reviewer)s at %(at)s (%(decision)s)"
+        ) % {
+            "id": escalation.pk,
+            "reviewer": verdict.reviewer,
+            "at": _when(verdict.created_at),
+            "decision": verdict.decision,
+        }
     if escalation.status == EscalationStatus.EXPIRED:
-        return (
-            f"escalation {escalation.pk} expired unanswered at {_when(escalation.resolved_at)}; "
-            "nothing ran"
-        )
-    return (
-        f"escalation {escalation.pk} is already {escalation.status} "
-        f"(at {_when(escalation.resolved_at)})"
-    )
+        return _("escalation %(id)s expired unanswered at %(at)s; nothing ran") % {
+            "id": escalation.pk,
+            "at": _when(escalation.resolved_at),
+        }
+    return _("escalation %(id)s is already %(status)s (at %(at)s)") % {
+        "id": escalation.pk,
+        "status": escalation.status,
+        "at": _when(escalation.resolved_at),
+    }
 
 
 def _holder_problems(escalation: Escalation, reviewer: AbstractBaseUser, now) -> list[str]:
@@ -366,8 +378,9 @@ def _holder_problems(escalation: Escalation, reviewer: AbstractBaseUser, now) ->
     if holder is None or holder.pk == reviewer.pk:
         return []
     return [
-        f"claim: {holder} holds this escalation since {_when(escalation.claimed_at)}; "
-        "only they may decide it"
+        "claim: "
+        + _("%(holder)s holds this escalation since %(since)s; only they may decide it")
+        % {"holder": holder, "since": _when(escalation.claimed_at)}
     ]
 
 
@@ -406,38 +419,52 @@ def _held_step_plan(
     given = {"edited_arguments": edited, "risk_labels": labels, "seen_hashes": seen}
     if escalation.kind != EscalationKind.GATED_STEP:
         problems += [
-            f"{field}: only a held step's calls take them" for field, v in given.items() if v
+            f"{field}: " + _("only a held step's calls take them")
+            for field, v in given.items()
+            if v
         ]
         return None, {}, problems
     calls = {call.position: call for call in escalation_held_calls(escalation)}
     for field, values in given.items():
         unknown = sorted(set(values) - set(calls))
         if unknown:
-            problems.append(f"{field}: {unknown} are not held calls of this step")
+            problems.append(
+                f"{field}: " + _("%(calls)s are not held calls of this step") % {"calls": unknown}
+            )
     for position, seen_hash in sorted(seen.items()):
         if position in calls and not (isinstance(seen_hash, str) and seen_hash):
-            problems.append(f"seen_hashes: call {position} came with no hash; open it again")
+            problems.append(
+                f"seen_hashes: call {position} " + _("came with no hash; open it again")
+            )
         elif position in calls and seen_hash != calls[position].action_hash:
             problems.append(
-                f"call {position} ({calls[position].tool}) changed since you opened it; "
-                "look at it again"
+                f"call {position} ({calls[position].tool}) "
+                + _("changed since you opened it; look at it again")
             )
     for position, label in sorted(labels.items()):
         if position in calls and label not in RISK_CLASSES:
             problems.append(
-                f"risk_labels: call {position} ({calls[position].tool}): one of "
-                f"{', '.join(RISK_CLASSES)}, got {label!r}"[:300]
+                (
+                    f"risk_labels: call {position} ({calls[position].tool}): "
+                    + _("one of %(classes)s, got %(given)r")
+                    % {"classes": ", ".join(RISK_CLASSES), "given": label}
+                )[:300]
             )
     labels = {p: label for p, label in labels.items() if p in calls}
     if submitted.decision != VerdictDecision.APPROVE:
         if edited:
-            problems.append("edited_arguments: arguments are edited only to approve the call")
+            problems.append(
+                "edited_arguments: " + _("arguments are edited only to approve the call")
+            )
         return None, labels, problems
     approved = submitted.approved_calls
     positions = sorted(set(calls) if approved is None else set(calls) & set(approved))
     unapproved = sorted(set(edited) & set(calls) - set(positions))
     if unapproved:
-        problems.append(f"edited_arguments: {unapproved} are edited but not approved")
+        problems.append(
+            "edited_arguments: "
+            + _("%(calls)s are edited but not approved") % {"calls": unapproved}
+        )
     plan = []
     for position in positions:
         item, item_problems = _approve_call(escalation, calls[position], edited, reviewer, now)
@@ -459,7 +486,7 @@ def _approve_call(
     if call.position in edited:
         tool = run_tools(escalation.run).get(call.tool)
         if tool is None:
-            return None, [f"arguments of {where}: the tool is no longer registered"]
+            return None, [f"arguments of {where}: " + _("the tool is no longer registered")]
         check = validate_call({call.tool: tool}, call.tool, edited[call.position])
         if not check.ok:
             return None, [
@@ -481,8 +508,9 @@ def _approve_call(
     lapsed = next((a for a in call.approvals if a.reviewer_id == reviewer.pk), None)
     if lapsed is not None and lapsed.used_at is None and lapsed.expires_at > now:
         return None, [
-            f"{where}: you approved it at {_when(lapsed.created_at)} already; it needs a "
-            "second, different approver"
+            f"{where}: "
+            + _("you approved it at %(at)s already; it needs a second, different approver")
+            % {"at": _when(lapsed.created_at)}
         ]
     others = [
         a
@@ -492,8 +520,12 @@ def _approve_call(
     problems = []
     if call.needs_quorum:
         problems = [
-            f"{where}: {a.reviewer} approved it with other arguments; approve the same action "
-            "or reject it"
+            f"{where}: "
+            + _(
+                "%(reviewer)s approved it with other arguments; approve the same action "
+                "or reject it"
+            )
+            % {"reviewer": a.reviewer}
             for a in others
             if a.action_hash != digest
         ]
@@ -566,7 +598,7 @@ def _by_position(values: object, field: str) -> tuple[dict[int, object], list[st
     if values is None:
         return {}, []
     if not isinstance(values, Mapping):
-        return {}, [f"{field}: must map call positions to values"]
+        return {}, [f"{field}: " + _("must map call positions to values")]
     found: dict[int, object] = {}
     problems = []
     for key, value in values.items():
@@ -575,7 +607,9 @@ def _by_position(values: object, field: str) -> tuple[dict[int, object], list[st
         elif isinstance(key, str) and key.isascii() and key.isdigit():
             found[int(key)] = value
         else:
-            problems.append(f"{field}: {key!r} is not a call position"[:300])
+            problems.append(
+                (f"{field}: " + _("%(key)r is not a call position") % {"key": key})[:300]
+            )
     return found, problems
 
 
@@ -585,15 +619,24 @@ def verdict_reason_problem(reason: str) -> str:
     length = len(reason.strip())
     if length <= VERDICT_REASON_MAX_CHARS:
         return ""
-    return f"reason: at most {VERDICT_REASON_MAX_CHARS:,} characters, got {length:,}; shorten it"
+    return "reason: " + _("at most %(max)s characters, got %(length)s; shorten it") % {
+        "max": f"{VERDICT_REASON_MAX_CHARS:,}",
+        "length": f"{length:,}",
+    }
 
 
 def _problems(escalation, reviewer, decision, reason, answer, approved_calls) -> list[str]:
     problems = []
     if not reviewer.has_perm("escalations.review_escalation"):
-        problems.append(f"reviewer: {reviewer} may not review escalations")
+        problems.append(
+            "reviewer: " + _("%(reviewer)s may not review escalations") % {"reviewer": reviewer}
+        )
     if decision not in VerdictDecision.values:
-        return [*problems, f"decision: must be one of {', '.join(VerdictDecision.values)}"]
+        return [
+            *problems,
+            "decision: "
+            + _("must be one of %(values)s") % {"values": ", ".join(VerdictDecision.values)},
+        ]
     kind = escalation.kind
     held = set(escalation.reason.get("held_calls", []))
     if decision == VerdictDecision.APPROVE:
@@ -604,48 +647,67 @@ def _problems(escalation, reviewer, decision, reason, answer, approved_calls) ->
         )
         if kind not in approvable:
             problems.append(
-                "decision: only a held step, an ambiguous call or a coder/reviewer loop "
-                "can be approved"
+                "decision: "
+                + _("only a held step, an ambiguous call or a coder/reviewer loop can be approved")
             )
         if kind == EscalationKind.REVIEW_LOOP and not escalation.reason.get("last_code"):
-            problems.append("decision: the coder produced no code to approve")
+            problems.append("decision: " + _("the coder produced no code to approve"))
         unknown = sorted(set(approved_calls or []) - held)
         if unknown:
-            problems.append(f"approved_calls: {unknown} are not held calls of this step")
+            problems.append(
+                "approved_calls: "
+                + _("%(calls)s are not held calls of this step") % {"calls": unknown}
+            )
     if kind == EscalationKind.AUDIT_SAMPLE and decision != VerdictDecision.ANSWER:
         problems.append(
-            "decision: an audit sample is answered (give the true answer); it holds nothing "
-            "to approve or reject"
+            "decision: "
+            + _(
+                "an audit sample is answered (give the true answer); it holds nothing "
+                "to approve or reject"
+            )
         )
     if decision == VerdictDecision.REJECT and not reason.strip():
-        problems.append("reason: a rejection needs a reason the actor can act on")
+        problems.append("reason: " + _("a rejection needs a reason the actor can act on"))
     if too_long := verdict_reason_problem(reason):
         problems.append(too_long)
     if decision == VerdictDecision.ANSWER:
         allowed = set(uncertain_conditions(escalation))
         if not allowed:
-            problems.append("answer: this escalation asks no question; approve or reject it")
+            problems.append(
+                "answer: " + _("this escalation asks no question; approve or reject it")
+            )
         elif not isinstance(answer, dict) or not answer:
-            problems.append(f"answer: give a label for {', '.join(sorted(allowed))}")
+            problems.append(
+                "answer: "
+                + _("give a label for %(conditions)s") % {"conditions": ", ".join(sorted(allowed))}
+            )
         else:
             for condition, label in answer.items():
                 if condition not in allowed:
-                    problems.append(f"answer.{condition}: not asked here ({sorted(allowed)})")
+                    problems.append(
+                        f"answer.{condition}: "
+                        + _("not asked here (%(allowed)s)") % {"allowed": sorted(allowed)}
+                    )
                 elif _label_problem(condition, label):
                     problems.append(f"answer.{condition}: {_label_problem(condition, label)}")
             missing = sorted(allowed - set(answer))
             if missing:
-                problems.append(f"answer: no label for {', '.join(missing)}")
+                problems.append(
+                    "answer: "
+                    + _("no label for %(conditions)s") % {"conditions": ", ".join(missing)}
+                )
     return problems
 
 
 def _label_problem(condition: str, label: object) -> str | None:
     if condition == Condition.RISK:
-        return None if label in RISK_CLASSES else f"one of {', '.join(RISK_CLASSES)}"
+        if label in RISK_CLASSES:
+            return None
+        return _("one of %(classes)s") % {"classes": ", ".join(RISK_CLASSES)}
     if condition == Condition.DRIFT:
         ok = isinstance(label, int) and not isinstance(label, bool) and label in DRIFT_SCORES
-        return None if ok else "a drift score from 0 to 4"
-    return None if isinstance(label, bool) else "true or false"
+        return None if ok else _("a drift score from 0 to 4")
+    return None if isinstance(label, bool) else _("true or false")
 
 
 def _as_probability(condition: str, label: object) -> object:
@@ -703,9 +765,12 @@ def _move_run(escalation: Escalation, verdict: Verdict, end_as: str = "failed") 
         if not (message or "").strip():
             raise EscalationError(
                 [
-                    "answer: the actor gave no answer on this turn, so the run cannot end "
-                    "succeeded here; answer that the goal is not reached (the run goes on), "
-                    "or reject to end it"
+                    "answer: "
+                    + _(
+                        "the actor gave no answer on this turn, so the run cannot end "
+                        "succeeded here; answer that the goal is not reached (the run goes on), "
+                        "or reject to end it"
+                    )
                 ]
             )
         run.final_answer = message

@@ -11,6 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, push_url, trigger_client_event
 
@@ -64,8 +66,18 @@ from runs.models import RiskClass
 
 QUEUE_TEMPLATE = "escalations/escalation_queue.html"
 QUEUE_PAGE_SIZE = 50
-HOLDER_CHOICES = (("", "Everyone's"), ("unclaimed", "Unclaimed"), ("mine", "Mine"))
-SORT_CHOICES = (("urgent", "Most urgent"), ("deadline", "Nearest deadline"), ("oldest", "Oldest"))
+HOLDER_CHOICES = (
+    # Translators: the queue's holder filter: items held by anyone.
+    ("", pgettext_lazy("holder filter", "Everyone's")),
+    ("unclaimed", gettext_lazy("Unclaimed")),
+    # Translators: the queue's holder filter: items held by me.
+    ("mine", pgettext_lazy("holder filter", "Mine")),
+)
+SORT_CHOICES = (
+    ("urgent", gettext_lazy("Most urgent")),
+    ("deadline", gettext_lazy("Nearest deadline")),
+    ("oldest", gettext_lazy("Oldest")),
+)
 BULK_DECISIONS = ("approve", "reject")
 
 
@@ -167,10 +179,10 @@ def escalation_next(request: HttpRequest) -> HttpResponse:
 
 def _nothing_to_claim(*, filtered: bool) -> str:
     if filtered:
-        return "Nothing left to claim under these filters."
+        return _("Nothing left to claim under these filters.")
     if not sum(escalation_counts_by_kind().values()):
-        return "Nothing left to claim: nothing waits for a reviewer."
-    return (
+        return _("Nothing left to claim: nothing waits for a reviewer.")
+    return _(
         "Nothing left to claim: every open item is held by another reviewer "
         "or was skipped by you a moment ago."
     )
@@ -180,16 +192,16 @@ def _nothing_to_claim(*, filtered: bool) -> str:
 @require_POST
 def escalation_bulk(request: HttpRequest) -> HttpResponse:
     """Approve or reject the ticked items, each its own verdict; report each item's outcome."""
-    filters, _ = queue_filters_from(request.POST)
+    filters, _ignored = queue_filters_from(request.POST)
     params = _filter_params(filters)
     ids, problems = _escalation_ids(request.POST.getlist("escalation"))
     decision = request.POST.get("decision", "")
     reason = request.POST.get("reason", "")
     if decision not in BULK_DECISIONS:
-        problems.append("decision: choose Approve selected or Reject selected")
+        problems.append("decision: " + _("choose Approve selected or Reject selected"))
     elif decision == "reject" and not reason.strip():
         # Said once here rather than once per item by each refused verdict.
-        problems.append("reason: a rejection needs a reason the actor can act on")
+        problems.append("reason: " + _("a rejection needs a reason the actor can act on"))
     lines = []
     if not problems:
         try:
@@ -205,7 +217,7 @@ def escalation_bulk(request: HttpRequest) -> HttpResponse:
             "problems": problems,
             "lines": lines,
             "summary": bulk_summary(lines, decision),
-            "decision_label": "Approve" if decision == "approve" else "Reject",
+            "decision_label": _("Approve") if decision == "approve" else _("Reject"),
         }
         if lines:
             # The counts per kind and the reviewer's own stats moved: they come along out of
@@ -232,9 +244,9 @@ def _escalation_ids(raw: list[str]) -> tuple[list[int], list[str]]:
     ids = [int(value) for value in raw if value.isascii() and value.isdigit()]
     problems = []
     if len(ids) != len(raw):
-        problems.append("escalation: each selected item must be an escalation number")
+        problems.append("escalation: " + _("each selected item must be an escalation number"))
     elif not ids:
-        problems.append("escalation: select at least one item (x ticks the focused one)")
+        problems.append("escalation: " + _("select at least one item (x ticks the focused one)"))
     return list(dict.fromkeys(ids)), problems
 
 
@@ -332,35 +344,41 @@ def labelled_examples_download(request: HttpRequest) -> HttpResponse:
 
 
 # What the run does after a verdict, as the confirmation says it.
+# Translators: each completes "The run …".
 OUTCOME_TEXT = {
-    "continue": "continues with its next turn",
-    "replan": "replans from its goal",
-    "stop_success": "stops: succeeded",
-    "stop_failure": "stops: failed",
-    "stop_cancelled": "stops: cancelled",
-    AUDIT_OUTCOME: "is not changed: an audit answer labels the turn, nothing more",
+    "continue": gettext_lazy("continues with its next turn"),
+    "replan": gettext_lazy("replans from its goal"),
+    "stop_success": gettext_lazy("stops: succeeded"),
+    "stop_failure": gettext_lazy("stops: failed"),
+    "stop_cancelled": gettext_lazy("stops: cancelled"),
+    AUDIT_OUTCOME: gettext_lazy("is not changed: an audit answer labels the turn, nothing more"),
 }
 # An MCP session's run goes on only when its client calls again (mcp_gateway/guarding.py): a
 # call still held hears the verdict at once, a later one is the client's next call. A new session
 # is a new run: the same session's client is the only one that can carry this run on.
-MCP_CONTINUE_TEXT = (
+MCP_CONTINUE_TEXT = gettext_lazy(
     "goes on when its MCP client calls again in the same session (a call still waiting hears"
     " this now)"
 )
-MCP_RECORDED_CONTINUE_TEXT = "went on with its MCP client's next call"
-DECIDED = {"approve": "Approved", "reject": "Rejected", "answer": "Answered"}
+MCP_RECORDED_CONTINUE_TEXT = gettext_lazy("went on with its MCP client's next call")
+DECIDED = {
+    "approve": pgettext_lazy("verdict", "Approved"),
+    "reject": pgettext_lazy("verdict", "Rejected"),
+    "answer": pgettext_lazy("verdict", "Answered"),
+}
 # What the run did after a verdict given earlier, as a decided item's record says it. A run
 # that had already ended (cancelled meanwhile) is said so instead of a made-up outcome.
+# Translators: each completes "The run …".
 RECORDED_OUTCOME_TEXT = {
-    "continue": "went on with its next turn",
-    "replan": "replanned from its goal",
-    "stop_success": "stopped: succeeded",
-    "stop_failure": "stopped: failed",
-    "stop_cancelled": "stopped: cancelled",
-    AUDIT_OUTCOME: "was not changed: an audit answer labels the turn, nothing more",
-    "cancelled": "had been cancelled already",
-    "succeeded": "had ended already: succeeded",
-    "failed": "had ended already: failed",
+    "continue": gettext_lazy("went on with its next turn"),
+    "replan": gettext_lazy("replanned from its goal"),
+    "stop_success": gettext_lazy("stopped: succeeded"),
+    "stop_failure": gettext_lazy("stopped: failed"),
+    "stop_cancelled": gettext_lazy("stopped: cancelled"),
+    AUDIT_OUTCOME: gettext_lazy("was not changed: an audit answer labels the turn, nothing more"),
+    "cancelled": gettext_lazy("had been cancelled already"),
+    "succeeded": gettext_lazy("had ended already: succeeded"),
+    "failed": gettext_lazy("had ended already: failed"),
 }
 
 
@@ -414,7 +432,7 @@ def _pane_response(
         "pane": pane,
         # An MCP session's run: who gets outputs and verdicts is its client, not a worker's actor.
         "mcp": mcp,
-        "receiver": "the MCP client" if mcp else "the actor",
+        "receiver": _("the MCP client") if mcp else _("the actor"),
         "escalation": pane.escalation,
         "state": state,
         # n is "next item" only while nothing is left to decide here (see decision.js).
@@ -451,7 +469,8 @@ def _pane_response(
         # A decided item's record: what was approved, the answers with their questions, and
         # what the run did next, as sentences.
         "verdict_calls": [
-            f"call {held.call.position} ({held.call.tool})"
+            _("call %(position)s (%(tool)s)")
+            % {"position": held.call.position, "tool": held.call.tool}
             for held in pane.held_calls
             if verdict and held.call.position in verdict.approved_calls
         ],
@@ -472,7 +491,8 @@ def _pane_response(
         "done": done,
         "done_title": DECIDED.get(getattr(done, "decision", ""), ""),
         "done_calls": [
-            f"call {held.call.position} ({held.call.tool})"
+            _("call %(position)s (%(tool)s)")
+            % {"position": held.call.position, "tool": held.call.tool}
             for held in pane.held_calls
             if held.call.position in getattr(done, "approved_calls", [])
         ],
@@ -542,21 +562,30 @@ def _problems(error: EscalationError) -> list[str]:
 
 def _decided_message(verdict: Verdict | None, *, mcp: bool = False) -> str:
     if verdict is None:
-        return "Recorded — waiting for a second approver."
+        return _("Recorded — waiting for a second approver.")
     outcome = _outcome_text(verdict.resulting_outcome, mcp=mcp)
-    return f"{DECIDED[verdict.decision]}. The run {outcome}."
+    return _("%(decided)s. The run %(outcome)s.") % {
+        "decided": DECIDED[verdict.decision],
+        "outcome": outcome,
+    }
 
 
 def _outcome_text(outcome: str, *, mcp: bool = False) -> str:
     if mcp and outcome == "continue":
-        return MCP_CONTINUE_TEXT
-    return OUTCOME_TEXT.get(outcome) or (f"is {outcome}" if outcome else "goes on")
+        return str(MCP_CONTINUE_TEXT)
+    if outcome in OUTCOME_TEXT:
+        return str(OUTCOME_TEXT[outcome])
+    # Translators: completes "The run …"; outcome is a code such as "cancelled".
+    return _("is %(outcome)s") % {"outcome": outcome} if outcome else _("goes on")
 
 
 def _recorded_outcome_text(outcome: str, *, mcp: bool = False) -> str:
     if mcp and outcome == "continue":
-        return MCP_RECORDED_CONTINUE_TEXT
-    return RECORDED_OUTCOME_TEXT.get(outcome) or (f"was {outcome}" if outcome else "")
+        return str(MCP_RECORDED_CONTINUE_TEXT)
+    if outcome in RECORDED_OUTCOME_TEXT:
+        return str(RECORDED_OUTCOME_TEXT[outcome])
+    # Translators: completes "The run …"; outcome is a code such as "cancelled".
+    return _("was %(outcome)s") % {"outcome": outcome} if outcome else ""
 
 
 @permission_required("escalations.review_escalation", raise_exception=True)
@@ -576,7 +605,10 @@ def escalation_skip(request: HttpRequest, escalation_id: int) -> HttpResponse:
         form = decision_initial(pane)
         form.problems = _problems(error)
         return _pane_response(request, pane, form=form)
-    messages.info(request, f"Skipped escalation {escalation_id}: it is back in the queue.")
+    messages.info(
+        request,
+        _("Skipped escalation %(id)s: it is back in the queue.") % {"id": escalation_id},
+    )
     if request.htmx:
         return HttpResponseClientRedirect(reverse("escalations:queue"))
     return redirect("escalations:queue")
@@ -596,7 +628,7 @@ def escalation_extend(request: HttpRequest, escalation_id: int) -> HttpResponse:
         return _pane_response(request, pane, form=form)
     pane = _pane_or_404(escalation_id)
     if not request.htmx:
-        messages.success(request, "Deadline extended.")
+        messages.success(request, _("Deadline extended."))
         return redirect("escalations:detail", escalation_id=escalation_id)
     return _pane_response(request, pane, notice="extended")
 
@@ -613,7 +645,11 @@ def review_guidance_page(request: HttpRequest) -> HttpResponse:
     form = ReviewGuidanceForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         saved = review_guidance_save(guidance=None, **_guidance_fields(form))
-        messages.success(request, f"Added {saved}: reviewers see it from their next page load.")
+        messages.success(
+            request,
+            _("Added %(guidance)s: reviewers see it from their next page load.")
+            % {"guidance": saved},
+        )
         return redirect("guidance:list")
     return render(
         request,
@@ -630,7 +666,7 @@ def review_guidance_edit_page(request: HttpRequest, guidance_id: int) -> HttpRes
     form = ReviewGuidanceForm(request.POST or None, instance=guidance)
     if request.method == "POST" and form.is_valid():
         saved = review_guidance_save(guidance=guidance, **_guidance_fields(form))
-        messages.success(request, f"Saved {saved}.")
+        messages.success(request, _("Saved %(guidance)s.") % {"guidance": saved})
         return redirect("guidance:list")
     return render(
         request,
@@ -644,7 +680,7 @@ def review_guidance_edit_page(request: HttpRequest, guidance_id: int) -> HttpRes
 @require_POST
 def review_guidance_delete_view(request: HttpRequest, guidance_id: int) -> HttpResponse:
     if review_guidance_delete(guidance_id=guidance_id):
-        messages.success(request, "Guidance removed.")
+        messages.success(request, _("Guidance removed."))
     return redirect("guidance:list")
 
 

@@ -11,7 +11,10 @@ class GuardianCoreConfig(AppConfig):
     def ready(self) -> None:
         # Loaded here rather than in __init__.py so that guardian_core.engine stays free of
         # Celery and Django; shared tasks then bind to this app.
-        from guardian_core import celery  # noqa: F401
+        from guardian_core import (
+            celery,  # noqa: F401
+            preferences,  # noqa: F401 (reads preferences at sign-in)
+        )
         from guardian_core.roles import sync_role_groups_after_migrate
 
         # Django creates permissions in post_migrate; the role groups need them, so they are

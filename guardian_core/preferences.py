@@ -7,12 +7,15 @@ in or not: it saves the choice for a signed-in person and sets the language cook
 
 import zoneinfo
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from functools import cache
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.signals import user_logged_in
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -23,6 +26,17 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from guardian_core.models import PersonPreferences
+
+# Where a signed-in person's preferences wait in their session: read at sign-in and on every
+# save, so a page (and the queue's poll every few seconds) costs no query for them.
+SESSION_KEY = "person_preferences"
+
+
+@dataclass(frozen=True)
+class Preferences:
+    language: str = ""
+    time_zone: str = ""
+    keyboard_shortcuts: bool = True
 
 
 def preferences_of(user) -> PersonPreferences:
@@ -46,9 +60,29 @@ def preferences_save(
     return preferences
 
 
-def language_choose(user, language: str) -> None:
+def language_choose(user, language: str) -> PersonPreferences:
     """Records a signed-in person's choice of language from the switch; keeps the rest."""
-    PersonPreferences.objects.update_or_create(user_id=user.pk, defaults={"language": language})
+    preferences, _created = PersonPreferences.objects.update_or_create(
+        user_id=user.pk, defaults={"language": language}
+    )
+    return preferences
+
+
+def remember_in_session(request: HttpRequest, preferences: PersonPreferences) -> Preferences:
+    """Keeps the person's preferences in their session (what the middleware reads)."""
+    kept = Preferences(
+        language=preferences.language,
+        time_zone=preferences.time_zone,
+        keyboard_shortcuts=preferences.keyboard_shortcuts,
+    )
+    request.session[SESSION_KEY] = asdict(kept)
+    return kept
+
+
+@receiver(user_logged_in, dispatch_uid="guardian_person_preferences")
+def _preferences_at_sign_in(sender, request: HttpRequest | None, user, **kwargs) -> None:
+    if request is not None and hasattr(request, "session"):
+        remember_in_session(request, preferences_of(user))
 
 
 @cache
@@ -70,7 +104,10 @@ class PersonPreferencesMiddleware:
         user = getattr(request, "user", None)
         preferences = None
         if user is not None and user.is_authenticated:
-            preferences = preferences_of(user)
+            try:
+                preferences = Preferences(**request.session[SESSION_KEY])
+            except (KeyError, TypeError):  # a session from before they were kept in it
+                preferences = remember_in_session(request, preferences_of(user))
             if preferences.language:
                 translation.activate(preferences.language)
                 request.LANGUAGE_CODE = translation.get_language()
@@ -118,6 +155,7 @@ def preferences_page(request: HttpRequest) -> HttpResponse:
         form = PreferencesForm(request.POST)
         if form.is_valid():
             saved = preferences_save(request.user, **form.cleaned_data)
+            remember_in_session(request, saved)
             response = redirect("preferences")
             # The new language speaks from this answer's message on.
             with translation.override(saved.language or translation.get_language()):
@@ -149,7 +187,7 @@ def language_switch_view(request: HttpRequest) -> HttpResponse:
             content_type="text/plain; charset=utf-8",
         )
     if request.user.is_authenticated:
-        language_choose(request.user, language)
+        remember_in_session(request, language_choose(request.user, language))
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(
         back, allowed_hosts={request.get_host()}, require_https=request.is_secure()

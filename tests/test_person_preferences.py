@@ -105,7 +105,7 @@ def test_dates_are_shown_in_the_persons_time_zone(client, admin):
     )
     page = _sign_in(client, admin).get("/tokens/")
     assert "2026-01-15 12:30" in page.text
-    PersonPreferences.objects.create(user=admin, time_zone="Asia/Tokyo")
+    client.post("/accounts/preferences/", {"time_zone": "Asia/Tokyo", "keyboard_shortcuts": "on"})
     page = client.get("/tokens/")
     assert "2026-01-15 21:30" in page.text
 
@@ -113,9 +113,24 @@ def test_dates_are_shown_in_the_persons_time_zone(client, admin):
 def test_shortcuts_turned_off_are_said_on_every_page(client, reviewer):
     page = _sign_in(client, reviewer).get("/escalations/")
     assert 'data-keyboard-shortcuts="on"' in page.text
-    PersonPreferences.objects.create(user=reviewer, keyboard_shortcuts=False)
+    client.post("/accounts/preferences/", {"language": "", "time_zone": ""})
     page = client.get("/escalations/")
     assert 'data-keyboard-shortcuts="off"' in page.text
+    client.logout()  # and in the next session
+    page = _sign_in(client, reviewer).get("/runs/")
+    assert 'data-keyboard-shortcuts="off"' in page.text
+
+
+def test_a_page_costs_no_query_for_the_persons_preferences(client, reviewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    PersonPreferences.objects.create(user=reviewer, language="fr")
+    _sign_in(client, reviewer)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/escalations/")
+    assert '<html lang="fr"' in page.text
+    assert not [q for q in queries if "person_preferences" in q["sql"].lower()]
 
 
 def test_api_messages_follow_accept_language(client):

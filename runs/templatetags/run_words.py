@@ -30,9 +30,7 @@ def band_words(band: str) -> str:
 @register.filter
 def outcome_words(outcome: str, stop_reason: str = "") -> str:
     """ "stop_success" with "goal_reached" → "Stop with success — Goal reached"."""
-    return vocabulary.outcome_words(
-        str(outcome or ""), str(stop_reason or ""), translated=True
-    )
+    return vocabulary.outcome_words(str(outcome or ""), str(stop_reason or ""), translated=True)
 
 
 @register.filter

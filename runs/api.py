@@ -8,6 +8,8 @@ from django.db import IntegrityError
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -184,8 +186,8 @@ class RunListApi(APIView):
         # A POST here is most likely meant to start a run: say where that is.
         raise MethodNotAllowed(
             request.method,
-            detail=f'Method "{request.method}" not allowed here; a run is started with POST '
-            f"{reverse('api:run-start')}",
+            detail=_('Method "%(method)s" not allowed here; a run is started with POST %(url)s')
+            % {"method": request.method, "url": reverse("api:run-start")},
         )
 
     @extend_schema(
@@ -382,7 +384,7 @@ class RunTurnDetailApi(APIView):
         try:
             turn = run_turn_get(run_id=pk, index=index)
         except Turn.DoesNotExist:
-            raise NotFound("No such turn.") from None
+            raise NotFound(_("No such turn.")) from None
         return Response(TurnOutputSerializer(turn).data)
 
 
@@ -406,7 +408,7 @@ class RunExportApi(APIView):
     def get(self, request: Request, pk: int) -> HttpResponse:
         run = Run.objects.select_related("policy_version", "created_by").filter(pk=pk).first()
         if run is None:
-            raise NotFound("No such run.")
+            raise NotFound(_("No such run."))
         response = HttpResponse(
             run_export_text(run), content_type="application/json; charset=utf-8"
         )
@@ -424,7 +426,7 @@ class RunDecisionCsvApi(APIView):
     @extend_schema(responses={(200, "text/csv"): CSV_RESPONSE})
     def get(self, request: Request, pk: int) -> StreamingHttpResponse:
         if not Run.objects.filter(pk=pk).exists():
-            raise NotFound("No such run.")
+            raise NotFound(_("No such run."))
         response = StreamingHttpResponse(
             decision_csv_lines(run_id=pk), content_type="text/csv; charset=utf-8"
         )
@@ -539,13 +541,13 @@ class RunCreateApi(APIView):
         data = dict(serializer.validated_data)
         external = data["actor"] == EXTERNAL
         if external and not request.user.has_perm("runs.drive_run"):
-            raise PermissionDenied("an external run is driven by its caller: runs.drive_run")
+            raise PermissionDenied(_("an external run is driven by its caller: runs.drive_run"))
         webhook_url = data.pop("webhook_url", "")
         key = request.headers.get("Idempotency-Key", "")
         if key:
             if not START_KEY.fullmatch(key):
                 raise ValidationError(
-                    {"Idempotency-Key": "1 to 128 letters, digits and . _ : - (e.g. a uuid)"}
+                    {"Idempotency-Key": _("1 to 128 letters, digits and . _ : - (e.g. a uuid)")}
                 )
             data["start_key"] = key
             data["start_digest"] = hashlib.sha256(
@@ -584,7 +586,7 @@ START_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 class StartKeyConflict(APIException):
     status_code = 409
-    default_detail = "conflict"
+    default_detail = gettext_lazy("conflict")
 
 
 def _started_under(user, key: str) -> Run | None:
@@ -596,8 +598,11 @@ def _start_again(run: Run, digest: str) -> Response:
     new was made), or 409 if the key came with another request."""
     if run.start_digest != digest:
         raise StartKeyConflict(
-            f"Idempotency-Key already started run {run.pk} with another request; "
-            "use a new key for a new run"
+            _(
+                "Idempotency-Key already started run %(run)s with another request; "
+                "use a new key for a new run"
+            )
+            % {"run": run.pk}
         )
     body = RunOutputSerializer(run_get(run_id=run.pk)).data
     if run.actor == EXTERNAL:
@@ -620,5 +625,5 @@ class RunCancelApi(APIView):
         if not Run.objects.filter(pk=pk).exists():
             raise NotFound()
         if not run_cancel(run_id=pk):
-            raise ValidationError({"detail": "the run has already ended"})
+            raise ValidationError({"detail": _("the run has already ended")})
         return Response(RunOutputSerializer(run_get(run_id=pk)).data)

@@ -5,6 +5,8 @@ that the run is the caller's own (a run another token started is not found)."""
 from collections.abc import Mapping
 
 from django.http import Http404
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import APIException, ValidationError
@@ -37,7 +39,7 @@ MAX_RESULT_CHARS = 1_000_000
 
 class Conflict(APIException):
     status_code = 409
-    default_detail = "conflict"
+    default_detail = gettext_lazy("conflict")
 
 
 def _driven_run(request: Request, pk: int) -> Run:
@@ -108,7 +110,8 @@ class UserMessageInputSerializer(serializers.Serializer):
     def to_internal_value(self, data):
         # Every problem at once: an unknown key (often a misspelt "text") with the rest.
         unknown = sorted(set(data) - set(self.fields)) if isinstance(data, Mapping) else []
-        problems = {str(key): ['unknown field: a user message has only "text".'] for key in unknown}
+        said = _('unknown field: a user message has only "text".')
+        problems = {str(key): [said] for key in unknown}
         try:
             value = super().to_internal_value(data)
         except ValidationError as error:
@@ -141,13 +144,15 @@ class StepInputSerializer(serializers.Serializer):
 
     def validate_calls(self, calls: list) -> list:
         if len(calls) > MAX_CALLS:
-            raise serializers.ValidationError(f"at most {MAX_CALLS} calls in one step")
+            raise serializers.ValidationError(
+                _("at most %(count)s calls in one step") % {"count": MAX_CALLS}
+            )
         return calls
 
     def validate_user_messages(self, messages: list) -> list:
         if len(messages) > MAX_USER_MESSAGES:
             raise serializers.ValidationError(
-                f"at most {MAX_USER_MESSAGES} user messages in one step"
+                _("at most %(count)s user messages in one step") % {"count": MAX_USER_MESSAGES}
             )
         return messages
 
@@ -295,5 +300,11 @@ class EscalationWaitApi(APIView):
         except ValueError:
             timeout = -1.0
         if not 0 <= timeout <= MAX_WAIT_SECONDS:
-            raise ValidationError({"timeout": [f"a number of seconds, 0 to 30, not {raw!r}"]})
+            raise ValidationError(
+                {
+                    "timeout": [
+                        _("a number of seconds, 0 to 30, not %(value)s") % {"value": repr(raw)}
+                    ]
+                }
+            )
         return Response(external_escalation_wait(escalation=escalation, timeout=timeout))

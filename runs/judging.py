@@ -11,6 +11,8 @@ re-decision derives it again from the two answers (engine/judge.py).
 
 from collections.abc import Mapping
 
+from django.utils.translation import gettext as _
+
 from escalations.models import ExampleSelection, ExampleSource, LabelledExample
 from guardian_core.engine.conditions import (
     DRIFT_MISALIGNED_MAX_SCORE,
@@ -101,16 +103,17 @@ def judge_lines(logged: object) -> list[dict]:
             continue
         guardian_p = compared_probability(condition, parse_answer(condition, logged.get(name)))
         judge_p = compared_probability(condition, parse_answer(condition, _decoded(raw)))
+        # Words for the run page (runs/timeline.py), in the active language.
         if name in settled:
-            words = f"Judge: {judge_p:.2f} — settled"
+            words = _("Judge: %(p)s — settled") % {"p": f"{judge_p:.2f}"}
         elif judge_p is None:
-            words = "Judge: no usable answer — to a person"
+            words = _("Judge: no usable answer — to a person")
         else:
-            words = f"Judge: uncertain ({judge_p:.2f}) — to a person"
+            words = _("Judge: uncertain (%(p)s) — to a person") % {"p": f"{judge_p:.2f}"}
         lines.append(
             {
                 "condition": name,
-                "guardian": "no usable answer" if guardian_p is None else f"{guardian_p:.2f}",
+                "guardian": _("no usable answer") if guardian_p is None else f"{guardian_p:.2f}",
                 "words": words,
                 "settled": name in settled,
                 "model_version": str(entry.get("model_version") or ""),

@@ -6,17 +6,18 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
 
 from guardian_core.untrusted import bidi_visible
 
 
 class RunStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    WAITING = "waiting", "Waiting for a reviewer"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    WAITING = "waiting", _("Waiting for a reviewer")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class Run(models.Model):
@@ -167,11 +168,11 @@ class Turn(models.Model):
 
 
 class DecisionOutcome(models.TextChoices):
-    CONTINUE = "continue", "Continue"
-    REPLAN = "replan", "Replan"
-    ESCALATE = "escalate", "Escalate"
-    STOP_SUCCESS = "stop_success", "Stop with success"
-    STOP_FAILURE = "stop_failure", "Stop with failure"
+    CONTINUE = "continue", _("Continue")
+    REPLAN = "replan", _("Replan")
+    ESCALATE = "escalate", _("Escalate")
+    STOP_SUCCESS = "stop_success", _("Stop with success")
+    STOP_FAILURE = "stop_failure", _("Stop with failure")
 
 
 class Decision(models.Model):
@@ -222,21 +223,21 @@ class Decision(models.Model):
 
 
 class RiskClass(models.TextChoices):
-    READ_ONLY = "read_only", "Read-only"
-    REVERSIBLE_WRITE = "reversible_write", "Reversible write"
-    IRREVERSIBLE = "irreversible", "Irreversible"
-    REGULATED = "regulated", "Regulated"
+    READ_ONLY = "read_only", _("Read-only")
+    REVERSIBLE_WRITE = "reversible_write", _("Reversible write")
+    IRREVERSIBLE = "irreversible", _("Irreversible")
+    REGULATED = "regulated", _("Regulated")
 
 
 class ToolCallStatus(models.TextChoices):
-    PROPOSED = "proposed", "Proposed"
-    INVALID = "invalid", "Invalid arguments"
-    HELD = "held", "Held for a reviewer"
-    REJECTED = "rejected", "Rejected"
-    STARTED = "started", "Started"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
-    AMBIGUOUS = "ambiguous", "Ambiguous (started, never finished)"
+    PROPOSED = "proposed", _("Proposed")
+    INVALID = "invalid", _("Invalid arguments")
+    HELD = "held", _("Held for a reviewer")
+    REJECTED = "rejected", _("Rejected")
+    STARTED = "started", _("Started")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
+    AMBIGUOUS = "ambiguous", _("Ambiguous (started, never finished)")
 
 
 class ToolCall(models.Model):

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from django.db import connection
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from guardian_core.adapters.scripted import ScriptedGuardian
 from guardian_core.engine.conditions import Condition, Malformed, compared_probability, parse_answer
@@ -184,15 +186,25 @@ def replay_turn_row(
     replayed_stop = decision.stop_reason or ""
     differences = []
     if decision.outcome.value != outcome:
-        differences.append(f"outcome: {outcome} → {decision.outcome.value}")
+        differences.append(
+            _("outcome: %(logged)s → %(replayed)s")
+            % {"logged": outcome, "replayed": decision.outcome.value}
+        )
     if replayed_stop != stop_reason:
-        differences.append(f"stop reason: {stop_reason or '—'} → {replayed_stop or '—'}")
+        differences.append(
+            _("stop reason: %(logged)s → %(replayed)s")
+            % {"logged": stop_reason or "—", "replayed": replayed_stop or "—"}
+        )
     if replayed_fired != tuple(fired):
-        differences.append(f"fired: {', '.join(fired) or '—'} → {', '.join(replayed_fired) or '—'}")
+        differences.append(
+            _("fired: %(logged)s → %(replayed)s")
+            % {"logged": ", ".join(fired) or "—", "replayed": ", ".join(replayed_fired) or "—"}
+        )
     if list(replayed_reasons) != list(reasons):
-        differences.append("reasons")
+        # Translators: a replay difference: the reasons differ from the logged ones.
+        differences.append(_("reasons"))
     if not thresholds_ok:
-        differences.append("thresholds in force differ from the pinned policy version's")
+        differences.append(_("thresholds in force differ from the pinned policy version's"))
     return TurnReplay(
         run_id=run_id,
         turn_index=index,
@@ -254,8 +266,10 @@ def _malformed(run_id: int, index: int, outcome, problems: list[str]) -> TurnRep
         turn_index=index,
         status=DIFFERENT,
         logged_outcome=str(outcome)[:40],
-        differences=tuple(f"malformed log row: {problem}" for problem in problems),
-        note="the logged row is not what the app writes: the log was altered",
+        differences=tuple(
+            _("malformed log row: %(problem)s") % {"problem": problem} for problem in problems
+        ),
+        note=_("the logged row is not what the app writes: the log was altered"),
     )
 
 
@@ -292,7 +306,7 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
                 status=NOT_REPLAYABLE,
                 logged_outcome=outcome,
                 logged_stop_reason=stop_reason,
-                note=(
+                note=_(
                     "a coder ⇄ reviewer round, decided by the review loop and not by the "
                     "threshold policy"
                 ),
@@ -459,7 +473,7 @@ class GuardianReplay:
         for probe in self.failures:
             by_why.setdefault(probe.new_malformed, []).append(probe.condition)
         return "; ".join(
-            f"{why} ({', '.join(source_words(name) for name in names)})"
+            f"{why} ({', '.join(source_words(name, translated=True) for name in names)})"
             for why, names in by_why.items()
         )
 
@@ -501,23 +515,29 @@ def guardian_plays_a_script(run: Run) -> bool:
 # few words where the run page would otherwise link to a probe that has nothing to probe.
 _NOT_ASKABLE = {
     "review_round": (
-        "a coder ⇄ reviewer round is decided by the reviewer agent's verdict and the round "
-        "cap; no guardian is asked on it",
-        "a coder ⇄ reviewer round, where no guardian is asked",
+        gettext_lazy(
+            "a coder ⇄ reviewer round is decided by the reviewer agent's verdict and the round "
+            "cap; no guardian is asked on it"
+        ),
+        gettext_lazy("a coder ⇄ reviewer round, where no guardian is asked"),
     ),
     "undecided": (
-        "the turn has no decision yet: it is in progress, or its worker stopped before "
-        "the guardian answered",
-        "it has no decision yet",
+        gettext_lazy(
+            "the turn has no decision yet: it is in progress, or its worker stopped before "
+            "the guardian answered"
+        ),
+        gettext_lazy("it has no decision yet"),
     ),
     "held": (
-        "the step was held at the gate for a reviewer before any call ran, so the guardian "
-        "was asked only each call's risk, never the questions that follow a step",
-        "held at the gate, the guardian was asked only each call's risk",
+        gettext_lazy(
+            "the step was held at the gate for a reviewer before any call ran, so the guardian "
+            "was asked only each call's risk, never the questions that follow a step"
+        ),
+        gettext_lazy("held at the gate, the guardian was asked only each call's risk"),
     ),
     "no_projection": (
-        "the turn's log holds no projection: there is nothing the guardian was shown",
-        "its log holds nothing the guardian was shown",
+        gettext_lazy("the turn's log holds no projection: there is nothing the guardian was shown"),
+        gettext_lazy("its log holds nothing the guardian was shown"),
     ),
 }
 
@@ -577,21 +597,21 @@ def guardian_not_askable(*, run: Run, turn: Turn) -> str:
     """Why the guardian cannot be asked again on `turn`, in words ("" when it can): the true
     reason for each kind of turn that logged no projection."""
     kind = _not_askable_kind(run, turn)
-    return _NOT_ASKABLE[kind][0] if kind else ""
+    return str(_NOT_ASKABLE[kind][0]) if kind else ""
 
 
 def turn_not_probeable(*, run: Run, turn_id: int) -> str:
     """Why turn `turn_id` of `run` cannot be probed, in a few words ("" when it can): one read of
     the turn, its decision's reasons and what the guardian was shown."""
     if run.actor == "coder_reviewer":
-        return _NOT_ASKABLE["review_round"][1]
+        return str(_NOT_ASKABLE["review_round"][1])
     turn = (
         Turn.objects.select_related("decision")
         .only("id", "run_id", "index", "projection", "decision__id", "decision__reasons")
         .get(pk=turn_id)
     )
     kind = _not_askable_kind(run, turn)
-    return _NOT_ASKABLE[kind][1] if kind else ""
+    return str(_NOT_ASKABLE[kind][1]) if kind else ""
 
 
 def turn_not_probeable_as_shown(*, run: Run, decided: bool, held: bool) -> str:
@@ -604,7 +624,7 @@ def turn_not_probeable_as_shown(*, run: Run, decided: bool, held: bool) -> str:
         kind = "undecided"
     else:
         kind = "held" if held else ""
-    return _NOT_ASKABLE[kind][1] if kind else ""
+    return str(_NOT_ASKABLE[kind][1]) if kind else ""
 
 
 class ProbeInputError(ValueError):
@@ -632,16 +652,17 @@ def projection_edit(projection: Mapping, edits: ProbeEdits) -> dict:
     bad = [n for n in edits.drop_results if not 0 <= n < len(results)]
     if bad:
         problems.append(
-            f"drop_result: no tool result {', '.join(map(str, bad))} "
-            f"(the turn has {len(results)}, numbered from 0)"
+            "drop_result: "
+            + _("no tool result %(numbers)s (the turn has %(count)s, numbered from 0)")
+            % {"numbers": ", ".join(map(str, bad)), "count": len(results)}
         )
     if edits.goal is not None and not edits.goal.strip():
-        problems.append("goal: must not be empty")
+        problems.append("goal: " + _("must not be empty"))
     if edits.has_arguments:
         if not isinstance(edits.arguments, dict):
-            problems.append("arguments: must be a JSON object")
+            problems.append("arguments: " + _("must be a JSON object"))
         if not isinstance(edited.get("pending_proposal"), dict):
-            problems.append("arguments: the projection has no pending call to change")
+            problems.append("arguments: " + _("the projection has no pending call to change"))
     if problems:
         raise ProbeInputError("; ".join(problems))
     if edits.drop_results:
@@ -661,7 +682,10 @@ def _guardian_for(run: Run):
     try:
         guardian = build_guardian(run)
     except (KeyError, ValueError, ImportError) as exc:
-        return None, f"the guardian {run.guardian!r} cannot be built here: {exc}"
+        return None, _("the guardian %(guardian)s cannot be built here: %(error)s") % {
+            "guardian": repr(run.guardian),
+            "error": exc,
+        }
     warm = getattr(guardian, "warm", None)
     if callable(warm):
         warm()  # load (or, retrained, fit) before asking: a first use must be slow, not late
@@ -717,8 +741,11 @@ def guardian_replay(
     if edits is None and version != decision.guardian_model_version:
         return GuardianReplay(
             False,
-            f"the pinned model version {decision.guardian_model_version} is no longer "
-            f"available (the guardian now is {version})",
+            _(
+                "the pinned model version %(pinned)s is no longer available (the guardian now "
+                "is %(version)s)"
+            )
+            % {"pinned": decision.guardian_model_version, "version": version},
             logged_model_version=decision.guardian_model_version,
             model_version=version,
         )
@@ -731,7 +758,7 @@ def guardian_replay(
     # The judge is not asked again: on the projection it saw (a replay) its logged answers
     # settle what is in the band again; an edited projection (a probe) would need it asked
     # anew, so there the guardian's answers decide alone.
-    _, judged = judging.answers_split(decision.answers or {})
+    judged = judging.answers_split(decision.answers or {})[1]
     replayed = _decide_again(run, turn, decision, new, {} if edits else judged)
     return GuardianReplay(
         True,

@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
 from runs.models import Run, Turn
@@ -56,13 +57,13 @@ def run_replay_page(request: HttpRequest, run_id: int) -> HttpResponse:
         if raw.isascii() and raw.isdigit() and int(raw) < 2**31:
             start = int(raw)
         else:
-            problem = "from: must be a turn number; showing the first turns"
+            problem = "from: " + _("must be a turn number; showing the first turns")
     error = ""
     results = []
     try:
         results = list(run_replay(run=run, start_index=start, limit=REPLAY_PAGE_SIZE + 1))
     except ValueError as exc:  # a policy version stored before versions were validated
-        error = f"The run cannot be replayed: {exc}"
+        error = _("The run cannot be replayed: %(error)s") % {"error": exc}
     more = len(results) > REPLAY_PAGE_SIZE
     results = results[:REPLAY_PAGE_SIZE]
     base = reverse("runs:replay", args=[run.pk])
@@ -94,7 +95,7 @@ def turn_replay_page(request: HttpRequest, run_id: int, index: int) -> HttpRespo
     try:
         decision = turn_decision_replay(run=run, index=turn.index)
     except ValueError as exc:
-        error = f"The turn cannot be replayed: {exc}"
+        error = _("The turn cannot be replayed: %(error)s") % {"error": exc}
     # Offered only where it can work: a turn without a projection says why instead.
     not_askable = guardian_not_askable(run=run, turn=turn)
     asked = request.GET.get("ask") == "1"
@@ -137,7 +138,10 @@ def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpRespon
     sent = request.POST if request.method == "POST" else request.GET
     edits, problems = _edits_from(sent, projection)
     if malformed:
-        edits, problems = None, ["The turn's logged projection is malformed (the log was altered)."]
+        edits, problems = (
+            None,
+            [_("The turn's logged projection is malformed (the log was altered).")],
+        )
     result = None
     if edits is not None and not problems:
         try:
@@ -145,7 +149,7 @@ def turn_probe_page(request: HttpRequest, run_id: int, index: int) -> HttpRespon
         except ProbeInputError as exc:
             problems = str(exc).split("; ")
         except ValueError as exc:
-            problems = [f"The turn cannot be probed: {exc}"]
+            problems = [_("The turn cannot be probed: %(error)s") % {"error": exc}]
     context = {
         "run": run,
         "turn": turn,
@@ -179,7 +183,9 @@ def _edits_from(query, projection: dict) -> tuple[ProbeEdits | None, list[str]]:
         if raw.isascii() and raw.isdigit() and int(raw) < 10_000:
             drops.append(int(raw))
         else:
-            problems.append(f"drop_result: {raw[:20]!r} is not a result number")
+            problems.append(
+                "drop_result: " + _("%(value)s is not a result number") % {"value": repr(raw[:20])}
+            )
     goal = query.get("goal")
     if goal is not None and goal == projection.get("goal"):
         goal = None
@@ -188,7 +194,11 @@ def _edits_from(query, projection: dict) -> tuple[ProbeEdits | None, list[str]]:
         try:
             arguments = json.loads(query["arguments"])
         except json.JSONDecodeError as exc:
-            problems.append(f"arguments: not JSON ({exc.msg} at line {exc.lineno})")
+            problems.append(
+                "arguments: "
+                + _("not JSON (%(error)s at line %(line)s)")
+                % {"error": exc.msg, "line": exc.lineno}
+            )
         else:
             logged = (projection.get("pending_proposal") or {}).get("arguments")
             has_arguments = arguments != logged

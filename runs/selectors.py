@@ -14,6 +14,7 @@ from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThanOrEqual
 from django.db.models.functions import Coalesce, Length, Substr
 from django.utils import timezone
 from django.utils.http import urlencode
+from django.utils.translation import gettext as _
 
 from escalations.models import Approval, Escalation
 from runs.models import Decision, DecisionOutcome, Run, RunStatus, ToolCall, Turn
@@ -290,46 +291,51 @@ def run_filters_from(params: Mapping[str, str]) -> tuple[RunFilters, list[str]]:
             return ""
         return value
 
-    status = choice("status", RunStatus.values, f"must be one of {', '.join(RunStatus.values)}")
-    actor = choice("actor", ACTORS, f"must be one of {', '.join(ACTORS)}")
-    outcome = choice(
-        "outcome", DecisionOutcome.values, f"must be one of {', '.join(DecisionOutcome.values)}"
-    )
-    stop_reason = choice("stop_reason", list(STOP_REASONS), "not a stop reason runs end with")
-    escalated = choice("escalated", RUN_ESCALATED, "must be yes or no (or empty for any run)")
+    # The problems name the field (its query parameter, an interface) before the words.
+    def one_of(values) -> str:
+        return _("must be one of %(values)s") % {"values": ", ".join(values)}
+
+    status = choice("status", RunStatus.values, one_of(RunStatus.values))
+    actor = choice("actor", ACTORS, one_of(ACTORS))
+    outcome = choice("outcome", DecisionOutcome.values, one_of(DecisionOutcome.values))
+    stop_reason = choice("stop_reason", list(STOP_REASONS), _("not a stop reason runs end with"))
+    escalated = choice("escalated", RUN_ESCALATED, _("must be yes or no (or empty for any run)"))
     days: dict[str, date | None] = {}
     for name in ("since", "until"):
         raw = text(name)
         days[name] = _day(raw)
         if raw and days[name] is None:
-            problems.append(f"{name}: not a date like 2026-03-31")
+            problems.append(f"{name}: " + _("not a date like 2026-03-31"))
     if days["since"] and days["until"] and days["since"] > days["until"]:
-        problems.append("until: must not be before since")
+        problems.append("until: " + _("must not be before since"))
         days["until"] = None
     policy = None
     if raw := text("policy"):
         if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**31:
             policy = int(raw)
         else:
-            problems.append("policy: must be a policy version's number")
+            problems.append("policy: " + _("must be a policy version's number"))
     model = text("model")
     if len(model) > 120 or "\x00" in model:
-        problems.append("model: a guardian model version of at most 120 characters, no NUL")
+        problems.append("model: " + _("a guardian model version of at most 120 characters, no NUL"))
         model = ""
     tool = text("tool")
     if len(tool) > 120 or "\x00" in tool:
-        problems.append("tool: a tool name of at most 120 characters, no NUL")
+        problems.append("tool: " + _("a tool name of at most 120 characters, no NUL"))
         tool = ""
     q = text("q")
     if len(q) > RUN_SEARCH_MAX_CHARS:
-        problems.append(f"q: search at most {RUN_SEARCH_MAX_CHARS} characters of the goal")
+        problems.append(
+            "q: "
+            + _("search at most %(count)s characters of the goal") % {"count": RUN_SEARCH_MAX_CHARS}
+        )
         q = ""
     if "\x00" in q:  # PostgreSQL refuses NUL in text: a 400-worthy value, not a 500
-        problems.append("q: the search cannot hold a NUL character")
+        problems.append("q: " + _("the search cannot hold a NUL character"))
         q = ""
     after = text("after")
     if after and _run_cursor_values(after) is None:
-        problems.append("after: not a page of this list; start from the first page")
+        problems.append("after: " + _("not a page of this list; start from the first page"))
     filters = RunFilters(
         status=status,
         actor=actor,

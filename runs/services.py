@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.models import Escalation, EscalationStatus
 from guardian_core.db import retry_on_conflict
@@ -75,11 +76,14 @@ def run_start(
     if policy_version is None:
         version = PolicyVersion.objects.filter(is_active=True).first()
         if version is None:
-            problems.append("policy_version: no policy version is active")
+            problems.append("policy_version: " + _("no policy version is active"))
     else:
         version = PolicyVersion.objects.filter(number=policy_version).first()
         if version is None:
-            problems.append(f"policy_version: there is no policy version {policy_version}")
+            problems.append(
+                "policy_version: "
+                + _("there is no policy version %(number)s") % {"number": policy_version}
+            )
     problems += policy_version_problems_for(version)  # a run never starts on an invalid one
     if problems:
         raise RunError("; ".join(problems))

@@ -5,6 +5,9 @@ text stays plain str: the template escapes it)."""
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
 from escalations.decision_pane import pretty_json
 from escalations.held_calls import approval_edits
 from escalations.models import Escalation
@@ -25,11 +28,15 @@ from runs.vocabulary import (
 LIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 
 REVIEW_STEPS = {
-    "coder": "the coder's answer",
-    "reviewer": "the reviewer's verdict",
-    "repair": "the reviewer's repair turn",
+    "coder": gettext_lazy("the coder's answer"),
+    "reviewer": gettext_lazy("the reviewer's verdict"),
+    "repair": gettext_lazy("the reviewer's repair turn"),
 }
-VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "changes requested"}
+# Translators: the reviewer agent's verdict in a coder ⇄ reviewer loop.
+VERDICTS = {
+    "APPROVED": gettext_lazy("approved"),
+    "CHANGES_REQUESTED": gettext_lazy("changes requested"),
+}
 _CONDITIONS = tuple(c.value for c in Condition)
 
 
@@ -43,18 +50,18 @@ def status_sentence(run: Run) -> str:
     external = run.actor == EXTERNAL_ACTOR
     if run.status == RunStatus.PENDING:
         if external:
-            return "Its agent loop, which runs elsewhere, has yet to send its first step."
-        return "A worker has yet to take its first turn."
+            return _("Its agent loop, which runs elsewhere, has yet to send its first step.")
+        return _("A worker has yet to take its first turn.")
     if run.status == RunStatus.RUNNING:
         if external:
-            return (
+            return _(
                 "Its agent loop runs elsewhere and drives it through the API: each step it "
                 "sends is checked and decided here before its calls run."
             )
-        return "A worker advances it turn by turn."
+        return _("A worker advances it turn by turn.")
     if run.status == RunStatus.WAITING:
-        return "An escalation waits for a reviewer's verdict before it goes on."
-    return f"{stop_reason_text(run.stop_reason)}." if run.stop_reason else ""
+        return _("An escalation waits for a reviewer's verdict before it goes on.")
+    return f"{stop_reason_text(run.stop_reason, translated=True)}." if run.stop_reason else ""
 
 
 # ---- one turn of the timeline ---------------------------------------------------------------
@@ -164,8 +171,8 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         source = str(reason.get("source", ""))
         if reason.get("band") == "clear" and reason.get("outcome") == "continue":
             continue
-        band = band_words(str(reason.get("band", "")))
-        said.append(f"{source_words(source)} ({band}): {reason.get('detail', '')}")
+        band = band_words(str(reason.get("band", "")), translated=True)
+        said.append(f"{source_words(source, translated=True)} ({band}): {reason.get('detail', '')}")
     return TurnView(
         index=turn.index,
         started_at=turn.started_at,
@@ -174,7 +181,8 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         calls=calls,
         user_messages=_user_messages(proposal),
         problems=[
-            f"call {c.position} ({c.tool}): {c.error or 'invalid arguments'}"
+            _("call %(position)s (%(tool)s): %(error)s")
+            % {"position": c.position, "tool": c.tool, "error": c.error or _("invalid arguments")}
             for c in calls
             if c.status == ToolCallStatus.INVALID
         ],
@@ -182,12 +190,14 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         outcome=decision.outcome if decision else "",
         outcome_label=decision.get_outcome_display() if decision else "",
         reasons=said,
-        stop_reason=stop_reason_text(decision.stop_reason) if decision else "",
+        stop_reason=stop_reason_text(decision.stop_reason, translated=True) if decision else "",
         escalations=[_escalation_view(e) for e in turn.escalations.all()],
         review=review,
         guardian_model_version=decision.guardian_model_version if decision else "",
         question_set_version=decision.question_set_version if decision else "",
-        bars=[{**r, "source": source_words(str(r.get("source")))} for r in conditions],
+        bars=[
+            {**r, "source": source_words(str(r.get("source")), translated=True)} for r in conditions
+        ],
         held=any(isinstance(r, dict) and r.get("source") == "gate" for r in reasons),
         withheld=any(
             isinstance(r, dict)
@@ -196,7 +206,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
             for r in reasons
         ),
         judged=[
-            {**line, "label": source_words(line["condition"])}
+            {**line, "label": source_words(line["condition"], translated=True)}
             for line in judge_lines(decision.answers if decision else None)
         ],
     )
@@ -244,6 +254,7 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         verdict_answers=verdict_answer_words(
             verdict.answer,
             verdict.risk_labels,
+            translated=True,
             # The decision form asks in the order the conditions triggered.
             asked=[
                 str(t.get("source", ""))
@@ -272,7 +283,7 @@ def _review_view(proposal: dict, reasons: list, reply: object) -> ReviewView | N
     review = review if isinstance(review, dict) else {}
     problem = review.get("parse_error") or review.get("code_error") or ""
     if review.get("refused"):
-        problem = "the model refused"
+        problem = _("the model refused")
     return ReviewView(
         role=str(proposal.get("role", "")),
         round=proposal.get("round") or 0,
@@ -280,7 +291,7 @@ def _review_view(proposal: dict, reasons: list, reply: object) -> ReviewView | N
         verdict=VERDICTS.get(str(review.get("verdict") or ""), ""),
         reasons=[str(r) for r in review.get("reasons") or []],
         problem=str(problem),
-        end_reason=review_end_words(str(review.get("end_reason") or "")),
+        end_reason=review_end_words(str(review.get("end_reason") or ""), translated=True),
         reply=str(reply.get("text", "")) if isinstance(reply, dict) else "",
     )
 
@@ -408,7 +419,9 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
                 current = []
                 missing.append(
                     ChartPoint(
-                        _n(x), _n(top + PANEL_HEIGHT / 2), f"turn {turn.index}: no probability"
+                        _n(x),
+                        _n(top + PANEL_HEIGHT / 2),
+                        _("turn %(index)s: no probability") % {"index": turn.index},
                     )
                 )
                 continue
@@ -416,7 +429,14 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
             band = reason.get("band", "")
             points.append(
                 ChartPoint(
-                    _n(x), _n(y_of(value)), f"turn {turn.index}: p {value:.2f} ({band_words(band)})"
+                    _n(x),
+                    _n(y_of(value)),
+                    _("turn %(index)s: p %(value)s (%(band)s)")
+                    % {
+                        "index": turn.index,
+                        "value": f"{value:.2f}",
+                        "band": band_words(band, translated=True),
+                    },
                 )
             )
         if current:
@@ -429,7 +449,7 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
         panels.append(
             ChartPanel(
                 condition=name,
-                label=source_words(name),
+                label=source_words(name, translated=True),
                 label_y=_n(top + PANEL_HEIGHT / 2 + 4),
                 top=_n(top),
                 bottom=_n(top + PANEL_HEIGHT),
@@ -450,7 +470,7 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
             # Inside the plot's frame, also for the first and the last turn.
             x=_n(min(max(x_of(i) - held_width / 2, CHART_LEFT), CHART_LEFT + inner - held_width)),
             tick_x=_n(x_of(i)),
-            title=f"turn {t.index}: held at the gate, guardian not asked",
+            title=_("turn %(index)s: held at the gate, guardian not asked") % {"index": t.index},
             index=t.index,
         )
         for i, t in enumerate(ordered)
@@ -471,11 +491,18 @@ def probability_chart(turns: list[TurnView]) -> Chart | None:
         last_turn=ordered[-1].index,
         axis_y=_n(height - 4),
         description=(
-            f"Probability of each condition from turn {ordered[0].index} to turn "
-            f"{ordered[-1].index}, against its threshold t* and the uncertain band t*±δ"
+            _(
+                "Probability of each condition from turn %(first)s to turn %(last)s, against "
+                "its threshold t* and the uncertain band t*±δ"
+            )
+            % {"first": ordered[0].index, "last": ordered[-1].index}
             + (
-                f"; {len(held)} turn{'s' if len(held) != 1 else ''} held at the gate, where "
-                "the guardian was not asked"
+                ngettext(
+                    "; %(count)d turn held at the gate, where the guardian was not asked",
+                    "; %(count)d turns held at the gate, where the guardian was not asked",
+                    len(held),
+                )
+                % {"count": len(held)}
                 if held
                 else ""
             )
@@ -509,10 +536,10 @@ def budget_rows(run: Run, usage: dict) -> list[BudgetRow]:
     defaults = Budgets()
     rows = []
     for label, key, cap_key, unit in (
-        ("Turns", "turns", "max_turns", ""),
-        ("Tokens", "tokens", "max_tokens", ""),
-        ("Cost", "cost", "max_cost", "$"),
-        ("Wall time", "wall_seconds", "max_wall_seconds", "s"),
+        (_("Turns"), "turns", "max_turns", ""),
+        (_("Tokens"), "tokens", "max_tokens", ""),
+        (_("Cost"), "cost", "max_cost", "$"),
+        (_("Wall time"), "wall_seconds", "max_wall_seconds", "s"),
     ):
         used = usage.get(key) or 0
         cap = budgets.get(cap_key, getattr(defaults, cap_key))
@@ -522,7 +549,7 @@ def budget_rows(run: Run, usage: dict) -> list[BudgetRow]:
                 used=used,
                 used_text=_amount(used, unit),
                 cap=cap,
-                cap_text="no cap" if cap is None else _amount(cap, unit),
+                cap_text=_("no cap") if cap is None else _amount(cap, unit),
                 reached=cap is not None and used >= cap,
             )
         )

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from jsonschema import Draft202012Validator
 from rest_framework import serializers
 
@@ -159,9 +160,9 @@ def external_tool_problems(tools: object) -> list[str]:
     ({name, description, parameters: a JSON Schema of the arguments, risk_class}), built as
     the engine builds a tool (a broken schema is refused here, not at the first call)."""
     if not isinstance(tools, list | tuple):
-        return ["tools: must be a list of tool names or definitions"]
+        return ["tools: " + _("must be a list of tool names or definitions")]
     if len(tools) > MAX_TOOLS:
-        return [f"tools: at most {MAX_TOOLS} tools"]
+        return ["tools: " + _("at most %(count)s tools") % {"count": MAX_TOOLS}]
     shape = _json_problems("tools", list(tools), default=[])
     if shape:
         return shape
@@ -175,34 +176,44 @@ def external_tool_problems(tools: object) -> list[str]:
         if isinstance(item, str):
             if item not in registry:
                 problems.append(
-                    f"{where}: no registered tool {_shown(item)}; define it here instead "
-                    "({name, description, parameters, risk_class})"
+                    f"{where}: "
+                    + _(
+                        "no registered tool %(tool)s; define it here instead "
+                        "({name, description, parameters, risk_class})"
+                    )
+                    % {"tool": _shown(item)}
                 )
             names.append(item)
             continue
         if not isinstance(item, Mapping):
-            problems.append(f"{where}: a registered tool's name, or a tool definition")
+            problems.append(f"{where}: " + _("a registered tool's name, or a tool definition"))
             continue
         unknown = sorted(set(item) - set(INLINE_TOOL_KEYS))
         if unknown:
-            problems.append(f"{where}: unknown keys {', '.join(map(_shown, unknown))}")
+            problems.append(
+                f"{where}: "
+                + _("unknown keys %(keys)s") % {"keys": ", ".join(map(_shown, unknown))}
+            )
         name = item.get("name")
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
-            problems.append(f"{where}.name: 1-120 letters, digits, _ . or -")
+            problems.append(f"{where}.name: " + _("1-120 letters, digits, _ . or -"))
             continue
         if name in registry:
             problems.append(
-                f"{where}.name: {name!r} is a registered tool; give its name alone to use it"
+                f"{where}.name: "
+                + _("%(name)s is a registered tool; give its name alone to use it")
+                % {"name": repr(name)}
             )
         names.append(name)
         description = item.get("description", "")
         if not isinstance(description, str) or len(description) > 2000:
-            problems.append(f"{where}.description: text of at most 2000 characters")
+            problems.append(f"{where}.description: " + _("text of at most 2000 characters"))
         risk = item.get("risk_class", "read_only")
         if risk not in ("read_only", "reversible_write", "irreversible", "regulated"):
             problems.append(
-                f"{where}.risk_class: one of read_only, reversible_write, irreversible, "
-                f"regulated, not {_shown(risk)}"
+                f"{where}.risk_class: "
+                + _("one of read_only, reversible_write, irreversible, regulated, not %(value)s")
+                % {"value": _shown(risk)}
             )
             continue
         try:
@@ -217,7 +228,9 @@ def external_tool_problems(tools: object) -> list[str]:
             problems.append(f"{where}.parameters: {_clip(str(exc))}")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        problems.append(f"tools: each name once; twice: {', '.join(duplicates)}")
+        problems.append(
+            "tools: " + _("each name once; twice: %(names)s") % {"names": ", ".join(duplicates)}
+        )
     return problems
 
 
@@ -237,11 +250,11 @@ def problems_by_field(problems: Iterable[str]) -> dict[str, list[str]]:
 
 def _goal_problems(goal: object) -> list[str]:
     if not isinstance(goal, str):
-        return ["goal: must be text"]
+        return ["goal: " + _("must be text")]
     if not goal.strip():
-        return ["goal: must not be empty"]
+        return ["goal: " + _("must not be empty")]
     if len(goal) > MAX_GOAL_CHARS:
-        return [f"goal: longer than {MAX_GOAL_CHARS} characters"]
+        return ["goal: " + _("longer than %(count)s characters") % {"count": MAX_GOAL_CHARS}]
     return [f"goal: {problem}" for problem in _text_problems(goal)]
 
 
@@ -249,24 +262,32 @@ def _text_list_problems(field: str, value: object, *, required: bool = False) ->
     if value is None and not required:
         return []
     if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
-        return [f"{field}: must be a list of text"]
+        return [f"{field}: " + _("must be a list of text")]
     shape = _json_problems(field, list(value), default=[])
     if shape:
         return shape
-    return [f"{field}[{i}]: must not be empty" for i, item in enumerate(value) if not item.strip()]
+    return [
+        f"{field}[{i}]: " + _("must not be empty")
+        for i, item in enumerate(value)
+        if not item.strip()
+    ]
 
 
 def _name_problems(field: str, value: object, known: tuple[str, ...], problems: list) -> bool:
     if isinstance(value, str) and value in known:
         return True
     shown = _shown(value)
-    problems.append(f"{field}: unknown {field} {shown}; choose one of {', '.join(known)}")
+    problems.append(
+        f"{field}: "
+        + _("unknown %(field)s %(value)s; choose one of %(known)s")
+        % {"field": field, "value": shown, "known": ", ".join(known)}
+    )
     return False
 
 
 def _budget_problems(budgets: object) -> list[str]:
     if not isinstance(budgets, Mapping):
-        return ['budgets: must be an object such as {"max_turns": 10}']
+        return ["budgets: " + _('must be an object such as {"max_turns": 10}')]
     problems = []
     known = _INTEGER_BUDGETS + _NUMBER_BUDGETS
     for key, value in budgets.items():
@@ -274,19 +295,27 @@ def _budget_problems(budgets: object) -> list[str]:
         if key in _INTEGER_BUDGETS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 shown = _shown(value)
-                problems.append(f"{where}: must be a whole number of at least 1, not {shown}")
+                problems.append(
+                    f"{where}: "
+                    + _("must be a whole number of at least 1, not %(value)s") % {"value": shown}
+                )
         elif key in _NUMBER_BUDGETS:
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not number or not math.isfinite(value) or value <= 0:
-                problems.append(f"{where}: must be a number above 0, not {_shown(value)}")
+                problems.append(
+                    f"{where}: "
+                    + _("must be a number above 0, not %(value)s") % {"value": _shown(value)}
+                )
         else:
-            problems.append(f"{where}: unknown budget; known: {', '.join(known)}")
+            problems.append(
+                f"{where}: " + _("unknown budget; known: %(known)s") % {"known": ", ".join(known)}
+            )
     return problems
 
 
 def _config_problems(actor: str, guardian: str, config: object) -> list[str]:
     if not isinstance(config, Mapping):
-        return ["config: must be an object"]
+        return ["config: " + _("must be an object")]
     allowed = _ACTOR_CONFIG_KEYS[actor] | _GUARDIAN_CONFIG_KEYS[guardian] | _COMMON_CONFIG_KEYS
     problems = []
     for key, value in config.items():
@@ -296,8 +325,12 @@ def _config_problems(actor: str, guardian: str, config: object) -> list[str]:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
             problems.append(
-                f"{where}: not a setting of actor {actor!r} or guardian {guardian!r}"
-                f" (they read: {known})"
+                f"{where}: "
+                + _(
+                    "not a setting of actor %(actor)s or guardian %(guardian)s "
+                    "(they read: %(known)s)"
+                )
+                % {"actor": repr(actor), "guardian": repr(guardian), "known": known}
             )
         elif key == "scenario":
             # Each problem names its place from "scenario" on: "scenario.name: ...".
@@ -311,10 +344,13 @@ def _config_problems(actor: str, guardian: str, config: object) -> list[str]:
         role for role, name in (("actor", actor), ("guardian", guardian)) if name == "scripted"
     ]
     if needs_scenario and "scenario" not in config:
-        problems.append(
-            f"config.scenario: required by the scripted {' and '.join(needs_scenario)}"
-            " (the script it plays)"
-        )
+        if len(needs_scenario) == 2:
+            said = _("required by the scripted actor and guardian (the script it plays)")
+        elif needs_scenario == ["actor"]:
+            said = _("required by the scripted actor (the script it plays)")
+        else:
+            said = _("required by the scripted guardian (the script it plays)")
+        problems.append("config.scenario: " + said)
     return problems
 
 
@@ -323,15 +359,32 @@ def _scripted_problems(actor: str, guardian: str, config: object) -> list[str]:
     and a "success": a demo and test tool, refused where GUARDIAN_ALLOW_SCRIPTED_ADAPTERS is off."""
     if settings.GUARDIAN_ALLOW_SCRIPTED_ADAPTERS:
         return []
-    off = "is turned off here (GUARDIAN_ALLOW_SCRIPTED_ADAPTERS=false): it plays a script"
     problems = []
     if actor == "scripted":
-        problems.append(f"actor: the scripted actor {off}")
+        problems.append(
+            "actor: "
+            + _(
+                "the scripted actor is turned off here (GUARDIAN_ALLOW_SCRIPTED_ADAPTERS=false): "
+                "it plays a script"
+            )
+        )
     if guardian == "scripted":
-        problems.append(f"guardian: the scripted guardian {off}")
+        problems.append(
+            "guardian: "
+            + _(
+                "the scripted guardian is turned off here "
+                "(GUARDIAN_ALLOW_SCRIPTED_ADAPTERS=false): it plays a script"
+            )
+        )
     scripted_review = isinstance(config, Mapping) and config.get("review_loop") is not None
     if actor == "coder_reviewer" and scripted_review:
-        problems.append(f"config.review_loop: the scripted coder and reviewer {off}")
+        problems.append(
+            "config.review_loop: "
+            + _(
+                "the scripted coder and reviewer is turned off here "
+                "(GUARDIAN_ALLOW_SCRIPTED_ADAPTERS=false): it plays a script"
+            )
+        )
     return problems
 
 
@@ -356,9 +409,16 @@ def _installation_problems(actor: str, guardian: str, config: object) -> list[st
     for where, setting, key in needs:
         if (key and config.get(key)) or getattr(settings, setting, ""):
             continue
-        who = f"actor {actor!r}" if key else f"guardian {guardian!r}"
-        given = f"set it in the run's config or in {setting}" if key else f"{setting} is not set"
-        problems.append(f"{where}: the {who} needs a model or URL here; {given}")
+        if key:
+            said = _(
+                "the actor %(actor)s needs a model or URL here; set it in the run's config or "
+                "in %(setting)s"
+            ) % {"actor": repr(actor), "setting": setting}
+        else:
+            said = _(
+                "the guardian %(guardian)s needs a model or URL here; %(setting)s is not set"
+            ) % {"guardian": repr(guardian), "setting": setting}
+        problems.append(f"{where}: {said}")
     return problems
 
 
@@ -379,28 +439,35 @@ def _json_problems(field: str, value: object, *, default: object) -> list[str]:
     while stack:
         item, where, depth = stack.pop()
         if depth > MAX_DEPTH:
-            return [f"{field}: nested deeper than {MAX_DEPTH} levels"]
+            return [f"{field}: " + _("nested deeper than %(count)s levels") % {"count": MAX_DEPTH}]
         if isinstance(item, str):
             size += len(item)
             problems += [f"{where}: {problem}" for problem in _text_problems(item)]
         elif isinstance(item, Mapping):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    problems.append(f"{where}: keys must be text")
+                    problems.append(f"{where}: " + _("keys must be text"))
                     continue
                 size += len(key)
                 child_where = f"{where}.{_shown_key(key)}"
-                problems += [f"{child_where}: the name {p}" for p in _text_problems(key)]
+                problems += [
+                    f"{child_where}: " + _("the name %(problem)s") % {"problem": p}
+                    for p in _text_problems(key)
+                ]
                 stack.append((child, child_where, depth + 1))
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
         elif isinstance(item, float) and not math.isfinite(item):
-            problems.append(f"{where}: must be a finite number")
+            problems.append(f"{where}: " + _("must be a finite number"))
         elif item is not None and not isinstance(item, bool | int | float):
-            problems.append(f"{where}: must be JSON (text, number, true/false, null, list, object)")
+            problems.append(
+                f"{where}: " + _("must be JSON (text, number, true/false, null, list, object)")
+            )
         size += 1
         if size > MAX_JSON_CHARS:
-            return [f"{field}: larger than {MAX_JSON_CHARS // 1024} KiB"]
+            return [
+                f"{field}: " + _("larger than %(count)s KiB") % {"count": MAX_JSON_CHARS // 1024}
+            ]
         if len(problems) >= 20:  # enough to fix the input; the rest would repeat itself
             break
     return sorted(set(problems))
@@ -409,9 +476,9 @@ def _json_problems(field: str, value: object, *, default: object) -> list[str]:
 def _text_problems(text: str) -> list[str]:
     problems = []
     if "\x00" in text:
-        problems.append("contains a NUL character (\\u0000), which cannot be stored")
+        problems.append(_("contains a NUL character (\\u0000), which cannot be stored"))
     if any("\ud800" <= char <= "\udfff" for char in text):
-        problems.append("contains a lone surrogate (\\ud800-\\udfff), which is not valid text")
+        problems.append(_("contains a lone surrogate (\\ud800-\\udfff), which is not valid text"))
     return problems
 
 

@@ -7,6 +7,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling, push_url
 
@@ -27,7 +29,7 @@ from runs.selectors import (
     run_timeline,
     run_webhook_deliveries,
 )
-from runs.stop_reasons import STOP_REASONS
+from runs.stop_reasons import STOP_REASONS, stop_reason_text
 from runs.timeline import (
     LIVE_STATUSES,
     TurnView,
@@ -47,7 +49,11 @@ from runs.vocabulary import actor_words
 
 LIST_TEMPLATE = "runs/run_list.html"
 LIST_PAGE_SIZE = 50
-ESCALATED_CHOICES = (("", "Any run"), ("yes", "Escalated"), ("no", "Never escalated"))
+ESCALATED_CHOICES = (
+    ("", gettext_lazy("Any run")),
+    ("yes", gettext_lazy("Escalated")),
+    ("no", gettext_lazy("Never escalated")),
+)
 # The text fields the form shows back as typed, a bad value included (it is named above).
 LIST_TEXT_FIELDS = ("q", "since", "until", "model", "tool")
 
@@ -92,9 +98,11 @@ def run_list_page(request: HttpRequest) -> HttpResponse:
         context.update(
             raw={name: request.GET.get(name, "") for name in LIST_TEXT_FIELDS},
             status_choices=RunStatus.choices,
-            actor_choices=[(actor, actor_words(actor)) for actor in ACTORS],
+            actor_choices=[(actor, actor_words(actor, translated=True)) for actor in ACTORS],
             outcome_choices=DecisionOutcome.choices,
-            stop_reason_choices=list(STOP_REASONS.items()),
+            stop_reason_choices=[
+                (code, stop_reason_text(code, translated=True)) for code in STOP_REASONS
+            ],
             escalated_choices=ESCALATED_CHOICES,
             policy_choices=run_policy_numbers(),
             model_suggestions=run_recent_model_versions(),
@@ -200,7 +208,7 @@ def _turn_number(raw: str) -> tuple[int | None, str]:
         return None, ""
     if raw.isascii() and raw.isdigit() and int(raw) < 2**31:
         return int(raw), ""
-    return None, "before: must be a turn number; showing the latest turns"
+    return None, "before: " + _("must be a turn number; showing the latest turns")
 
 
 def _run_url(run_id: int, **params: object) -> str:

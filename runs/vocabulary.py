@@ -1,44 +1,54 @@
 """The log's codes as people read them, one vocabulary for every page: a reason's source (a
-condition, the gate, a cap), its band, a decision's outcome, and escalation summaries."""
+condition, the gate, a cap), its band, a decision's outcome, and escalation summaries.
+
+The words are English unless a caller asks for them `translated` (in the active language): a
+page showing them does; what is stored or sealed (an escalation's summary, a verdict's note)
+and what is sent to a model keeps them in English, whoever's request wrote it."""
 
 import re
 from collections.abc import Sequence
+
+from django.utils import translation
+from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 
 from runs.models import DecisionOutcome, RiskClass
 from runs.stop_reasons import stop_reason_text
 
 SOURCES = {
-    "integrity": "Injected instructions",
-    "risk": "Risk",
-    "infeasible": "Infeasible",
-    "goal_reached": "Goal reached",
-    "drift": "Drift",
-    "stagnation": "Stagnation",
-    "gate": "Gate",
-    "validation": "Validation",
-    "tool_error": "Tool error",
-    "exact_repeat": "Exact repeat",
-    "turn_cap": "Turn cap",
-    "token_budget": "Token budget",
-    "cost_budget": "Cost budget",
-    "wall_time_budget": "Wall time",
-    "review_loop": "Coder ⇄ reviewer",
+    "integrity": gettext_noop("Injected instructions"),
+    "risk": gettext_noop("Risk"),
+    "infeasible": gettext_noop("Infeasible"),
+    "goal_reached": gettext_noop("Goal reached"),
+    "drift": gettext_noop("Drift"),
+    "stagnation": gettext_noop("Stagnation"),
+    # Translators: the gate that holds a risky step for a reviewer ("barrière d’évaluation").
+    "gate": gettext_noop("Gate"),
+    "validation": gettext_noop("Validation"),
+    "tool_error": gettext_noop("Tool error"),
+    "exact_repeat": gettext_noop("Exact repeat"),
+    "turn_cap": gettext_noop("Turn cap"),
+    "token_budget": gettext_noop("Token budget"),
+    "cost_budget": gettext_noop("Cost budget"),
+    "wall_time_budget": gettext_noop("Wall time"),
+    "review_loop": gettext_noop("Coder ⇄ reviewer"),
 }
 BANDS = {
-    "clear": "clear",
-    "uncertain": "in the uncertain band",
-    "fired": "fired",
+    # Translators: a condition's band: its probability is below the uncertain band.
+    "clear": gettext_noop("clear"),
+    "uncertain": gettext_noop("in the uncertain band"),
+    # Translators: a condition's band: its probability is above the uncertain band.
+    "fired": gettext_noop("fired"),
     # The logged detail already says "malformed answer (why)": the band's own name must not
     # repeat it, and a timeout or an error is no answer at all rather than a malformed one.
-    "malformed": "no usable answer",
+    "malformed": gettext_noop("no usable answer"),
 }
 OUTCOMES = dict(DecisionOutcome.choices)
 # How the coder ⇄ reviewer loop ended (guardian_core/engine/reviewer_loop.py EndReason).
 REVIEW_ENDS = {
-    "approved": "the reviewer agent approved",
-    "round_cap": "round cap reached",
-    "invalid_verdict": "no valid verdict, even after a repair turn",
-    "refusal": "the model refused",
+    "approved": gettext_noop("the reviewer agent approved"),
+    "round_cap": gettext_noop("round cap reached"),
+    "invalid_verdict": gettext_noop("no valid verdict, even after a repair turn"),
+    "refusal": gettext_noop("the model refused"),
 }
 
 
@@ -47,24 +57,41 @@ def _fallback(code: str) -> str:
     return code.replace("_", " ").capitalize()
 
 
-def source_words(source: str) -> str:
-    return SOURCES.get(source) or _fallback(source)
+def _say(words, translated: bool) -> str:
+    """`words` (English, marked with gettext_noop, or a model choice's lazy label) in the
+    active language when `translated`, else in English."""
+    if translated:
+        return gettext(words) if isinstance(words, str) else str(words)
+    if isinstance(words, str):
+        return words
+    with translation.override("en"):
+        return str(words)
 
 
-def band_words(band: str) -> str:
-    return BANDS.get(band) or band.replace("_", " ")
+def source_words(source: str, *, translated: bool = False) -> str:
+    said = SOURCES.get(source)
+    return _fallback(source) if said is None else _say(said, translated)
 
 
-def outcome_words(outcome: str, stop_reason: str = "") -> str:
+def band_words(band: str, *, translated: bool = False) -> str:
+    said = BANDS.get(band)
+    return band.replace("_", " ") if said is None else _say(said, translated)
+
+
+def outcome_words(outcome: str, stop_reason: str = "", *, translated: bool = False) -> str:
     """ "Stop with success — Goal reached", as the run page says a turn's outcome."""
     if not outcome:
         return ""
-    said = OUTCOMES.get(outcome) or _fallback(outcome)
-    return f"{said} — {stop_reason_text(stop_reason)}" if stop_reason else said
+    label = OUTCOMES.get(outcome)
+    said = _fallback(outcome) if label is None else _say(label, translated)
+    if not stop_reason:
+        return said
+    return f"{said} — {stop_reason_text(stop_reason, translated=translated)}"
 
 
-def review_end_words(end_reason: str) -> str:
-    return REVIEW_ENDS.get(end_reason) or end_reason.replace("_", " ")
+def review_end_words(end_reason: str, *, translated: bool = False) -> str:
+    said = REVIEW_ENDS.get(end_reason)
+    return end_reason.replace("_", " ") if said is None else _say(said, translated)
 
 
 def joined_reasons(reasons: list[str] | tuple[str, ...]) -> str:
@@ -106,49 +133,65 @@ def summary_words(summary: str) -> str:
 
 # What drove a run (runs.validation.ACTORS), as the runs list and its filter say it.
 ACTORS = {
-    "scripted": "Scripted",
+    "scripted": gettext_noop("Scripted"),
     "openai": "OpenAI",
-    "coder_reviewer": "Coder ⇄ reviewer",
-    "external": "External loop (API)",
+    "coder_reviewer": gettext_noop("Coder ⇄ reviewer"),
+    "external": gettext_noop("External loop (API)"),
 }
 
 
-def actor_words(actor: str) -> str:
-    return ACTORS.get(actor) or _fallback(actor)
+def actor_words(actor: str, *, translated: bool = False) -> str:
+    said = ACTORS.get(actor)
+    return _fallback(actor) if said is None else _say(said, translated)
 
 
 RISK_CLASSES = dict(RiskClass.choices)
+# Translators: a reviewer's yes / no answer to a question about a condition.
+_YES = pgettext_lazy("answer", "yes")
+_NO = pgettext_lazy("answer", "no")
 
 
-def risk_words(risk_class: str) -> str:
+def risk_words(risk_class: str, *, translated: bool = False) -> str:
     """ "reversible_write" → "Reversible write", as the reviewers' risk choices say it."""
-    return RISK_CLASSES.get(risk_class) or _fallback(risk_class)
+    said = RISK_CLASSES.get(risk_class)
+    return _fallback(risk_class) if said is None else _say(said, translated)
 
 
-def answer_words(condition: str, label: object) -> str:
+def answer_words(condition: str, label: object, *, translated: bool = False) -> str:
     """A person's answer for a condition as people read it: yes / no, a class, a score."""
     if isinstance(label, bool):
-        return "yes" if label else "no"
+        return _say(_YES if label else _NO, translated)
     if condition == "risk" and isinstance(label, str):
-        return risk_words(label)  # as the risk choices say it: "Reversible write"
+        # as the risk choices say it: "Reversible write"
+        return risk_words(label, translated=translated)
     return str(label)
 
 
 def verdict_answer_words(
-    answer: dict | None, risk_labels: dict | None, *, asked: Sequence[str] = ()
+    answer: dict | None,
+    risk_labels: dict | None,
+    *,
+    asked: Sequence[str] = (),
+    translated: bool = False,
 ) -> list[str]:
     """What a reviewer answered, in the log's words: "Injected instructions: yes", in the
     order the questions were `asked` (the decision form's order; others after, by name), and
     each call's risk class as they labelled it ("Risk of call 0: Irreversible")."""
     place = {condition: i for i, condition in enumerate(asked)}
     said = [
-        f"{source_words(condition)}: {answer_words(condition, label)}"
+        f"{source_words(condition, translated=translated)}: "
+        f"{answer_words(condition, label, translated=translated)}"
         for condition, label in sorted(
             (answer or {}).items(), key=lambda item: (place.get(item[0], len(place)), item[0])
         )
     ]
-    said += [
-        f"Risk of call {position}: {risk_words(str(label))}"
-        for position, label in sorted((risk_labels or {}).items(), key=lambda kv: int(kv[0]))
-    ]
+    for position, label in sorted((risk_labels or {}).items(), key=lambda kv: int(kv[0])):
+        words = risk_words(str(label), translated=translated)
+        if translated:
+            said.append(
+                gettext("Risk of call %(position)s: %(risk)s")
+                % {"position": position, "risk": words}
+            )
+        else:
+            said.append(f"Risk of call {position}: {words}")
     return said

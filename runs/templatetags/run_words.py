@@ -1,4 +1,5 @@
-"""Template filters that say the decision log's codes in the run page's words (runs.vocabulary)."""
+"""Template filters that say the decision log's codes in the run page's words (runs.vocabulary),
+in the active language."""
 
 from django import template
 
@@ -11,31 +12,31 @@ register = template.Library()
 @register.filter
 def source_words(source: str) -> str:
     """ "integrity" → "Injected instructions"."""
-    return vocabulary.source_words(str(source))
+    return vocabulary.source_words(str(source), translated=True)
 
 
 @register.filter
 def risk_words(risk_class: str) -> str:
     """ "reversible_write" → "Reversible write", as the reviewers' pages say a class."""
-    return vocabulary.risk_words(str(risk_class))
+    return vocabulary.risk_words(str(risk_class), translated=True)
 
 
 @register.filter
 def band_words(band: str) -> str:
     """ "malformed" → "no usable answer"."""
-    return vocabulary.band_words(str(band))
+    return vocabulary.band_words(str(band), translated=True)
 
 
 @register.filter
 def outcome_words(outcome: str, stop_reason: str = "") -> str:
     """ "stop_success" with "goal_reached" → "Stop with success — Goal reached"."""
-    return vocabulary.outcome_words(str(outcome or ""), str(stop_reason or ""))
+    return vocabulary.outcome_words(str(outcome or ""), str(stop_reason or ""), translated=True)
 
 
 @register.filter
 def stop_words(stop_reason: str) -> str:
     """ "goal_reached" → "Goal reached", as the runs list says why a run ended."""
-    return stop_reason_text(str(stop_reason or ""))
+    return stop_reason_text(str(stop_reason or ""), translated=True)
 
 
 _WORDS = {

@@ -130,8 +130,8 @@ def _judged(condition: str, band: str, positive: bool) -> str:
         escalating = ON_FIRE[Condition(condition)] == Outcome.ESCALATE
     except (ValueError, KeyError):
         escalating = False
-    # Translators: how an example's outcome stands against its label.
     if band == Band.CLEAR:
+        # Translators: how an example's outcome stands against its label.
         return _("missed") if positive else _("right")
     if band == Band.FIRED:
         if positive:

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 
 from django.conf import settings
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION, DEFAULT_QUESTIONS
 from guardian_core.engine.conditions import Condition
@@ -85,19 +87,41 @@ RUN_CAP_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
 FRACTIONAL_LIMITS = frozenset({"max_cost", "max_wall_seconds"})
 # One line each, beside the field on the new-version form and on the version page.
 LIMIT_HELP: Mapping[str, str] = {
-    "hysteresis_window": "Drift and stagnation count over this many latest turns (1-50).",
-    "hysteresis_required": "They replan only when they fired on this many of those turns.",
-    "drift_window": "Drift counts its fires over this many latest turns, this one included (1-50).",
-    "drift_required": "Drift replans only when it fired on this many of those turns.",
-    "stagnation_window": "Stagnation counts its fires over this many latest turns (1-50).",
-    "stagnation_required": "Stagnation replans only when it fired on this many of those turns.",
-    "max_replans": "After this many replans, stagnation or a repeat stops the run (0-50).",
-    "repeat_limit": "The same call this many turns in a row is a loop (2-50).",
-    "max_turns": "A run that states no turn cap stops after this many turns (1-10000).",
-    "max_tokens": "A run that states no token budget stops past this many model tokens.",
-    "max_cost": "A run that states no cost budget stops past this cost, in the models' unit.",
-    "max_wall_seconds": "A run that states no wall-time budget stops past this many seconds.",
-    "escalation_hours": "An unanswered escalation resolves to the safe side after this (1-720 h).",
+    "hysteresis_window": gettext_lazy(
+        "Drift and stagnation count over this many latest turns (1-50)."
+    ),
+    "hysteresis_required": gettext_lazy(
+        "They replan only when they fired on this many of those turns."
+    ),
+    "drift_window": gettext_lazy(
+        "Drift counts its fires over this many latest turns, this one included (1-50)."
+    ),
+    "drift_required": gettext_lazy("Drift replans only when it fired on this many of those turns."),
+    "stagnation_window": gettext_lazy(
+        "Stagnation counts its fires over this many latest turns (1-50)."
+    ),
+    "stagnation_required": gettext_lazy(
+        "Stagnation replans only when it fired on this many of those turns."
+    ),
+    "max_replans": gettext_lazy(
+        "After this many replans, stagnation or a repeat stops the run (0-50)."
+    ),
+    "repeat_limit": gettext_lazy("The same call this many turns in a row is a loop (2-50)."),
+    "max_turns": gettext_lazy(
+        "A run that states no turn cap stops after this many turns (1-10000)."
+    ),
+    "max_tokens": gettext_lazy(
+        "A run that states no token budget stops past this many model tokens."
+    ),
+    "max_cost": gettext_lazy(
+        "A run that states no cost budget stops past this cost, in the models' unit."
+    ),
+    "max_wall_seconds": gettext_lazy(
+        "A run that states no wall-time budget stops past this many seconds."
+    ),
+    "escalation_hours": gettext_lazy(
+        "An unanswered escalation resolves to the safe side after this (1-720 h)."
+    ),
 }
 LIMIT_RANGES: Mapping[str, tuple[float, float]] = {
     "hysteresis_window": (1, 50),
@@ -154,9 +178,12 @@ def escalation_hours(limits: Mapping) -> int:
 def limits_problems(limits: object) -> list[str]:
     """Every problem of a version's limits, one "limits.key: what is wrong" each."""
     if not isinstance(limits, Mapping):
-        return [f"limits: must be an object, got {_kind(limits)}"]
+        return ["limits: " + _("must be an object, got %(kind)s") % {"kind": _kind(limits)}]
     problems = [
-        f"limits.{key}: unknown key (allowed: {', '.join(LIMIT_DEFAULTS)})"[:300]
+        (
+            f"limits.{key}: "
+            + _("unknown key (allowed: %(allowed)s)") % {"allowed": ", ".join(LIMIT_DEFAULTS)}
+        )[:300]
         for key in limits
         if key not in LIMIT_DEFAULTS
     ]
@@ -167,12 +194,19 @@ def limits_problems(limits: object) -> list[str]:
         if key in FRACTIONAL_LIMITS:
             if not _is_number(value) or not low < value <= high:
                 problems.append(
-                    f"limits.{key}: must be a number above {low:g} and at most {high:g}, "
-                    f"got {value!r}"[:300]
+                    (
+                        f"limits.{key}: "
+                        + _("must be a number above %(low)s and at most %(high)s, got %(value)s")
+                        % {"low": f"{low:g}", "high": f"{high:g}", "value": repr(value)}
+                    )[:300]
                 )
         elif isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             problems.append(
-                f"limits.{key}: must be a whole number in [{low}, {high}], got {value!r}"[:300]
+                (
+                    f"limits.{key}: "
+                    + _("must be a whole number in [%(low)s, %(high)s], got %(value)s")
+                    % {"low": low, "high": high, "value": repr(value)}
+                )[:300]
             )
 
     # Each pair is checked whenever both of its values are sound on their own, so it is named
@@ -184,15 +218,23 @@ def limits_problems(limits: object) -> list[str]:
     run_wide_sound = sound("hysteresis_window", "hysteresis_required")
     if run_wide_sound and run_wide["hysteresis_required"] > run_wide["hysteresis_window"]:
         problems.append(
-            f"limits.hysteresis_required: must be at most hysteresis_window "
-            f"({run_wide['hysteresis_window']}), got {run_wide['hysteresis_required']}"
+            "limits.hysteresis_required: "
+            + _("must be at most hysteresis_window (%(window)s), got %(required)s")
+            % {
+                "window": run_wide["hysteresis_window"],
+                "required": run_wide["hysteresis_required"],
+            }
         )
     elif run_wide_sound:
         for condition, (window, required) in hysteresis_of(limits).items():
             if sound(*HYSTERESIS_KEYS[condition]) and required > window:
                 problems.append(
-                    f"limits.{condition}_required: must be at most {condition}'s window "
-                    f"({window} turns), got {required}"
+                    f"limits.{condition}_required: "
+                    + _(
+                        "must be at most %(condition)s's window (%(window)s turns), "
+                        "got %(required)s"
+                    )
+                    % {"condition": condition, "window": window, "required": required}
                 )
     return problems
 
@@ -226,9 +268,12 @@ def reworded_problems(
 ) -> list[str]:
     """One "question_set.<condition>: …" problem per reworded question (reworded_conditions)."""
     return [
-        f"question_set.{name}: reworded from v{source.number}'s question while "
-        f"question_set_version stays {question_set_version!r}; a reworded question needs a "
-        "new question-set version"
+        f"question_set.{name}: "
+        + _(
+            "reworded from v%(number)s's question while question_set_version stays "
+            "%(version)s; a reworded question needs a new question-set version"
+        )
+        % {"number": source.number, "version": repr(question_set_version)}
         for name in reworded_conditions(
             question_set=question_set, question_set_version=question_set_version, source=source
         )
@@ -254,15 +299,19 @@ def thresholds_with_t_star(thresholds: Mapping[str, Mapping]) -> dict[str, dict]
 def _thresholds_problems(thresholds: object) -> list[str]:
     if not isinstance(thresholds, Mapping):
         got = _kind(thresholds)
-        return [f"thresholds: must be an object with one entry per condition, got {got}"]
+        return [
+            "thresholds: "
+            + _("must be an object with one entry per condition, got %(kind)s") % {"kind": got}
+        ]
     problems = [
-        f"thresholds.{name}: unknown condition (known: {', '.join(CONDITIONS)})"
+        f"thresholds.{name}: "
+        + _("unknown condition (known: %(known)s)") % {"known": ", ".join(CONDITIONS)}
         for name in thresholds
         if name not in CONDITIONS
     ]
     for name in CONDITIONS:
         if name not in thresholds:
-            problems.append(f"thresholds.{name}: missing")
+            problems.append(f"thresholds.{name}: " + _("missing"))
         else:
             problems.extend(_threshold_problems(f"thresholds.{name}", thresholds[name]))
     return problems
@@ -270,21 +319,35 @@ def _thresholds_problems(thresholds: object) -> list[str]:
 
 def _threshold_problems(path: str, values: object) -> list[str]:
     if not isinstance(values, Mapping):
-        return [f"{path}: must be an object with c_stop, c_cont and delta, got {_kind(values)}"]
+        return [
+            f"{path}: "
+            + _("must be an object with c_stop, c_cont and delta, got %(kind)s")
+            % {"kind": _kind(values)}
+        ]
     problems = [
-        f"{path}.{key}: unknown key (allowed: c_stop, c_cont, delta, t_star)"
+        f"{path}.{key}: " + _("unknown key (allowed: c_stop, c_cont, delta, t_star)")
         for key in values
         if key not in THRESHOLD_KEYS
     ]
     for key in COST_KEYS:
         if key not in values:
-            problems.append(f"{path}.{key}: missing")
+            problems.append(f"{path}.{key}: " + _("missing"))
         elif not _is_number(values[key]) or values[key] <= 0:
-            problems.append(f"{path}.{key}: must be a number > 0, got {values[key]!r}"[:300])
+            problems.append(
+                (
+                    f"{path}.{key}: "
+                    + _("must be a number > 0, got %(value)s") % {"value": repr(values[key])}
+                )[:300]
+            )
     if "delta" not in values:
-        problems.append(f"{path}.delta: missing")
+        problems.append(f"{path}.delta: " + _("missing"))
     elif not _is_number(delta := values["delta"]) or not 0 <= delta < 0.5:
-        problems.append(f"{path}.delta: must be a number in [0, 0.5), got {delta!r}"[:300])
+        problems.append(
+            (
+                f"{path}.delta: "
+                + _("must be a number in [0, 0.5), got %(value)s") % {"value": repr(delta)}
+            )[:300]
+        )
     if problems:
         return problems
 
@@ -296,15 +359,25 @@ def _threshold_problems(path: str, values: object) -> list[str]:
         submitted = values["t_star"]
         if not _is_number(submitted) or abs(submitted - t_star) > T_STAR_TOLERANCE:
             problems.append(
-                f"{path}.t_star: must equal c_stop / (c_stop + c_cont) = {t_star:.6g} "
-                f"(it is derived from the costs; leave it out), got {submitted!r}"[:300]
+                (
+                    f"{path}.t_star: "
+                    + _(
+                        "must equal c_stop / (c_stop + c_cont) = %(t_star)s (it is derived from "
+                        "the costs; leave it out), got %(value)s"
+                    )
+                    % {"t_star": f"{t_star:.6g}", "value": repr(submitted)}
+                )[:300]
             )
     # The engine accepts a band that leaves (0, 1), but such a condition can never clear (or
     # never fire): every turn would escalate on it, or it would be switched off silently.
     if not (t_star - delta > 0 and t_star + delta < 1):
         problems.append(
-            f"{path}.delta: the uncertain band t* ± δ = [{t_star - delta:.6g}, "
-            f"{t_star + delta:.6g}] must lie inside (0, 1); make δ smaller or the costs closer"
+            f"{path}.delta: "
+            + _(
+                "the uncertain band t* ± δ = [%(low)s, %(high)s] must lie inside (0, 1); "
+                "make δ smaller or the costs closer"
+            )
+            % {"low": f"{t_star - delta:.6g}", "high": f"{t_star + delta:.6g}"}
         )
     if not problems:
         try:  # the engine's own word, so these rules can never drift from what it accepts
@@ -317,11 +390,13 @@ def _threshold_problems(path: str, values: object) -> list[str]:
 def _question_set_problems(question_set: object, question_set_version: object) -> list[str]:
     if not isinstance(question_set, Mapping):
         return [
-            f"question_set: must be an object with one question per condition, "
-            f"got {_kind(question_set)}"
+            "question_set: "
+            + _("must be an object with one question per condition, got %(kind)s")
+            % {"kind": _kind(question_set)}
         ]
     problems = [
-        f"question_set.{name}: unknown condition (known: {', '.join(CONDITIONS)})"
+        f"question_set.{name}: "
+        + _("unknown condition (known: %(known)s)") % {"known": ", ".join(CONDITIONS)}
         for name in question_set
         if name not in CONDITIONS
     ]
@@ -329,15 +404,20 @@ def _question_set_problems(question_set: object, question_set_version: object) -
         path = f"question_set.{name}"
         text = question_set.get(name)
         if name not in question_set:
-            problems.append(f"{path}: missing")
+            problems.append(f"{path}: " + _("missing"))
         elif not isinstance(text, str) or not text.strip():
-            problems.append(f"{path}: must be non-empty text")
+            problems.append(f"{path}: " + _("must be non-empty text"))
         elif len(text) > QUESTION_MAX_LENGTH:
-            problems.append(f"{path}: must be at most {QUESTION_MAX_LENGTH} characters")
+            problems.append(
+                f"{path}: "
+                + _("must be at most %(limit)s characters") % {"limit": QUESTION_MAX_LENGTH}
+            )
         elif not _storable(text):
             # PostgreSQL's jsonb refuses NUL and a lone surrogate cannot be encoded: either
             # would turn the save into a database error instead of a message.
-            problems.append(f"{path}: must not contain NUL or unpaired surrogate characters")
+            problems.append(
+                f"{path}: " + _("must not contain NUL or unpaired surrogate characters")
+            )
     # The guardians refuse custom wording under the built-in version (two different question
     # sets would look the same in the log); refuse it here rather than in every run.
     if (
@@ -346,20 +426,26 @@ def _question_set_problems(question_set: object, question_set_version: object) -
         and dict(question_set) != dict(DEFAULT_QUESTIONS)
     ):
         problems.append(
-            f"question_set_version: {DEFAULT_QUESTION_SET_VERSION!r} names the built-in "
-            "questions; custom wording needs a version of its own"
+            "question_set_version: "
+            + _(
+                "%(version)s names the built-in questions; custom wording needs a version "
+                "of its own"
+            )
+            % {"version": repr(DEFAULT_QUESTION_SET_VERSION)}
         )
     return problems
 
 
 def _question_set_version_problems(version: object) -> list[str]:
     if not isinstance(version, str) or not version.strip():
-        return ["question_set_version: must be non-empty text"]
+        return ["question_set_version: " + _("must be non-empty text")]
     if len(version) > QUESTION_SET_VERSION_MAX_LENGTH:
         limit = QUESTION_SET_VERSION_MAX_LENGTH
-        return [f"question_set_version: must be at most {limit} characters"]
+        return [
+            "question_set_version: " + _("must be at most %(limit)s characters") % {"limit": limit}
+        ]
     if version != version.strip() or not _storable(version):
-        return ["question_set_version: must not start or end with spaces or contain NUL"]
+        return ["question_set_version: " + _("must not start or end with spaces or contain NUL")]
     return []
 
 
@@ -371,31 +457,51 @@ def _quorum_problems(quorum: object) -> list[str]:
     """{"regulated": true} asks two distinct approvers for every regulated held call,
     {"tools": ["issue_refund"]} for every held call of the tools named; {} for none."""
     if not isinstance(quorum, Mapping):
-        return [f'quorum: must be an object such as {{"regulated": true}}, got {_kind(quorum)}']
+        return [
+            "quorum: "
+            + _('must be an object such as {"regulated": true}, got %(kind)s')
+            % {"kind": _kind(quorum)}
+        ]
     problems = [
-        f"quorum.{key}: unknown key (allowed: {', '.join(QUORUM_KEYS)})"[:300]
+        (
+            f"quorum.{key}: "
+            + _("unknown key (allowed: %(allowed)s)") % {"allowed": ", ".join(QUORUM_KEYS)}
+        )[:300]
         for key in quorum
         if key not in QUORUM_KEYS
     ]
     if "regulated" in quorum and not isinstance(quorum["regulated"], bool):
         problems.append(
-            f"quorum.regulated: must be true or false, got {quorum['regulated']!r}"[:300]
+            (
+                "quorum.regulated: "
+                + _("must be true or false, got %(value)s") % {"value": repr(quorum["regulated"])}
+            )[:300]
         )
     if "tools" in quorum:
         tools = quorum["tools"]
         if not isinstance(tools, list):
-            problems.append(f"quorum.tools: must be a list of tool names, got {_kind(tools)}")
+            problems.append(
+                "quorum.tools: "
+                + _("must be a list of tool names, got %(kind)s") % {"kind": _kind(tools)}
+            )
         else:
             for i, name in enumerate(tools):
                 if not isinstance(name, str) or not name.strip() or not _storable(name):
-                    problems.append(f"quorum.tools[{i}]: must be a tool name, got {name!r}"[:300])
+                    problems.append(
+                        (
+                            f"quorum.tools[{i}]: "
+                            + _("must be a tool name, got %(value)s") % {"value": repr(name)}
+                        )[:300]
+                    )
                 elif len(name) > TOOL_NAME_MAX_LENGTH:
                     problems.append(
-                        f"quorum.tools[{i}]: must be at most {TOOL_NAME_MAX_LENGTH} characters"
+                        f"quorum.tools[{i}]: "
+                        + _("must be at most %(limit)s characters")
+                        % {"limit": TOOL_NAME_MAX_LENGTH}
                     )
             named = [name for name in tools if isinstance(name, str)]
             if len(set(named)) != len(named):
-                problems.append("quorum.tools: names a tool more than once")
+                problems.append("quorum.tools: " + _("names a tool more than once"))
     return problems
 
 
@@ -414,36 +520,58 @@ def judge_problems(judge: object) -> list[str]:
     """{} for no judge, or {"adapter": "openai", "model": NAME, "conditions": [...],
     "timeout_seconds": N (optional)}: every problem, each under its own path."""
     if not isinstance(judge, Mapping):
-        return [f'judge: must be an object such as {{"adapter": "openai", …}}, got {_kind(judge)}']
+        return [
+            "judge: "
+            + _('must be an object such as {"adapter": "openai", …}, got %(kind)s')
+            % {"kind": _kind(judge)}
+        ]
     if not judge:
         return []
     problems = [
-        f"judge.{key}: unknown key (allowed: {', '.join(JUDGE_KEYS)})"[:300]
+        (
+            f"judge.{key}: "
+            + _("unknown key (allowed: %(allowed)s)") % {"allowed": ", ".join(JUDGE_KEYS)}
+        )[:300]
         for key in judge
         if key not in JUDGE_KEYS
     ]
     adapter = judge.get("adapter")
     if "adapter" not in judge:
-        problems.append(f"judge.adapter: missing (one of {', '.join(JUDGE_ADAPTERS)})")
+        problems.append(
+            "judge.adapter: "
+            + _("missing (one of %(allowed)s)") % {"allowed": ", ".join(JUDGE_ADAPTERS)}
+        )
     elif adapter not in JUDGE_ADAPTERS:
         problems.append(
-            f"judge.adapter: must be one of {', '.join(JUDGE_ADAPTERS)}, got {adapter!r}"[:300]
+            (
+                "judge.adapter: "
+                + _("must be one of %(allowed)s, got %(value)s")
+                % {"allowed": ", ".join(JUDGE_ADAPTERS), "value": repr(adapter)}
+            )[:300]
         )
     model = judge.get("model")
     if "model" not in judge:
-        problems.append("judge.model: missing (the pinned model name the server reports)")
+        problems.append("judge.model: " + _("missing (the pinned model name the server reports)"))
     elif isinstance(model, str) and not model.strip():
         # Usually conditions ticked and the model left empty: say what to do, both ways out.
         problems.append(
-            "judge.model: name the model that judges (the pinned name your server reports), "
-            "or untick every condition (no judge settings at all) for no judge"
+            "judge.model: "
+            + _(
+                "name the model that judges (the pinned name your server reports), "
+                "or untick every condition (no judge settings at all) for no judge"
+            )
         )
     elif not isinstance(model, str) or not _storable(model):
-        problems.append(f"judge.model: must be a model name, got {model!r}"[:300])
+        problems.append(
+            ("judge.model: " + _("must be a model name, got %(value)s") % {"value": repr(model)})[
+                :300
+            ]
+        )
     elif len(model) > JUDGE_MODEL_MAX_LENGTH or model != model.strip():
         problems.append(
-            f"judge.model: must be at most {JUDGE_MODEL_MAX_LENGTH} characters, without "
-            "spaces around it"
+            "judge.model: "
+            + _("must be at most %(limit)s characters, without spaces around it")
+            % {"limit": JUDGE_MODEL_MAX_LENGTH}
         )
     problems.extend(_judge_conditions_problems(judge.get("conditions"), "conditions" in judge))
     if "timeout_seconds" in judge:
@@ -451,8 +579,11 @@ def judge_problems(judge: object) -> list[str]:
         low, high = JUDGE_TIMEOUT_MIN_SECONDS, JUDGE_TIMEOUT_MAX_SECONDS
         if not _is_number(timeout) or not low <= timeout <= high:
             problems.append(
-                f"judge.timeout_seconds: must be a number of seconds from {low:g} to {high:g}, "
-                f"got {timeout!r}"[:300]
+                (
+                    "judge.timeout_seconds: "
+                    + _("must be a number of seconds from %(low)s to %(high)s, got %(value)s")
+                    % {"low": f"{low:g}", "high": f"{high:g}", "value": repr(timeout)}
+                )[:300]
             )
     return problems
 
@@ -461,27 +592,36 @@ def _judge_conditions_problems(conditions: object, given: bool) -> list[str]:
     # Risk is never judged: an irreversible or regulated call always goes to a person.
     judgeable = [c for c in CONDITIONS if c != "risk"]
     if not given:
-        return [f"judge.conditions: missing (a list of: {', '.join(judgeable)})"]
+        return [
+            "judge.conditions: "
+            + _("missing (a list of: %(allowed)s)") % {"allowed": ", ".join(judgeable)}
+        ]
     if not isinstance(conditions, list) or not conditions:
         return [
-            f"judge.conditions: must be a non-empty list of: {', '.join(judgeable)}, "
-            f"got {conditions!r}"[:300]
+            (
+                "judge.conditions: "
+                + _("must be a non-empty list of: %(allowed)s, got %(value)s")
+                % {"allowed": ", ".join(judgeable), "value": repr(conditions)}
+            )[:300]
         ]
     problems = []
     for i, name in enumerate(conditions):
         if name == "risk":
             problems.append(
-                f"judge.conditions[{i}]: risk is never judged: irreversible and regulated "
-                "calls always go to a person"
+                f"judge.conditions[{i}]: "
+                + _("risk is never judged: irreversible and regulated calls always go to a person")
             )
         elif name not in judgeable:
             problems.append(
-                f"judge.conditions[{i}]: unknown condition {name!r} (known: "
-                f"{', '.join(judgeable)})"[:300]
+                (
+                    f"judge.conditions[{i}]: "
+                    + _("unknown condition %(name)s (known: %(known)s)")
+                    % {"name": repr(name), "known": ", ".join(judgeable)}
+                )[:300]
             )
     named = [name for name in conditions if isinstance(name, str)]
     if len(set(named)) != len(named):
-        problems.append("judge.conditions: names a condition more than once")
+        problems.append("judge.conditions: " + _("names a condition more than once"))
     return problems
 
 

@@ -3,6 +3,8 @@
 from collections.abc import Mapping
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, ValidationError
@@ -62,21 +64,25 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
     question_set_version = serializers.CharField(max_length=40)
     thresholds = serializers.DictField(
         validators=[storable_json("thresholds")],
-        help_text="Per condition: c_stop, c_cont, delta (t* is computed from the costs), ...",
+        help_text=gettext_lazy(
+            "Per condition: c_stop, c_cont, delta (t* is computed from the costs), ..."
+        ),
     )
     question_set = serializers.DictField(
         validators=[storable_json("question_set")],
-        help_text="Per condition: the typed question asked.",
+        help_text=gettext_lazy("Per condition: the typed question asked."),
     )
     quorum = serializers.DictField(
         required=False,
         validators=[storable_json("quorum")],
-        help_text='Two distinct approvers for some held calls: {"regulated": true, "tools": [..]}.',
+        help_text=gettext_lazy(
+            'Two distinct approvers for some held calls: {"regulated": true, "tools": [..]}.'
+        ),
     )
     judge = serializers.DictField(
         required=False,
         validators=[storable_json("judge")],
-        help_text=(
+        help_text=gettext_lazy(
             'A second-tier judge on the uncertain band: {"adapter": "openai", "model": "…", '
             '"conditions": ["goal_reached", …], "timeout_seconds": 10}; none when absent.'
         ),
@@ -84,7 +90,7 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
     limits = serializers.DictField(
         required=False,
         validators=[storable_json("limits")],
-        help_text=(
+        help_text=gettext_lazy(
             "Whole numbers: drift_window, drift_required, stagnation_window, "
             "stagnation_required (each replanning condition's hysteresis; left out: the run-wide "
             "hysteresis_window, hysteresis_required, default 3 and 2), max_replans, "
@@ -97,14 +103,14 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
         queryset=PolicyVersion.objects.all(),
         required=False,
         allow_null=True,
-        help_text=(
+        help_text=gettext_lazy(
             "The id of the version this one is edited from: recorded, and a question reworded "
             "from it needs a new question_set_version."
         ),
     )
     activate = serializers.BooleanField(
         default=False,
-        help_text=(
+        help_text=gettext_lazy(
             "Activate it at once, through the regression gate: refused (and nothing stored) "
             "without override_reason when the gate refuses."
         ),
@@ -112,13 +118,13 @@ class PolicyVersionCreateInputSerializer(serializers.Serializer):
     comment = serializers.CharField(
         required=False,
         default="created and activated through the API",
-        help_text="With activate: why; recorded in the activation history.",
+        help_text=gettext_lazy("With activate: why; recorded in the activation history."),
     )
     override_reason = serializers.CharField(
         required=False,
         default="",
         allow_blank=True,
-        help_text="With activate: why go ahead when the regression gate refuses.",
+        help_text=gettext_lazy("With activate: why go ahead when the regression gate refuses."),
     )
 
 
@@ -194,13 +200,15 @@ class PolicyVersionActivateInputSerializer(serializers.Serializer):
     comment = serializers.CharField(
         required=False,
         default="activated through the API",
-        help_text="Why the version is activated; recorded in its activation history.",
+        help_text=gettext_lazy("Why the version is activated; recorded in its activation history."),
     )
     override_reason = serializers.CharField(
         required=False,
         default="",
         allow_blank=True,
-        help_text="Required when the regression gate refuses the version: why activate anyway.",
+        help_text=gettext_lazy(
+            "Required when the regression gate refuses the version: why activate anyway."
+        ),
     )
 
 
@@ -227,7 +235,7 @@ class PolicyVersionActivateApi(APIView):
     def post(self, request: Request, pk: int) -> Response:
         version = PolicyVersion.objects.filter(pk=pk).first()
         if version is None:
-            raise NotFound("No such policy version.")
+            raise NotFound(_("No such policy version."))
         serializer = PolicyVersionActivateInputSerializer(data=_optional_json(request))
         serializer.is_valid(raise_exception=True)
         report = gate_report(candidate=version)

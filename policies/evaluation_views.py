@@ -6,6 +6,9 @@ from django import forms
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods
 
@@ -59,7 +62,7 @@ class CappedTraceUpload(FileUploadHandler):
 
 def _policy_choices() -> list[tuple[int, str]]:
     return [
-        (v.number, f"{v}{' (active)' if v.is_active else ''}")
+        (v.number, _("%(version)s (active)") % {"version": v} if v.is_active else str(v))
         for v in PolicyVersion.objects.order_by("-number")
     ]
 
@@ -77,13 +80,23 @@ def _model_choices() -> list[tuple[str, str]]:
         .order_by("-number")
     )
     return [
-        ("", "As logged: counted as unscored, not measured"),
-        *((name, f"Scored by the {name} guardian as it ships") for name in models),
+        ("", _("As logged: counted as unscored, not measured")),
+        *(
+            (name, _("Scored by the %(name)s guardian as it ships") % {"name": name})
+            for name in models
+        ),
         *(
             (
                 f"{VERSION_PREFIX}{v.number}",
-                f"Scored by guardian model version {v.number} ({kind_short(v)}, "
-                f"{v.model_version}){' — active: what runs use now' if v.is_active else ''}",
+                (
+                    _(
+                        "Scored by guardian model version %(number)s (%(kind)s, %(model)s) — "
+                        "active: what runs use now"
+                    )
+                    if v.is_active
+                    else _("Scored by guardian model version %(number)s (%(kind)s, %(model)s)")
+                )
+                % {"number": v.number, "kind": kind_short(v), "model": v.model_version},
             )
             for v in versions
         ),
@@ -94,45 +107,54 @@ class EvaluateForm(forms.Form):
     """What `manage.py evaluate` takes: the traces, the policy version, the model and the bins."""
 
     source = forms.ChoiceField(
-        label="Traces",
+        label=gettext_lazy("Traces"),
         choices=[
-            (FILE, "A trace file (JSON Lines, the format of DESIGN.md)"),
+            (FILE, gettext_lazy("A trace file (JSON Lines, the format of DESIGN.md)")),
             (
                 EXAMPLES,
-                "The labelled examples: reviewers' verdicts and imported traces (this app's "
-                "own export)",
+                gettext_lazy(
+                    "The labelled examples: reviewers' verdicts and imported traces (this app's "
+                    "own export)"
+                ),
             ),
         ],
         initial=FILE,
         widget=forms.RadioSelect,
     )
     traces = forms.FileField(
-        label="Trace file",
+        label=gettext_lazy("Trace file"),
         required=False,
-        help_text=f"Up to {MAX_UPLOAD_TEXT}; for a larger one use manage.py evaluate.",
+        help_text=format_lazy(
+            gettext_lazy("Up to {size}; for a larger one use manage.py evaluate."),
+            size=MAX_UPLOAD_TEXT,
+        ),
         widget=forms.FileInput(attrs={"accept": ".jsonl,.ndjson,.json,.txt"}),
     )
     policy = forms.TypedChoiceField(
-        label="Policy version",
+        label=gettext_lazy("Policy version"),
         coerce=int,
-        help_text="Its t*, δ and costs give the fire and band rates and the expected cost.",
+        help_text=gettext_lazy(
+            "Its t*, δ and costs give the fire and band rates and the expected cost."
+        ),
     )
     model = forms.ChoiceField(
-        label="Rows without a probability",
+        label=gettext_lazy("Rows without a probability"),
         required=False,
-        help_text="A learnt version (manage.py recalibrate or train_local_guardian) is offered "
-        "active or not: measure a candidate before activating it.",
+        help_text=gettext_lazy(
+            "A learnt version (manage.py recalibrate or train_local_guardian) is offered "
+            "active or not: measure a candidate before activating it."
+        ),
     )
     rescore = forms.BooleanField(
-        label="Score every row with the model, even those that carry a probability",
+        label=gettext_lazy("Score every row with the model, even those that carry a probability"),
         required=False,
     )
     bins = forms.IntegerField(
-        label="Bins",
+        label=gettext_lazy("Bins"),
         min_value=1,
         max_value=MAX_BINS,
         initial=DEFAULT_BINS,
-        help_text="Equal-width bins of the ECE and the reliability diagram.",
+        help_text=gettext_lazy("Equal-width bins of the ECE and the reliability diagram."),
         widget=forms.NumberInput(attrs={"inputmode": "numeric"}),
     )
 
@@ -158,29 +180,30 @@ class EvaluateForm(forms.Form):
             and TRACES_FIELD not in self.errors
         ):
             self.add_error(
-                TRACES_FIELD, "Choose a trace file, or pick the labelled examples instead."
+                TRACES_FIELD, _("Choose a trace file, or pick the labelled examples instead.")
             )
         if cleaned.get("source") == EXAMPLES and labelled_examples_count(ExampleFilters()) == 0:
             self.add_error(
-                "source", "No labelled example yet: reviewers' verdicts make them. Upload a file."
+                "source",
+                _("No labelled example yet: reviewers' verdicts make them. Upload a file."),
             )
         if cleaned.get("rescore") and not cleaned.get("model"):
-            self.add_error("rescore", "Rescoring needs a model to score with: pick one above.")
+            self.add_error("rescore", _("Rescoring needs a model to score with: pick one above."))
         return cleaned
 
     @staticmethod
     def _too_large(name: str) -> str:
-        return (
-            f"{name} is larger than {MAX_UPLOAD_TEXT}, more than this page reads: split it, "
+        return _(
+            "%(name)s is larger than %(size)s, more than this page reads: split it, "
             "or run manage.py evaluate --traces on it."
-        )
+        ) % {"name": name, "size": MAX_UPLOAD_TEXT}
 
     def trace_lines(self) -> tuple[list, str]:
         """The lines to evaluate and what they are, for the report's heading."""
         if self.cleaned_data["source"] == EXAMPLES:
             lines = list(labelled_examples_jsonl(ExampleFilters()))
             # Imported traces are among them (the demo's are made up): not "reviewers made".
-            return lines, f"the labelled examples ({len(lines)})"
+            return lines, _("the labelled examples (%(count)s)") % {"count": len(lines)}
         upload = self.cleaned_data[TRACES_FIELD]
         # Bytes: the engine decodes each line, so a line that is not UTF-8 is one malformed
         # line, as in the command.
@@ -243,7 +266,7 @@ def _policy_evaluate(request: HttpRequest, upload: CappedTraceUpload) -> HttpRes
         context.update(_report_context(report))
         # A learnt version is named by its number: "local" would read as the shipped guardian.
         context["scored_by"] = (
-            f"guardian model version {guardian_version}"
+            _("guardian model version %(number)s") % {"number": guardian_version}
             if guardian_version is not None
             else report["model"]
         )

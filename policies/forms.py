@@ -2,6 +2,8 @@
 quorum and judge."""
 
 from django import forms
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from guardian_core.engine.thresholds import Budgets, Threshold
 from guardian_core.models import PolicyVersion
@@ -29,17 +31,17 @@ COLUMN_NAMES = {"c_stop": "C_stop", "c_cont": "C_cont", "delta": "δ"}
 
 
 LIMIT_LABELS = {
-    "drift_window": "Drift: hysteresis window (turns)",
-    "drift_required": "Drift: turns that must fire",
-    "stagnation_window": "Stagnation: hysteresis window (turns)",
-    "stagnation_required": "Stagnation: turns that must fire",
-    "max_replans": "Replans before a stop",
-    "repeat_limit": "Repeat limit (same call, turns in a row)",
-    "max_turns": "Run cap: turns",
-    "max_tokens": "Run cap: tokens",
-    "max_cost": "Run cap: cost",
-    "max_wall_seconds": "Run cap: wall time (seconds)",
-    "escalation_hours": "Escalation deadline (hours)",
+    "drift_window": gettext_lazy("Drift: hysteresis window (turns)"),
+    "drift_required": gettext_lazy("Drift: turns that must fire"),
+    "stagnation_window": gettext_lazy("Stagnation: hysteresis window (turns)"),
+    "stagnation_required": gettext_lazy("Stagnation: turns that must fire"),
+    "max_replans": gettext_lazy("Replans before a stop"),
+    "repeat_limit": gettext_lazy("Repeat limit (same call, turns in a row)"),
+    "max_turns": gettext_lazy("Run cap: turns"),
+    "max_tokens": gettext_lazy("Run cap: tokens"),
+    "max_cost": gettext_lazy("Run cap: cost"),
+    "max_wall_seconds": gettext_lazy("Run cap: wall time (seconds)"),
+    "escalation_hours": gettext_lazy("Escalation deadline (hours)"),
 }
 
 
@@ -70,25 +72,28 @@ class PolicyVersionForm(forms.Form):
     """A new policy version, prefilled from an earlier one. t* is never typed: it is derived
     from the two costs (see `derived_thresholds`), as the service stores it."""
 
-    label = forms.CharField(max_length=120, required=False)
+    label = forms.CharField(max_length=120, required=False, label=gettext_lazy("Label"))
     question_set_version = forms.CharField(
         max_length=40,
-        help_text="Name the wording of the questions. Changed wording needs a new name.",
+        label=gettext_lazy("Question set version"),
+        help_text=gettext_lazy(
+            "Name the wording of the questions. Changed wording needs a new name."
+        ),
     )
     quorum_regulated = forms.BooleanField(
-        required=False, label="Two distinct approvers for every held regulated call"
+        required=False, label=gettext_lazy("Two distinct approvers for every held regulated call")
     )
     quorum_tools = forms.CharField(
         required=False,
-        label="Two distinct approvers for every held call of these tools",
-        help_text="Tool names, one per line or separated by commas.",
+        label=gettext_lazy("Two distinct approvers for every held call of these tools"),
+        help_text=gettext_lazy("Tool names, one per line or separated by commas."),
         widget=forms.Textarea(attrs={"rows": 2}),
     )
     judge_model = forms.CharField(
         required=False,
         max_length=120,
-        label="Second-tier judge: model",
-        help_text=(
+        label=gettext_lazy("Second-tier judge: model"),
+        help_text=gettext_lazy(
             "A model on the OpenAI-compatible server, pinned by the exact name it reports. "
             "Empty: no judge, every uncertain answer goes to a person."
         ),
@@ -97,15 +102,19 @@ class PolicyVersionForm(forms.Form):
         required=False,
         choices=[(c, c) for c in CONDITIONS if c != "risk"],
         widget=forms.CheckboxSelectMultiple,
-        label="Second-tier judge: conditions it may settle",
-        help_text="Risk is never judged: irreversible and regulated calls go to a person.",
+        label=gettext_lazy("Second-tier judge: conditions it may settle"),
+        help_text=gettext_lazy(
+            "Risk is never judged: irreversible and regulated calls go to a person."
+        ),
     )
     judge_timeout_seconds = forms.FloatField(
         required=False,
         min_value=JUDGE_TIMEOUT_MIN_SECONDS,
         max_value=JUDGE_TIMEOUT_MAX_SECONDS,
-        label="Second-tier judge: seconds it may take",
-        help_text="An answer after this is no answer: the case goes to a person. Default 10.",
+        label=gettext_lazy("Second-tier judge: seconds it may take"),
+        help_text=gettext_lazy(
+            "An answer after this is no answer: the case goes to a person. Default 10."
+        ),
     )
     # The version being edited (the page's ?from=, else the active one): kept across the POST
     # so the version stores where it came from even if another was activated meanwhile.
@@ -115,17 +124,18 @@ class PolicyVersionForm(forms.Form):
         super().__init__(*args, **kwargs)
         for condition in CONDITIONS:
             for part, label, low in (
-                ("c_stop", "C_stop (cost of a false stop)", None),
-                ("c_cont", "C_cont (cost of a false continue)", None),
-                ("delta", "δ (half-width of the uncertain band)", 0.0),
+                ("c_stop", _("C_stop (cost of a false stop)"), None),
+                ("c_cont", _("C_cont (cost of a false continue)"), None),
+                ("delta", _("δ (half-width of the uncertain band)"), 0.0),
             ):
                 self.fields[threshold_field(condition, part)] = forms.FloatField(
-                    label=f"{condition}: {label}",
+                    # Translators: a condition's name, then what its field holds.
+                    label=_("%(condition)s: %(part)s") % {"condition": condition, "part": label},
                     min_value=low,
                     widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
                 )
             self.fields[question_field(condition)] = forms.CharField(
-                label=f"{condition}: question",
+                label=_("%(condition)s: question") % {"condition": condition},
                 max_length=2000,
                 widget=forms.Textarea(attrs={"rows": 2}),
             )
@@ -138,7 +148,8 @@ class PolicyVersionForm(forms.Form):
             self.fields[limit_field(key)] = field_class(
                 required=False,
                 label=LIMIT_LABELS[key],
-                help_text=f"{LIMIT_HELP[key]} Empty: {_default_words(key)}.",
+                help_text=_("%(help)s Empty: %(default)s.")
+                % {"help": LIMIT_HELP[key], "default": _default_words(key)},
                 widget=forms.NumberInput(attrs=attrs),
             )
 
@@ -209,7 +220,7 @@ class PolicyVersionForm(forms.Form):
                 shown = ", ".join(value)
             elif isinstance(field, forms.BooleanField):
                 value = query.get(name, "").lower() in ("1", "true", "on", "yes")
-                shown = "yes" if value else "no"
+                shown = _("yes") if value else _("no")
             else:
                 value = shown = query.get(name, "")
             initial[name] = value
@@ -299,7 +310,7 @@ class PolicyVersionForm(forms.Form):
         found = PolicyVersion.objects.filter(pk=pk).first()
         if found is None:
             raise forms.ValidationError(
-                f"No policy version {pk} to copy from; open the page again."
+                _("No policy version %(pk)s to copy from; open the page again.") % {"pk": pk}
             )
         return found
 
@@ -339,7 +350,9 @@ class PolicyVersionForm(forms.Form):
                 }
                 threshold = Threshold(**values)
             except (TypeError, ValueError) as error:
-                row["why"] = "give both costs (> 0) and δ" if "float" in str(error) else str(error)
+                row["why"] = (
+                    _("give both costs (> 0) and δ") if "float" in str(error) else str(error)
+                )
             else:
                 low, high = threshold.t_star - threshold.delta, threshold.t_star + threshold.delta
                 # The band drawn on a 0–100 scale (the SVG's own units).
@@ -347,9 +360,10 @@ class PolicyVersionForm(forms.Form):
                     # Saving refuses it (policy_validation); say so while it is typed.
                     room = min(threshold.t_star, 1 - threshold.t_star)
                     row["band_problem"] = (
-                        f"the band leaves 0–1, which saving refuses: δ must be below {room:.3g}"
+                        _("the band leaves 0–1, which saving refuses: δ must be below %(room)s")
+                        % {"room": f"{room:.3g}"}
                         if room > 0
-                        else "t* is at the edge of 0–1: no band fits, bring the costs closer"
+                        else _("t* is at the edge of 0–1: no band fits, bring the costs closer")
                     )
                 row.update(
                     t_star=threshold.t_star,
@@ -378,7 +392,9 @@ def _default_words(key: str) -> str:
     if LIMIT_DEFAULTS[key] is not None:
         return str(LIMIT_DEFAULTS[key])
     engine = getattr(Budgets(), key)
-    return f"the run's own budget, else {engine if engine is not None else 'none'}"
+    return _("the run's own budget, else %(engine)s") % {
+        "engine": engine if engine is not None else _("none")
+    }
 
 
 def _field_of(problem: str) -> str | None:

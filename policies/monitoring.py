@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.models import (
     PEOPLES_SOURCES,
@@ -398,19 +399,33 @@ def banners(
         per_hour = escalations_per_hour(days[-1], now=now)
         if per_hour > capacity:
             out.append(
-                f"Escalations on {days[-1].day}: {per_hour:.2f} escalations per hour since its "
-                f"first decision, above the reviewers' capacity of {capacity:g} per hour "
-                "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR). That counts every escalation of the "
-                "day, held irreversible calls included, which no δ changes; the bands "
-                "suggested below count each condition's own band only, over the whole "
-                "window: a band within capacity there does not bring this day under it."
+                _(
+                    "Escalations on %(day)s: %(per_hour)s escalations per hour since its "
+                    "first decision, above the reviewers' capacity of %(capacity)s per hour "
+                    "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR). That counts every escalation of the "
+                    "day, held irreversible calls included, which no δ changes; the bands "
+                    "suggested below count each condition's own band only, over the whole "
+                    "window: a band within capacity there does not bring this day under it."
+                )
+                % {
+                    "day": days[-1].day,
+                    "per_hour": f"{per_hour:.2f}",
+                    "capacity": f"{capacity:g}",
+                }
             )
     for condition in Condition:
         value = shift(days, condition.value)
         if value is not None and value > PSI_THRESHOLD:
             out.append(
-                f"{condition.value}: the probabilities shifted (PSI {value:.2f} of the last day "
-                f"against the 7 before, above {PSI_THRESHOLD})."
+                _(
+                    "%(condition)s: the probabilities shifted (PSI %(value)s of the last day "
+                    "against the 7 before, above %(threshold)s)."
+                )
+                % {
+                    "condition": condition.value,
+                    "value": f"{value:.2f}",
+                    "threshold": PSI_THRESHOLD,
+                }
             )
     return out
 
@@ -612,11 +627,11 @@ class Suggestion:
     def rows(self) -> list[tuple[tuple[str, str], Candidate]]:
         """The page's table: the current band, the suggested one, the cheapest beyond
         capacity when capacity binds."""
-        rows = [(("current", "Current"), self.current)] if self.current else []
+        rows = [(("current", _("Current")), self.current)] if self.current else []
         if self.best is not None:
-            rows.append((("suggested", "Suggested"), self.best))
+            rows.append((("suggested", _("Suggested")), self.best))
         if self.capacity_binds:
-            rows.append((("unconstrained", "Cheapest beyond capacity"), self.unconstrained))
+            rows.append((("unconstrained", _("Cheapest beyond capacity")), self.unconstrained))
         return rows
 
     @property
@@ -722,7 +737,7 @@ def suggest_thresholds(
     base = Suggestion(condition, labels=len(pairs), positives=positives)
     if not costs:
         return replace(
-            base, problem="No active version with costs for this condition to start from."
+            base, problem=_("No active version with costs for this condition to start from.")
         )
     c_stop, c_cont = float(costs["c_stop"]), float(costs["c_cont"])
     review = review_cost(c_stop, c_cont)
@@ -731,9 +746,17 @@ def suggest_thresholds(
             base,
             review_cost=review,
             problem=(
-                f"Too few people's labels to suggest from: {len(pairs)} with a probability "
-                f"({positives} positive); a suggestion needs at least {MIN_LABELS}, with at "
-                f"least {MIN_PER_CLASS} of each class."
+                _(
+                    "Too few people's labels to suggest from: %(labels)s with a probability "
+                    "(%(positives)s positive); a suggestion needs at least %(min_labels)s, with "
+                    "at least %(min_per_class)s of each class."
+                )
+                % {
+                    "labels": len(pairs),
+                    "positives": positives,
+                    "min_labels": MIN_LABELS,
+                    "min_per_class": MIN_PER_CLASS,
+                }
             ),
         )
     p = np.array([float(v) for v, _ in pairs])
@@ -770,8 +793,15 @@ def suggest_thresholds(
         problem=""
         if within
         else (
-            f"No δ at t* {current.t_star:.2f} keeps {condition}'s escalations within "
-            f"{capacity_per_hour:g} per hour on recent traffic."
+            _(
+                "No δ at t* %(t_star)s keeps %(condition)s's escalations within "
+                "%(capacity)s per hour on recent traffic."
+            )
+            % {
+                "t_star": f"{current.t_star:.2f}",
+                "condition": condition,
+                "capacity": f"{capacity_per_hour:g}",
+            }
         ),
     )
 

@@ -7,6 +7,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from guardian_core.engine import correlated_errors
@@ -81,7 +82,14 @@ def _heatmap(days: list[monitoring.Day], condition: str) -> dict:
                     "x": round(LEFT + c * column + 1, 2),
                     "y": TOP + (monitoring.BINS - 1 - b) * CELL_H + 1,
                     "opacity": round(0.15 + 0.85 * share, 3),
-                    "title": f"{day.day}: {n} of {total} in {b / 10:.1f}–{(b + 1) / 10:.1f}",
+                    "title": _("%(day)s: %(n)s of %(total)s in %(low)s–%(high)s")
+                    % {
+                        "day": day.day,
+                        "n": n,
+                        "total": total,
+                        "low": f"{b / 10:.1f}",
+                        "high": f"{(b + 1) / 10:.1f}",
+                    },
                 }
             )
     ticks = [
@@ -89,7 +97,7 @@ def _heatmap(days: list[monitoring.Day], condition: str) -> dict:
         for i in range(0, monitoring.BINS + 1, 2)
     ]
     return {
-        **_frame(bottom, ticks, "probability"),
+        **_frame(bottom, ticks, _("probability")),
         **axis,
         "cells": cells,
         "cell_w": round(column - 2, 2),
@@ -118,7 +126,8 @@ def _escalation_bars(days: list[monitoring.Day]) -> dict:
                 "x": round(LEFT + c * column + 3, 2),
                 "y": round(bottom - h, 2),
                 "height": h,
-                "title": f"{day.day}: {day.escalations} escalations of {day.decisions} decisions",
+                "title": _("%(day)s: %(escalations)s escalations of %(decisions)s decisions")
+                % {"day": day.day, "escalations": day.escalations, "decisions": day.decisions},
             }
         )
     ticks = [
@@ -126,7 +135,8 @@ def _escalation_bars(days: list[monitoring.Day]) -> dict:
         for i in range(5)
     ]
     return {
-        **_frame(bottom, ticks, "escalated"),
+        # Translators: the y axis of the chart of the share of decisions escalated per day.
+        **_frame(bottom, ticks, _("escalated")),
         **axis,
         "bars": bars,
         "bar_w": round(column - 6, 2),
@@ -231,7 +241,8 @@ def policy_monitoring_page(request: HttpRequest) -> HttpResponse:
             "banners": banners,
             # Whether the top says the last day is above capacity: the suggestions, which
             # price one condition's band over the window, say how that differs.
-            "over_capacity": any("above the reviewers' capacity" in b for b in banners),
+            # The capacity banner names its setting in every language.
+            "over_capacity": any("GUARDIAN_REVIEWER_CAPACITY_PER_HOUR" in b for b in banners),
             "capacity": capacity,
             "psi_threshold": monitoring.PSI_THRESHOLD,
             "active": active,

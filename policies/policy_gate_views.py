@@ -9,6 +9,8 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
 from guardian_core.engine.conditions import Condition
@@ -47,7 +49,10 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
                 for field, problems in error.message_dict.items()
             }
         else:
-            messages.success(request, f"Policy version {version} is active: new runs pin it.")
+            messages.success(
+                request,
+                _("Policy version %(version)s is active: new runs pin it.") % {"version": version},
+            )
             return redirect("policies:detail", version_id=version.pk)
     return render(
         request,
@@ -73,16 +78,16 @@ def policy_version_activate_page(request: HttpRequest, version_id: int) -> HttpR
 # What a band means for the run, said per condition: "fired" alone does not tell an admin
 # whether the run would have stopped, replanned or waited for a person.
 _ON_FIRE_WORDS = {
-    Outcome.ESCALATE: "fires: a person decides",
-    Outcome.STOP_FAILURE: "fires: the run stops (failure)",
-    Outcome.STOP_SUCCESS: "fires: the run stops (success)",
-    Outcome.REPLAN: "fires: the actor replans",
+    Outcome.ESCALATE: gettext_lazy("fires: a person decides"),
+    Outcome.STOP_FAILURE: gettext_lazy("fires: the run stops (failure)"),
+    Outcome.STOP_SUCCESS: gettext_lazy("fires: the run stops (success)"),
+    Outcome.REPLAN: gettext_lazy("fires: the actor replans"),
 }
 _BAND_WORDS = {
-    Band.UNCERTAIN: "uncertain band: a person decides",
-    Band.CLEAR: "clear: the run goes on",
+    Band.UNCERTAIN: gettext_lazy("uncertain band: a person decides"),
+    Band.CLEAR: gettext_lazy("clear: the run goes on"),
     # The guardian model gate's word for an example a guardian could not answer.
-    "unscored": "no usable answer: a person decides",
+    "unscored": gettext_lazy("no usable answer: a person decides"),
 }
 
 
@@ -95,9 +100,9 @@ def _when(report: dict | None) -> datetime | None:
 def band_words(condition: str, band: str) -> str:
     """What `band` of `condition` does to the run, in words; an unknown value as it is."""
     if band != Band.FIRED:
-        return _BAND_WORDS.get(band, band)
+        return str(_BAND_WORDS.get(band, band))
     try:
-        return _ON_FIRE_WORDS[ON_FIRE[Condition(condition)]]
+        return str(_ON_FIRE_WORDS[ON_FIRE[Condition(condition)]])
     except (ValueError, KeyError):
         return band
 
@@ -107,10 +112,14 @@ def label_words(condition: str, label: object, positive: bool | None) -> str:
     if positive is None:
         return ""
     if condition == Condition.RISK:
-        return f"{label} ({'needs approval' if positive else 'may run'})"
+        if positive:
+            return _("%(label)s (needs approval)") % {"label": label}
+        return _("%(label)s (may run)") % {"label": label}
     if condition == Condition.DRIFT:
-        return f"score {label} ({'lost the goal' if positive else 'on goal'})"
-    return "holds" if positive else "does not hold"
+        if positive:
+            return _("score %(label)s (lost the goal)") % {"label": label}
+        return _("score %(label)s (on goal)") % {"label": label}
+    return _("holds") if positive else _("does not hold")
 
 
 def _judged(condition: str, band: str, positive: bool) -> str:
@@ -122,13 +131,14 @@ def _judged(condition: str, band: str, positive: bool) -> str:
     except (ValueError, KeyError):
         escalating = False
     if band == Band.CLEAR:
-        return "missed" if positive else "right"
+        # Translators: how an example's outcome stands against its label.
+        return _("missed") if positive else _("right")
     if band == Band.FIRED:
         if positive:
-            return "caught" if escalating else "right"
-        return "false alarm"
+            return _("caught") if escalating else _("right")
+        return _("false alarm")
     # The uncertain band, or no usable answer: a person decides.
-    return "caught" if positive else "a person"
+    return _("caught") if positive else _("a person")
 
 
 def flip_effect(flip: dict) -> tuple[str, str]:
@@ -182,7 +192,10 @@ def example_previews(example_ids: list[int]) -> dict[int, str]:
         proposal = projection.get("pending_proposal")
         results = projection.get("last_results") or []
         if isinstance(proposal, dict) and proposal.get("tool"):
-            text = f"call {proposal['tool']}: {proposal.get('arguments', {})}"
+            text = _("call %(tool)s: %(arguments)s") % {
+                "tool": proposal["tool"],
+                "arguments": proposal.get("arguments", {}),
+            }
         elif results:
             text = str(results[0])
         else:

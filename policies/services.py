@@ -10,6 +10,7 @@ changing it means making a new version.
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
+from django.utils.translation import gettext as _
 
 from guardian_core.models import PolicyVersion, problems_by_field
 from guardian_core.policy_validation import (
@@ -32,7 +33,7 @@ class GateRefused(ValidationError):
             {
                 **(others or {}),
                 "override_reason": [
-                    "The regression gate refused this version; give a reason to override it."
+                    _("The regression gate refused this version; give a reason to override it.")
                 ],
             }
         )
@@ -127,7 +128,7 @@ def policy_version_activate(
     """
     bad = {}
     if not comment.strip():
-        bad["comment"] = ["Say why this version is activated."]
+        bad["comment"] = [_("Say why this version is activated.")]
     if gate_report is None:
         candidate = PolicyVersion.objects.get(pk=version_id)
         # An invalid version is refused below, under the lock, with its every problem.
@@ -149,7 +150,8 @@ def policy_version_activate(
             raise ValidationError(
                 {
                     "__all__": [
-                        f"Policy version {version} cannot be activated; it is invalid:",
+                        _("Policy version %(version)s cannot be activated; it is invalid:")
+                        % {"version": version},
                         *problems,
                     ]
                 }
@@ -162,8 +164,11 @@ def policy_version_activate(
             raise ValidationError(
                 {
                     "__all__": [
-                        f"The active version changed while the gate measured v{version.number} "
-                        f"against v{gate_report['current']}; open the activation again."
+                        _(
+                            "The active version changed while the gate measured v%(number)s "
+                            "against v%(current)s; open the activation again."
+                        )
+                        % {"number": version.number, "current": gate_report["current"]}
                     ]
                 }
             )
@@ -206,7 +211,10 @@ def policy_version_unregistered_problems(*, quorum: object, judge: object) -> li
     if isinstance(tools, list) and any(isinstance(name, str) for name in tools):
         known = registered_tool_names()
         problems += [
-            f"quorum.tools[{i}]: no tool named {name!r} is registered"[:300]
+            (
+                f"quorum.tools[{i}]: "
+                + _("no tool named %(name)s is registered") % {"name": repr(name)}
+            )[:300]
             for i, name in enumerate(tools)
             if isinstance(name, str) and name and name not in known
         ]
@@ -214,10 +222,14 @@ def policy_version_unregistered_problems(*, quorum: object, judge: object) -> li
     if isinstance(model, str) and model.strip():
         models = registered_model_names()
         if model not in models:
-            listed = ", ".join(sorted(models)) or "none"
+            listed = ", ".join(sorted(models)) or _("none")
             problems.append(
-                f"judge.model: no model named {model[:120]!r} is registered (known: "
-                f"{listed[:300]}); add it to GUARDIAN_JUDGE_MODELS or GUARDIAN_MODEL_PRICES"
+                "judge.model: "
+                + _(
+                    "no model named %(name)s is registered (known: %(known)s); add it to "
+                    "GUARDIAN_JUDGE_MODELS or GUARDIAN_MODEL_PRICES"
+                )
+                % {"name": repr(model[:120]), "known": listed[:300]}
             )
     return problems
 

@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from guardian_core.models import PolicyVersion
@@ -83,8 +84,11 @@ def policy_version_new_page(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(
                     request,
-                    f"Policy version {version} saved as a draft: compare it, then activate it "
-                    "through the regression gate.",
+                    _(
+                        "Policy version %(version)s saved as a draft: compare it, then activate "
+                        "it through the regression gate."
+                    )
+                    % {"version": version},
                 )
                 return redirect("policies:detail", version_id=version.pk)
     else:
@@ -94,8 +98,8 @@ def policy_version_new_page(request: HttpRequest) -> HttpResponse:
             # A link to a version that is not there: say which one the form copies instead.
             messages.warning(
                 request,
-                f"No policy version {raw} to copy from; the form starts from "
-                f"{base if base is not None else 'nothing'} instead.",
+                _("No policy version %(raw)s to copy from; the form starts from %(base)s instead.")
+                % {"raw": raw, "base": base if base is not None else _("nothing")},
             )
         initial, prefilled = PolicyVersionForm.prefill(
             PolicyVersionForm.initial_from(base), request.GET

@@ -6,6 +6,8 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -54,11 +56,12 @@ def kind_words(version: GuardianModelVersion) -> str:
     if version.kind != GuardianModelKind.RECALIBRATED:
         return version.get_kind_display()
     if version.over_id is not None:
-        return f"Recalibrated (a map over version {version.over.number}'s answers)"
-    return (
-        f"Recalibrated (a map over the {version.get_adapter_display()} guardian's answers as "
-        "it ships)"
-    )
+        return _("Recalibrated (a map over version %(number)s's answers)") % {
+            "number": version.over.number
+        }
+    return _("Recalibrated (a map over the %(adapter)s guardian's answers as it ships)") % {
+        "adapter": version.get_adapter_display()
+    }
 
 
 def kind_short(version: GuardianModelVersion) -> str:
@@ -66,26 +69,36 @@ def kind_short(version: GuardianModelVersion) -> str:
     what it sits on (the kind's own label names no version, so a map over a retrained version
     would read as a map over the base model)."""
     if version.kind != GuardianModelKind.RECALIBRATED:
-        return "retrained"
+        return _("retrained")
     if version.over_id is not None:
-        return f"a map over version {version.over.number}"
-    return f"a map over the {version.get_adapter_display()} guardian as it ships"
+        return _("a map over version %(number)s") % {"number": version.over.number}
+    return _("a map over the %(adapter)s guardian as it ships") % {
+        "adapter": version.get_adapter_display()
+    }
 
 
 def before_words(version: GuardianModelVersion) -> str:
     """What "before" is in a version's held-out figures: what it was made on top of."""
     if version.over_id is not None:
-        return f"version {version.over.number}'s answers (the version it sits on)"
-    return f"the {version.get_adapter_display()} guardian's answers as it ships"
+        return _("version %(number)s's answers (the version it sits on)") % {
+            "number": version.over.number
+        }
+    return _("the %(adapter)s guardian's answers as it ships") % {
+        "adapter": version.get_adapter_display()
+    }
 
 
 # The fitting methods of a map, in a few words (engine/calibration.py fits both and keeps the
 # better on the held-out examples).
 METHOD_WORDS = {
-    "isotonic": "isotonic: a stepwise, never-decreasing curve fitted to the labels (any shape, "
-    "needs more examples)",
-    "platt": "Platt: a logistic curve over the answers (two parameters, steadier on few examples)",
-    "retrained": "retrained: the model itself learnt again, no map",
+    "isotonic": gettext_lazy(
+        "isotonic: a stepwise, never-decreasing curve fitted to the labels (any shape, "
+        "needs more examples)"
+    ),
+    "platt": gettext_lazy(
+        "Platt: a logistic curve over the answers (two parameters, steadier on few examples)"
+    ),
+    "retrained": gettext_lazy("retrained: the model itself learnt again, no map"),
 }
 
 
@@ -122,9 +135,9 @@ def _figure_rows(version: GuardianModelVersion) -> list[dict]:
 
 # How a version's live prior was known, in the admins' words (policies/priors.py).
 PRIOR_SOURCES = {
-    "stated": "stated by an admin",
-    "audit_sample": "the audit sample people labelled",
-    "traffic_em": "the guardian's scores on recent traffic (EM)",
+    "stated": gettext_lazy("stated by an admin"),
+    "audit_sample": gettext_lazy("the audit sample people labelled"),
+    "traffic_em": gettext_lazy("the guardian's scores on recent traffic (EM)"),
 }
 
 
@@ -165,11 +178,11 @@ def _jobs() -> list[GuardianModelJob]:
 
 # The form's fields as its labels name them: an error names the field the admin sees.
 FIELD_LABELS = {
-    "kind": "How",
-    "adapter": "Over which guardian",
-    "over": "On top of version",
-    "conditions": "Conditions",
-    "job": "The same job",
+    "kind": pgettext_lazy("how a version is made", "How"),
+    "adapter": gettext_lazy("Over which guardian"),
+    "over": gettext_lazy("On top of version"),
+    "conditions": gettext_lazy("Conditions"),
+    "job": gettext_lazy("The same job"),
 }
 
 
@@ -199,18 +212,21 @@ def guardian_model_list_page(request: HttpRequest) -> HttpResponse:
         }
         errors = guardian_model_job_problems(**fields)
         if over and not over.isdigit():
-            errors.setdefault("over", []).append("Give a version number.")
+            errors.setdefault("over", []).append(_("Give a version number."))
         missing = adapter_setup_missing(fields["adapter"])
         if missing:
             errors.setdefault("adapter", []).append(
-                f"This guardian is not set up here: set {missing} first."
+                _("This guardian is not set up here: set %(missing)s first.") % {"missing": missing}
             )
         if not errors:
             job = guardian_model_job_start(**fields, created_by=request.user)
             messages.success(
                 request,
-                f"Job {job.pk} queued: a worker makes the version and it appears here, "
-                "inactive, for you to gate and activate.",
+                _(
+                    "Job %(pk)s queued: a worker makes the version and it appears here, "
+                    "inactive, for you to gate and activate."
+                )
+                % {"pk": job.pk},
             )
             return redirect("policies:models")
     versions = guardian_model_version_list()
@@ -325,15 +341,21 @@ def guardian_model_retire(request: HttpRequest, version_id: int) -> HttpResponse
     version = get_object_or_404(GuardianModelVersion, pk=version_id)
     comment = request.POST.get("comment", "").strip()
     if not comment:
-        messages.error(request, "Not retired: say why it is retired.")
+        messages.error(request, _("Not retired: say why it is retired."))
     elif not version.is_active:
-        messages.info(request, f"Guardian model version {version.number} is not active.")
+        messages.info(
+            request,
+            _("Guardian model version %(number)s is not active.") % {"number": version.number},
+        )
     else:
         guardian_model_deactivate(adapter=version.adapter, retired_by=request.user, comment=comment)
         messages.success(
             request,
-            f"Guardian model version {version.number} retired: runs on the "
-            f"{version.get_adapter_display()} guardian use it as it ships from their next turn.",
+            _(
+                "Guardian model version %(number)s retired: runs on the %(adapter)s guardian "
+                "use it as it ships from their next turn."
+            )
+            % {"number": version.number, "adapter": version.get_adapter_display()},
         )
     return redirect("policies:model_detail", version_id=version.pk)
 
@@ -350,7 +372,7 @@ def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpR
     report = None
     if request.method == "POST" and not version.is_active:
         if not comment:
-            errors["comment"] = ["Say why this guardian model version is activated."]
+            errors["comment"] = [_("Say why this guardian model version is activated.")]
         else:
             try:
                 guardian_model_activate(
@@ -362,15 +384,22 @@ def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpR
             except GuardianGateRefused as refusal:
                 report = refusal.report
                 errors["override_reason"] = [
-                    "The regression gate refused this version; give a reason to override it."
+                    _("The regression gate refused this version; give a reason to override it.")
                 ]
             except LearningError as error:
                 errors["general"] = [str(error)]
             else:
                 messages.success(
                     request,
-                    f"Guardian model version {version.number} ({version.model_version}) is "
-                    f"active: runs on the {version.adapter} guardian use it from their next turn.",
+                    _(
+                        "Guardian model version %(number)s (%(model_version)s) is active: runs "
+                        "on the %(adapter)s guardian use it from their next turn."
+                    )
+                    % {
+                        "number": version.number,
+                        "model_version": version.model_version,
+                        "adapter": version.adapter,
+                    },
                 )
                 return redirect("policies:model_detail", version_id=version.pk)
     measure_url = f"{request.path}?measure=1"
@@ -401,7 +430,7 @@ def guardian_model_activate_page(request: HttpRequest, version_id: int) -> HttpR
             "flip_counts": flip_counts((report or {}).get("flips", [])),
             "review_share": settings.GUARDIAN_REVIEW_COST_SHARE,
             "rollback_at": _when(report),
-            "version_label": f"version {version.number}",
+            "version_label": _("version %(number)s") % {"number": version.number},
             "policy": PolicyVersion.objects.filter(is_active=True).first(),
             "errors": errors,
             "comment": comment,

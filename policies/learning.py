@@ -27,6 +27,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from escalations.models import PEOPLES_SOURCES, LabelledExample
 from guardian_core.engine.calibration import (
@@ -144,8 +145,11 @@ def guardian_model_activate_replacing(
         if (active.pk if active else None) != report["current_id"]:
             # The gate compared the candidate with another model than the one it would replace.
             raise LearningError(
-                f"guardian model version {number} was not activated: the active {version.adapter} "
-                "version changed while the gate measured it; run it again"
+                _(
+                    "guardian model version %(number)s was not activated: the active "
+                    "%(adapter)s version changed while the gate measured it; run it again"
+                )
+                % {"number": number, "adapter": version.adapter}
             )
         replaced = active if active is not None and active.pk != version.pk else None
         if replaced is not None:
@@ -626,30 +630,46 @@ def guardian_model_job_problems(
     the same as one queued or running. {} when it may be queued."""
     problems: dict[str, list[str]] = {}
     if kind not in GuardianModelJobKind.values:
-        problems["kind"] = [f"Choose one of: {', '.join(GuardianModelJobKind.values)}."]
+        problems["kind"] = [
+            _("Choose one of: %(choices)s.") % {"choices": ", ".join(GuardianModelJobKind.values)}
+        ]
     if adapter not in GuardianAdapter.values:
-        problems["adapter"] = [f"Choose one of: {', '.join(GuardianAdapter.values)}."]
+        problems["adapter"] = [
+            _("Choose one of: %(choices)s.") % {"choices": ", ".join(GuardianAdapter.values)}
+        ]
     elif kind in _RETRAINING and adapter != GuardianAdapter.LOCAL:
-        problems["adapter"] = ["Only the local guardian can be retrained here."]
+        problems["adapter"] = [_("Only the local guardian can be retrained here.")]
     unknown = [c for c in conditions if c not in Condition.__members__.values()]
     if unknown:
-        problems["conditions"] = [f"Unknown: {', '.join(unknown)}."]
+        problems["conditions"] = [_("Unknown: %(names)s.") % {"names": ", ".join(unknown)}]
     if over is not None:
         under = GuardianModelVersion.objects.filter(number=over).first()
         if kind != GuardianModelJobKind.RECALIBRATE:
-            problems["over"] = ["Only a recalibration sits on another version."]
+            problems["over"] = [_("Only a recalibration sits on another version.")]
         elif under is None:
-            problems["over"] = [f"There is no guardian model version {over}."]
+            problems["over"] = [
+                _("There is no guardian model version %(number)s.") % {"number": over}
+            ]
         elif under.adapter != adapter:
-            problems["over"] = [f"Version {over} is a {under.adapter} guardian, not {adapter}."]
+            problems["over"] = [
+                _("Version %(number)s is a %(under)s guardian, not %(adapter)s.")
+                % {"number": over, "under": under.adapter, "adapter": adapter}
+            ]
         elif under.kind == GuardianModelKind.RECALIBRATED:
             # A map over a map refits answers already mapped (…/cal-3/cal-4): fit afresh over
             # what the map sits on instead.
-            base = f"version {under.over.number}" if under.over_id else "none (as it ships)"
+            base = (
+                _("version %(number)s") % {"number": under.over.number}
+                if under.over_id
+                else _("none (as it ships)")
+            )
             problems["over"] = [
-                f"Version {over} is itself a map: a new map sits on a retrained version or "
-                f"on the guardian as it ships. Choose {base}, what version {over} sits on, to "
-                "fit its map again."
+                _(
+                    "Version %(number)s is itself a map: a new map sits on a retrained version "
+                    "or on the guardian as it ships. Choose %(base)s, what version %(number)s "
+                    "sits on, to fit its map again."
+                )
+                % {"number": over, "base": base}
             ]
     if not problems:
         same = guardian_model_job_unfinished_same(
@@ -657,9 +677,11 @@ def guardian_model_job_problems(
         )
         if same is not None:
             problems["job"] = [
-                f"Job {same.pk}, the same (kind, guardian, conditions, version underneath), is "
-                f"already {same.get_status_display().lower()}: its version will appear here. "
-                "Not queued again."
+                _(
+                    "Job %(pk)s, the same (kind, guardian, conditions, version underneath), is "
+                    "already %(status)s: its version will appear here. Not queued again."
+                )
+                % {"pk": same.pk, "status": same.get_status_display().lower()}
             ]
     return problems
 

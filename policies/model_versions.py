@@ -1,6 +1,8 @@
 """Finding a guardian model version by number, and the learning loop's error: what the harness,
 the gates and the learning loop share without importing each other."""
 
+from django.utils.translation import gettext as _
+
 from guardian_core.models import GuardianModelVersion
 
 
@@ -17,5 +19,8 @@ def guardian_model_version_get(*, number: int) -> GuardianModelVersion:
                 "number", flat=True
             )
         )
-        raise LearningError(f"no guardian model version {number} (known: {known or 'none'})")
+        raise LearningError(
+            _("no guardian model version %(number)s (known: %(known)s)")
+            % {"number": number, "known": known or _("none")}
+        )
     return version

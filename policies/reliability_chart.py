@@ -5,6 +5,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
 # viewBox units. The plot is a square: a probability of 1 is as far across as a rate of 1 is up,
 # so the diagonal (perfect calibration) is at 45°.
 WIDTH = 360
@@ -92,7 +95,7 @@ def reliability_chart(
     dots, bars = [], []
     for b in curve:
         span = f"[{b['lower']:.3f}, {b['upper']:.3f})"
-        rows = f"{b['count']} row{'s' if b['count'] != 1 else ''}"
+        rows = ngettext("%(count)d row", "%(count)d rows", b["count"]) % {"count": b["count"]}
         # A bar per bin, empty ones too, so the strip shows where the rows are not.
         height = round(STRIP_HEIGHT * b["count"] / max_count, 2)
         x0, x1 = _x(b["lower"]), _x(b["upper"])
@@ -113,8 +116,13 @@ def reliability_chart(
                     x=_x(b["mean_predicted"]),
                     y=_y(b["observed_rate"]),
                     r=round(r, 2),
-                    title=f"{span}: {rows}, predicted {b['mean_predicted']:.3f}, "
-                    f"observed {b['observed_rate']:.3f}",
+                    title=_("%(span)s: %(rows)s, predicted %(predicted)s, observed %(observed)s")
+                    % {
+                        "span": span,
+                        "rows": rows,
+                        "predicted": f"{b['mean_predicted']:.3f}",
+                        "observed": f"{b['observed_rate']:.3f}",
+                    },
                 )
             )
     band, t_star_x, t_star_text = None, None, ""
@@ -123,14 +131,27 @@ def reliability_chart(
         low, high = max(t_star - delta, 0.0), min(t_star + delta, 1.0)
         band = (_x(low), round(_x(high) - _x(low), 2))
         t_star_x = _x(t_star)
-        t_star_text = f"t* {t_star:.3f}, uncertain band {t_star - delta:.3f} – {t_star + delta:.3f}"
+        t_star_text = _("t* %(t_star)s, uncertain band %(low)s – %(high)s") % {
+            "t_star": f"{t_star:.3f}",
+            "low": f"{t_star - delta:.3f}",
+            "high": f"{t_star + delta:.3f}",
+        }
     description = (
-        f"Reliability of {condition}: {sum(counts)} scored rows in {len(curve)} bins"
+        _("Reliability of %(condition)s: %(rows)s scored rows in %(bins)s bins")
+        % {"condition": condition, "rows": sum(counts), "bins": len(curve)}
         + (f", ECE {ece:.3f}" if ece is not None else "")
-        + ". Predicted probability across, observed rate of the positive class up; the "
-        "diagonal is perfect calibration"
-        + (f"; the line is t* and the shaded band t* ± δ ({t_star_text})" if policy else "")
-        + "; the bars under the plot are the rows per bin."
+        + ". "
+        + _(
+            "Predicted probability across, observed rate of the positive class up; the "
+            "diagonal is perfect calibration"
+        )
+        + (
+            "; " + _("the line is t* and the shaded band t* ± δ (%(band)s)") % {"band": t_star_text}
+            if policy
+            else ""
+        )
+        + "; "
+        + _("the bars under the plot are the rows per bin.")
     )
     return ReliabilityChart(
         description=description,

@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from guardian_core.engine.conditions import Condition, Malformed
 from guardian_core.engine.policy import (
@@ -55,32 +56,39 @@ def shadow_trial_start(
     same candidate already running."""
     problems: dict[str, list[str]] = {}
     if not comment.strip():
-        problems["comment"] = ["Say what this trial is for."]
+        problems["comment"] = [_("Say what this trial is for.")]
     if (policy_version_id is None) == (guardian_model_version_id is None):
-        problems["candidate"] = ["Choose one candidate: a policy version or a guardian model."]
+        problems["candidate"] = [_("Choose one candidate: a policy version or a guardian model.")]
     candidate = None
     if policy_version_id is not None:
         candidate = PolicyVersion.objects.filter(pk=policy_version_id).first()
         if candidate is None:
-            problems["candidate"] = [f"No policy version with id {policy_version_id}."]
+            problems["candidate"] = [
+                _("No policy version with id %(id)s.") % {"id": policy_version_id}
+            ]
         elif candidate.is_active:
             problems["candidate"] = [
-                f"Policy version {candidate} is active: it already decides every new run."
+                _("Policy version %(version)s is active: it already decides every new run.")
+                % {"version": candidate}
             ]
         elif candidate.problems():
             problems["candidate"] = [
-                f"Policy version {candidate} is invalid: " + "; ".join(candidate.problems())
+                _("Policy version %(version)s is invalid: %(problems)s")
+                % {"version": candidate, "problems": "; ".join(candidate.problems())}
             ]
     elif guardian_model_version_id is not None:
         candidate = GuardianModelVersion.objects.filter(pk=guardian_model_version_id).first()
         if candidate is None:
             problems["candidate"] = [
-                f"No guardian model version with id {guardian_model_version_id}."
+                _("No guardian model version with id %(id)s.") % {"id": guardian_model_version_id}
             ]
         elif candidate.is_active:
             problems["candidate"] = [
-                f"Guardian model version {candidate.number} is active: it already answers "
-                f"for every {candidate.adapter} run."
+                _(
+                    "Guardian model version %(number)s is active: it already answers for every "
+                    "%(adapter)s run."
+                )
+                % {"number": candidate.number, "adapter": candidate.adapter}
             ]
     if problems:
         raise ValidationError(problems)
@@ -97,7 +105,12 @@ def shadow_trial_start(
             )
     except IntegrityError:
         raise ValidationError(
-            {"candidate": [f"A trial of {candidate} is already running; stop it first."]}
+            {
+                "candidate": [
+                    _("A trial of %(candidate)s is already running; stop it first.")
+                    % {"candidate": candidate}
+                ]
+            }
         ) from None
     return trial
 

@@ -4,6 +4,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from guardian_core.roles import manage_policy
@@ -16,7 +17,7 @@ STOPPED_SHOWN = 50
 
 def _candidate_choice(raw: str) -> dict:
     """ "policy:3" or "model:2" from the form's select, as shadow_trial_start's arguments."""
-    kind, _, pk = raw.partition(":")
+    kind, _colon, pk = raw.partition(":")
     if not pk.isdigit():
         return {}
     if kind == "policy":
@@ -46,8 +47,11 @@ def shadow_trial_list_page(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(
                 request,
-                f"Shadow trial of {trial.candidate_words} started: it decides every turn "
-                "logged from now on, beside the real decision, and changes none.",
+                _(
+                    "Shadow trial of %(candidate)s started: it decides every turn logged from "
+                    "now on, beside the real decision, and changes none."
+                )
+                % {"candidate": trial.candidate_words},
             )
             return redirect("policies:shadow_detail", trial_id=trial.pk)
     versions, models = shadow.shadow_candidates()
@@ -63,16 +67,23 @@ def shadow_trial_list_page(request: HttpRequest) -> HttpResponse:
             "stopped": stopped,
             "candidate_groups": [
                 (
-                    "Policy versions (not active)",
-                    [(f"policy:{v.pk}", f"policy version {v}") for v in versions],
+                    _("Policy versions (not active)"),
+                    [
+                        (f"policy:{v.pk}", _("policy version %(version)s") % {"version": v})
+                        for v in versions
+                    ],
                 ),
                 (
-                    "Guardian model versions (not active)",
+                    _("Guardian model versions (not active)"),
                     [
                         (
                             f"model:{m.pk}",
-                            f"guardian model {m.number}: {m.model_version} "
-                            f"({m.get_adapter_display()})",
+                            _("guardian model %(number)s: %(model_version)s (%(adapter)s)")
+                            % {
+                                "number": m.number,
+                                "model_version": m.model_version,
+                                "adapter": m.get_adapter_display(),
+                            },
                         )
                         for m in models
                     ],
@@ -123,7 +134,10 @@ def shadow_trial_detail_page(request: HttpRequest, trial_id: int) -> HttpRespons
 def shadow_trial_stop_view(request: HttpRequest, trial_id: int) -> HttpResponse:
     trial = get_object_or_404(ShadowTrial, pk=trial_id)
     if shadow.shadow_trial_stop(trial_id=trial.pk, user=request.user):
-        messages.success(request, f"Shadow trial of {trial.candidate_words} stopped.")
+        messages.success(
+            request,
+            _("Shadow trial of %(candidate)s stopped.") % {"candidate": trial.candidate_words},
+        )
     else:
-        messages.info(request, "This trial had already stopped.")
+        messages.info(request, _("This trial had already stopped."))
     return redirect("policies:shadow_detail", trial_id=trial.pk)

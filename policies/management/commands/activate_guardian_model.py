@@ -3,6 +3,7 @@ adapter use, in one transaction, once the regression gate lets it through (`--de
 ADAPTER` goes back to the adapter as it ships)."""
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from guardian_core.models import GuardianAdapter
 from policies.learning import (
@@ -44,19 +45,29 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         if options["deactivate"]:
             if options["number"] is not None:
-                raise CommandError("give N or --deactivate ADAPTER, not both")
+                raise CommandError(_("give N or --deactivate ADAPTER, not both"))
             adapter = options["deactivate"]
             retired = guardian_model_deactivate(adapter=adapter)
             self.stdout.write(
-                f"{adapter}: retired guardian model version {retired.number} "
-                f"({retired.model_version}); runs go back to the {adapter} adapter as it ships"
+                _(
+                    "%(adapter)s: retired guardian model version %(number)s "
+                    "(%(model_version)s); runs go back to the %(adapter)s adapter as it ships"
+                )
+                % {
+                    "adapter": adapter,
+                    "number": retired.number,
+                    "model_version": retired.model_version,
+                }
                 if retired
-                else f"{adapter}: no version was active; runs already use the {adapter} adapter "
-                "as it ships"
+                else _(
+                    "%(adapter)s: no version was active; runs already use the %(adapter)s "
+                    "adapter as it ships"
+                )
+                % {"adapter": adapter}
             )
             return
         if options["number"] is None:
-            raise CommandError("N: which guardian model version? (or --deactivate ADAPTER)")
+            raise CommandError(_("N: which guardian model version? (or --deactivate ADAPTER)"))
         try:
             version, replaced = guardian_model_activate_replacing(
                 number=options["number"],
@@ -66,23 +77,35 @@ class Command(BaseCommand):
         except LearningError as exc:
             raise CommandError(str(exc), returncode=1) from exc
         before = (
-            f"it replaced version {replaced.number} ({replaced.model_version})"
+            _("it replaced version %(number)s (%(model_version)s)")
+            % {"number": replaced.number, "model_version": replaced.model_version}
             if replaced
-            else "no version was active before"
+            else _("no version was active before")
         )
         activation = version.activations.order_by("-pk").first()
         report = activation.gate_report
         if activation.override_reason:
             gate = (
-                "the gate could not decide on so few examples, overridden: "
+                _("the gate could not decide on so few examples, overridden: %(reason)s")
                 if report.get("undecided")
-                else "the gate refused it, overridden: "
-            ) + activation.override_reason
+                else _("the gate refused it, overridden: %(reason)s")
+            ) % {"reason": activation.override_reason}
         elif report.get("note"):
-            gate = "gate: " + report["note"]
+            gate = _("gate: %(note)s") % {"note": report["note"]}
         else:
-            gate = f"the gate passed it on {report['examples']['used']} examples"
+            gate = _("the gate passed it on %(count)s examples") % {
+                "count": report["examples"]["used"]
+            }
         self.stdout.write(
-            f"Guardian model version {version.number} ({version.model_version}) is active "
-            f"for {version.adapter} runs; {before}; {gate}"
+            _(
+                "Guardian model version %(number)s (%(model_version)s) is active for "
+                "%(adapter)s runs; %(before)s; %(gate)s"
+            )
+            % {
+                "number": version.number,
+                "model_version": version.model_version,
+                "adapter": version.adapter,
+                "before": before,
+                "gate": gate,
+            }
         )

@@ -8,6 +8,7 @@ import json
 import sys
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from guardian_core.models import PolicyVersion
 from policies.guardian_gate import guardian_model_gate_report
@@ -40,13 +41,17 @@ class Command(BaseCommand):
         candidate, guardian = options["candidate"], options["guardian_version"]
         if (candidate is None) == (guardian is None):
             raise CommandError(
-                "give exactly one of --candidate N (a policy version) or --guardian-version N "
-                "(a guardian model version)"
+                _(
+                    "give exactly one of --candidate N (a policy version) or --guardian-version "
+                    "N (a guardian model version)"
+                )
             )
         if candidate is not None:
             version = PolicyVersion.objects.filter(number=candidate).first()
             if version is None:
-                raise CommandError(f"--candidate: no policy version {candidate}")
+                raise CommandError(
+                    _("--candidate: no policy version %(number)s") % {"number": candidate}
+                )
             report = gate_report(candidate=version)
         else:
             try:

@@ -5,6 +5,7 @@ import json
 import math
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from guardian_core.engine.calibration import DEFAULT_SEED, HELD_OUT_SHARE
 from guardian_core.engine.conditions import Condition
@@ -101,7 +102,7 @@ def live_priors_option(pairs: list[str]) -> dict[str, float]:
         try:
             table[name.strip()] = float(share) if sep else math.nan
         except ValueError:
-            problems.append(f"{pair}: the share must be a number")
+            problems.append(_("%(pair)s: the share must be a number") % {"pair": pair})
     try:
         stated = prior_table(table)
     except ValueError as exc:
@@ -185,7 +186,10 @@ def version_table(version: GuardianModelVersion) -> str:
     for name, f in version.figures.items():
         before, after = f.get("before"), f.get("after")
         if before is None:
-            out.append(f"{name:<13}  taught {f.get('taught', 0)}, too few to hold any out")
+            out.append(
+                f"{name:<13}  "
+                + _("taught %(count)s, too few to hold any out") % {"count": f.get("taught", 0)}
+            )
             continue
         out.append(
             f"{name:<13}{f.get('method', '—'):>9}{f.get('n_fit', f.get('taught', 0)):>6}"
@@ -193,7 +197,10 @@ def version_table(version: GuardianModelVersion) -> str:
             f"{before['brier']:>14.3f}{after['brier']:>7.3f}"
         )
         if f["n_held_out"] < FEW_HELD_OUT:
-            out.append(f"{'':<13}  on {f['n_held_out']} held-out rows: read as a rough sign")
+            out.append(
+                f"{'':<13}  "
+                + _("on %(count)s held-out rows: read as a rough sign") % {"count": f["n_held_out"]}
+            )
         prior = f.get("prior")
         if prior:
             out.append(f"{'':<13}  {_prior_line(prior, f.get('after_at_live_prior'))}")
@@ -202,7 +209,9 @@ def version_table(version: GuardianModelVersion) -> str:
             out.append(f"{'':<13}  {_paired_line(paired)}")
     out += [
         "",
-        "Figures are on the held-out examples only (none of them fed the version); ECE over "
-        "the harness's equal-width bins.",
+        _(
+            "Figures are on the held-out examples only (none of them fed the version); ECE over "
+            "the harness's equal-width bins."
+        ),
     ]
     return "\n".join(out)

@@ -5,6 +5,7 @@ version (and, with --recalibrate, a map over it at the live prior as another).""
 import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from guardian_core.engine.calibration import DEFAULT_SEED
 from guardian_core.engine.conditions import Condition
@@ -69,7 +70,10 @@ class Command(BaseCommand):
                 seed=options["seed"],
             )
             if options["recalibrate"]:
-                self.stderr.write(f"retrained as version {version.number}; recalibrating it")
+                self.stderr.write(
+                    _("retrained as version %(number)s; recalibrating it")
+                    % {"number": version.number}
+                )
                 version = guardian_model_recalibrate(
                     adapter=version.adapter,
                     conditions=options["condition"],

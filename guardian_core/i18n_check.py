@@ -49,6 +49,13 @@ NOT_WORDS = frozenset(
         "SHA",
         "HMAC",
         "UTC",
+        "AUROC",
+        "Brier",
+        "phi",
+        "C_stop",
+        "C_cont",
+        "stop",
+        "cont",
     }
 )
 WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
@@ -121,7 +128,8 @@ def unmarked_in_source(source: str, name: str) -> list[Unmarked]:
                 commenting += 1
             elif command == "endcomment":
                 commenting -= 1
-            pieces.append(HOLE)
+            # A space, not a hole: a tag may sit in an HTML tag (<tr{% if x %} class="a">).
+            pieces.append(" ")
         elif token.token_type == TokenType.TEXT and not translating and not commenting:
             pieces.append(token.contents)
         elif token.token_type == TokenType.TEXT:

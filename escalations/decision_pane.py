@@ -82,11 +82,15 @@ class PaneCall:
 
     @property
     def declared_words(self) -> str:
-        return risk_words(self.call.declared_risk) if self.call.declared_risk else ""
+        return (
+            risk_words(self.call.declared_risk, translated=True) if self.call.declared_risk else ""
+        )
 
     @property
     def guardian_words(self) -> str:
-        return risk_words(self.call.guardian_risk) if self.call.guardian_risk else ""
+        return (
+            risk_words(self.call.guardian_risk, translated=True) if self.call.guardian_risk else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class DecisionPane:
     @property
     def review_end(self) -> str:
         """How a coder ⇄ reviewer loop ended, in words ("round cap reached")."""
-        return review_end_words(str(self.review_loop.get("end_reason", "")))
+        return review_end_words(str(self.review_loop.get("end_reason", "")), translated=True)
 
     @property
     def review_loop(self) -> dict:
@@ -144,7 +148,7 @@ class DecisionPane:
         its keys), any other after them by name."""
         answer = (self.verdict.answer if self.verdict else None) or {}
         return [
-            (condition, answer_words(condition, label))
+            (condition, answer_words(condition, label, translated=True))
             for condition, label in in_question_order(
                 answer, [question.condition for question in self.questions]
             )
@@ -281,7 +285,11 @@ def _pane_turn(turn: Turn, *, escalated_here: bool) -> PaneTurn:
         source = reason.get("source", "")
         if reason.get("band") != "clear" or source == "review_loop":
             detail = str(reason.get("detail", ""))
-            said = detail if source == "review_loop" else f"{source_words(str(source))}: {detail}"
+            said = (
+                detail
+                if source == "review_loop"
+                else f"{source_words(str(source), translated=True)}: {detail}"
+            )
             reasons.append(said[:300])
     proposal = turn.proposal or {}
     return PaneTurn(

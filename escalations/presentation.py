@@ -84,7 +84,8 @@ class Bar:
     def words(self) -> str:
         """The source as the run page says it ("Injected instructions"). The run page hands
         over sources it has already worded, which stay as they are."""
-        return self.source if self.source in _WORDED else source_words(self.source)
+        worded = _WORDED | {_(words) for words in _WORDED}  # in English or already translated
+        return self.source if self.source in worded else source_words(self.source, translated=True)
 
     @property
     def label(self) -> str:
@@ -96,7 +97,7 @@ class Bar:
                 "delta": self.delta,
             }
         # The marker's colour says "fired"; a screen reader hears it.
-        return f"{said}, {band_words(self.band)}" if self.band else said
+        return f"{said}, {band_words(self.band, translated=True)}" if self.band else said
 
     @property
     def text(self) -> str:

@@ -1,0 +1,58 @@
+"""Every page a role opens renders in French: asked for by the browser or chosen by the person.
+
+The access matrix names every page and who opens it; each page is fetched in French by a
+persona who may open it. A blocktranslate missing a variable, or a translation that breaks its
+placeholder, fails here rather than in front of a French-speaking reviewer.
+"""
+
+import pytest
+from django.urls import reverse
+
+from tests.factories import make_escalation, make_run, make_turn
+from tests.test_access_matrix import MATRIX, _api_objects
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    param
+    for param in MATRIX
+    if param.values[1] == "GET"
+    and not param.values[0].startswith(("api:", "admin:"))
+    and param.values[0] not in ("metrics", "favicon", "healthz")
+    and 200 in param.values[3].values()
+]
+
+
+def _url(url_name: str, kwargs: dict) -> str:
+    if kwargs.get("run_id") == "run":
+        kwargs = {**kwargs, "run_id": make_run().pk}
+    if kwargs.get("run_id") == "turn_run":
+        turn = make_escalation().turn
+        kwargs = {**kwargs, "run_id": turn.run_id, "index": turn.index}
+    if kwargs.get("escalation_id") == "escalation":
+        kwargs = {**kwargs, "escalation_id": make_escalation(turn=make_turn()).pk}
+    return reverse(url_name, kwargs=_api_objects(kwargs))
+
+
+@pytest.mark.parametrize(("url_name", "method", "kwargs", "expected"), PAGES)
+def test_the_page_renders_in_french(request, client, url_name, method, kwargs, expected):
+    persona = next(name for name, answer in expected.items() if answer == 200)
+    if persona != "anonymous":
+        client.force_login(request.getfixturevalue(persona))
+    response = client.get(_url(url_name, kwargs), headers={"accept-language": "fr"})
+    assert response.status_code == 200
+    if not response["Content-Type"].startswith("text/html"):
+        return  # a download or a JSON answer: its keys are an interface
+    page = response.content.decode()
+    if "<html" not in page:
+        return  # a fragment htmx swaps into a page (the page's own test covers its words)
+    assert '<html lang="fr"' in page
+    assert response.headers["Content-Language"] == "fr"
+    if persona != "anonymous":
+        assert "Se déconnecter" in page
+        assert "Sign out" not in page
+
+
+def test_there_is_a_page_for_every_role():
+    names = {param.values[0] for param in PAGES}
+    assert {"escalations:queue", "runs:list", "policies:list", "people:list", "login"} <= names

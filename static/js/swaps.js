@@ -131,6 +131,7 @@
     if (!now || !now.isConnected) return;
 
     var moved = false;
+    var restored = false;
     if (kept.focus && lost()) {
       var again = kept.focus.id ? document.getElementById(kept.focus.id) : null;
       if (!again && kept.focus.path) {
@@ -146,6 +147,11 @@
       }
       again.focus({ preventScroll: true });
       moved = true;
+    } else if (kept.focus) {
+      // A page's script put the focus back: on the same control (its id) is the person's
+      // place kept; anywhere else it led them to what the swap brought, which is read there.
+      var active = document.activeElement;
+      restored = !!(kept.focus.id && active && active.id === kept.focus.id);
     }
 
     // Swapped into a live region that stayed in place (innerHTML): the region reads it.
@@ -153,9 +159,9 @@
     var said = summary(now);
     if (said.alert || !said.text) return;
     if (kept.poll && said.text === kept.before) return;
-    // A page's script (or the step above) put the focus in the new content: it is read there.
-    var active = document.activeElement;
-    if (!moved && active && active !== now && now.contains(active)) return;
+    // A page's script led the focus into the new content: it is read there.
+    var focused = document.activeElement;
+    if (!moved && !restored && focused && focused !== now && now.contains(focused)) return;
     say(said.text);
   });
 

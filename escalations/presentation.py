@@ -100,6 +100,12 @@ class Bar:
         return f"{said}, {band_words(self.band, translated=True)}" if self.band else said
 
     @property
+    def band_word(self) -> str:
+        """The band in words, shown next to the bar: its marker's colour is never the only
+        thing that says "fired" (issue 28); empty when the reason has no band."""
+        return band_words(self.band) if self.band else ""
+
+    @property
     def text(self) -> str:
         said = _("no answer") if self.value is None else f"p {self.value}"
         if self.t_star is not None:

@@ -136,7 +136,8 @@ def test_a_decided_item_leaves_another_reviewers_list_within_3s(
     escalation_resolve(escalation_id=escalation.pk, reviewer=other_reviewer, decision="approve")
 
     expect(row(page, escalation)).to_have_count(0, timeout=LIVE)
-    expect(page.get_by_text("Nothing waits for a reviewer.")).to_be_visible()
+    # (scoped: the swap is also announced in #swap-status, in the same words)
+    expect(page.locator("#queue-rows").get_by_text("Nothing waits for a reviewer.")).to_be_visible()
 
 
 def test_two_reviewers_in_two_browsers_see_each_others_claims_and_new_items(

@@ -1,7 +1,8 @@
 // The decision pane's keyboard shortcuts, its focus after an in-place answer, and its deadline
 // countdown. Loaded with defer from <head>; every action also works without it (plain forms),
 // and it needs no inline script, hx-on or trigger filter (the CSP and allowEval=false forbid
-// them). Keys act only while no text field has focus; Escape leaves a field.
+// them). Keys act only while no text field has focus; Escape leaves a field. None act when the
+// person turned the shortcuts off (<body data-keyboard-shortcuts="off">).
 //
 // One key sends a verdict only where the issue asks for it (a: approve). y and n only select
 // an answer, and Enter on it sends it: n is also "next item" on the queue, and a reviewer who
@@ -47,7 +48,8 @@
     settled();
   });
   document.addEventListener("htmx:afterSettle", settled);
-  var TEXT_TYPES = ["text", "search", "email", "url", "tel", "password", "number", ""];
+  // Inputs that take no typed text; every other input (text, number, date, time…) does.
+  var NOT_TEXT_TYPES = ["checkbox", "radio", "button", "submit", "reset", "image", "file", "range", "color"];
   var KEYS = ["a", "r", "y", "n", "e", "s", "?", "Enter", "0", "1", "2", "3", "4"];
 
   function typing(target) {
@@ -56,7 +58,13 @@
     var tag = target.tagName.toLowerCase();
     if (tag === "textarea" || tag === "select") return true;
     // A checkbox or a radio button takes no text: the shortcuts still work on it.
-    return tag === "input" && TEXT_TYPES.indexOf((target.getAttribute("type") || "").toLowerCase()) >= 0;
+    return tag === "input" && NOT_TEXT_TYPES.indexOf((target.type || "text").toLowerCase()) < 0;
+  }
+
+  // A person can turn the single-key shortcuts off (WCAG 2.1.4): the page then says
+  // <body data-keyboard-shortcuts="off">, read at each key so a change needs no reload.
+  function shortcutsOff() {
+    return !!document.body && document.body.dataset.keyboardShortcuts === "off";
   }
 
   function find(name) {
@@ -151,7 +159,7 @@
   );
 
   document.addEventListener("keydown", function (event) {
-    if (event.defaultPrevented || event.altKey) return;
+    if (event.defaultPrevented || event.altKey || shortcutsOff()) return;
     var target = event.target;
     if (typing(target)) {
       if (event.key === "Escape") {

@@ -19,7 +19,14 @@
 
   function typing(target) {
     if (!target || !target.closest) return false;
+    if (target.isContentEditable) return true;
     return !!target.closest("input, textarea, select, [contenteditable=''], [contenteditable='true']");
+  }
+
+  // A person can turn the single-key shortcuts off (WCAG 2.1.4): the page then says
+  // <body data-keyboard-shortcuts="off">, read at each key so a change needs no reload.
+  function shortcutsOff() {
+    return !!document.body && document.body.dataset.keyboardShortcuts === "off";
   }
 
   function focusRow(row) {
@@ -53,7 +60,7 @@
 
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
-    if (typing(event.target)) return;
+    if (shortcutsOff() || typing(event.target)) return;
     var dialog = shortcuts();
     if (dialog && dialog.open) {
       if (event.key === "?") {

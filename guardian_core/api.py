@@ -10,6 +10,8 @@ from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import defaults
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -37,7 +39,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     with Retry-After (Django's is an HTML 500 page). The HTML pages keep Django's answers."""
     if isinstance(exc, OperationalError) and conflict_code(exc):
         return Response(
-            error_body("Another change to this run happened at the same time; try again."),
+            error_body(_("Another change to this run happened at the same time; try again.")),
             status=status.HTTP_409_CONFLICT,
         )
     if isinstance(exc, RequestDataTooBig):
@@ -61,7 +63,7 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         return defaults.bad_request(request, exception)
     if isinstance(exception, RequestDataTooBig):
         return JsonResponse(_too_big_body(), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-    return JsonResponse(error_body("Bad request."), status=status.HTTP_400_BAD_REQUEST)
+    return JsonResponse(error_body(_("Bad request.")), status=status.HTTP_400_BAD_REQUEST)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
@@ -72,7 +74,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
         return defaults.server_error(request)
     if database_unavailable(sys.exc_info()[1]):
         return _database_down_response(JsonResponse)
-    body = error_body("A server error occurred; it has been logged.")
+    body = error_body(_("A server error occurred; it has been logged."))
     return JsonResponse(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
 
 
@@ -83,14 +85,17 @@ def _under_api(request: HttpRequest) -> bool:
 def _too_big_body() -> dict[str, list[str]]:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return error_body(
-        f"The request body is larger than the {limit} bytes this server takes "
-        "(DATA_UPLOAD_MAX_MEMORY_SIZE); send less."
+        _(
+            "The request body is larger than the %(limit)s bytes this server takes "
+            "(DATA_UPLOAD_MAX_MEMORY_SIZE); send less."
+        )
+        % {"limit": limit}
     )
 
 
 def _database_down_response(response_class):
     response = response_class(
-        error_body("The database is not answering; try again in a moment."),
+        error_body(_("The database is not answering; try again in a moment.")),
         status=status.HTTP_503_SERVICE_UNAVAILABLE,
     )
     response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
@@ -160,52 +165,62 @@ class HasRequiredPermission(BasePermission):
 
 # (url name, method, path, what it does): the index. A test resolves each path to its name.
 API_ENDPOINTS = (
-    ("schema", "GET", "/api/schema/", "The OpenAPI 3 schema of this API."),
-    ("docs", "GET", "/api/docs/", "The schema as a browsable page (Swagger UI)."),
+    ("schema", "GET", "/api/schema/", gettext_lazy("The OpenAPI 3 schema of this API.")),
+    ("docs", "GET", "/api/docs/", gettext_lazy("The schema as a browsable page (Swagger UI).")),
     ("run-list", "GET", "/api/runs/",
-     "Runs, newest first, by keyset pages (follow `next`); the runs page's filters: status, "
-     "outcome, stop_reason, since, until, policy, model, escalated, tool, q."),
-    ("run-start", "POST", "/api/runs/start/", "Start a run."),
-    ("run-detail", "GET", "/api/runs/{id}/", "One run with its latest turns."),
-    ("run-cancel", "POST", "/api/runs/{id}/cancel/", "Cancel a run."),
+     gettext_lazy("Runs, newest first, by keyset pages (follow `next`); the runs page's "
+                  "filters: status, outcome, stop_reason, since, until, policy, model, escalated, "
+                  "tool, q.")),
+    ("run-start", "POST", "/api/runs/start/", gettext_lazy("Start a run.")),
+    ("run-detail", "GET", "/api/runs/{id}/", gettext_lazy("One run with its latest turns.")),
+    ("run-cancel", "POST", "/api/runs/{id}/cancel/", gettext_lazy("Cancel a run.")),
     ("run-steps", "GET", "/api/runs/{id}/steps/",
-     "An external run: where it stands (the next step, one waiting for results, an escalation)."),
+     gettext_lazy("An external run: where it stands (the next step, one waiting for results, an "
+                  "escalation).")),
     ("run-steps", "POST", "/api/runs/{id}/steps/",
-     "An external run: propose its next step; every call validated, the whole step gated."),
-    ("run-step", "GET", "/api/runs/{id}/steps/{step}/", "An external run's step as recorded."),
+     gettext_lazy("An external run: propose its next step; every call validated, the whole step "
+                  "gated.")),
+    ("run-step", "GET", "/api/runs/{id}/steps/{step}/",
+     gettext_lazy("An external run's step as recorded.")),
     ("run-step-results", "POST", "/api/runs/{id}/steps/{step}/results/",
-     "An external run: report a step's results; Guardian decides it."),
-    ("run-turn-list", "GET", "/api/runs/{id}/turns/", "A run's turns, a page at a time."),
+     gettext_lazy("An external run: report a step's results; Guardian decides it.")),
+    ("run-turn-list", "GET", "/api/runs/{id}/turns/",
+     gettext_lazy("A run's turns, a page at a time.")),
     ("run-turn-detail", "GET", "/api/runs/{id}/turns/{index}/",
-     "One turn: its calls, decision and escalations."),
+     gettext_lazy("One turn: its calls, decision and escalations.")),
     ("run-export", "GET", "/api/runs/{id}/export/",
-     "A run as one JSON document (the run page's export; manage.py import_run reads it)."),
+     gettext_lazy("A run as one JSON document (the run page's export; manage.py import_run reads "
+                  "it).")),
     ("run-decisions-csv", "GET", "/api/runs/{id}/decisions.csv",
-     "A run's decision log as CSV, in chain order."),
+     gettext_lazy("A run's decision log as CSV, in chain order.")),
     ("decision-log-csv", "GET", "/api/decisions.csv",
-     "The decision log of every run the runs filters match, as CSV, streamed."),
+     gettext_lazy("The decision log of every run the runs filters match, as CSV, streamed.")),
     ("escalation-list", "GET", "/api/escalations/",
-     "Open escalations, the nearest deadline first."),
+     gettext_lazy("Open escalations, the nearest deadline first.")),
     ("escalation-detail", "GET", "/api/escalations/{id}/",
-     "One escalation, its held calls and the hash to approve each by."),
-    ("escalation-claim", "POST", "/api/escalations/{id}/claim/", "Claim an escalation."),
+     gettext_lazy("One escalation, its held calls and the hash to approve each by.")),
+    ("escalation-claim", "POST", "/api/escalations/{id}/claim/",
+     gettext_lazy("Claim an escalation.")),
     ("escalation-wait", "GET", "/api/escalations/{id}/wait",
-     "An external run's escalation: its verdict as soon as there is one (long poll, ≤ 30 s)."),
+     gettext_lazy("An external run's escalation: its verdict as soon as there is one (long poll, "
+                  "≤ 30 s).")),
     ("escalation-release", "POST", "/api/escalations/{id}/release/",
-     "Release or skip an escalation."),
+     gettext_lazy("Release or skip an escalation.")),
     ("escalation-resolve", "POST", "/api/escalations/{id}/resolve/",
-     "Approve, reject or answer an escalation."),
+     gettext_lazy("Approve, reject or answer an escalation.")),
     ("escalation-extend", "POST", "/api/escalations/{id}/extend/",
-     "Extend an escalation's deadline, once."),
+     gettext_lazy("Extend an escalation's deadline, once.")),
     ("example-list", "GET", "/api/examples/",
-     "Labelled examples, newest first; filters: condition, source, since, until."),
+     gettext_lazy("Labelled examples, newest first; filters: condition, source, since, until.")),
     ("example-export", "GET", "/api/examples/export/",
-     "Labelled examples as JSON Lines (the trace format), streamed."),
-    ("policy-version-list", "GET", "/api/policy-versions/", "Policy versions, newest first."),
+     gettext_lazy("Labelled examples as JSON Lines (the trace format), streamed.")),
+    ("policy-version-list", "GET", "/api/policy-versions/",
+     gettext_lazy("Policy versions, newest first.")),
     ("policy-version-create", "POST", "/api/policy-versions/create/",
-     "Create a policy version (a draft; with activate=true, through the regression gate)."),
+     gettext_lazy("Create a policy version (a draft; with activate=true, through the regression "
+                  "gate).")),
     ("policy-version-activate", "POST", "/api/policy-versions/{id}/activate/",
-     "Activate a policy version."),
+     gettext_lazy("Activate a policy version.")),
 )  # fmt: skip
 
 
@@ -235,10 +250,14 @@ class ApiIndexApi(APIView):
         return Response(
             {
                 "endpoints": endpoints,
-                "authentication": "`Authorization: Bearer <token>` (an admin creates tokens in "
-                "the Django admin; each is shown once), or the browser's session.",
-                "errors": 'Every error is a JSON object mapping each bad field, or "detail" for '
-                "the request as a whole, to a list of messages.",
+                "authentication": _(
+                    "`Authorization: Bearer <token>` (an admin creates tokens in "
+                    "the Django admin; each is shown once), or the browser's session."
+                ),
+                "errors": _(
+                    'Every error is a JSON object mapping each bad field, or "detail" for '
+                    "the request as a whole, to a list of messages."
+                ),
             }
         )
 
@@ -251,6 +270,7 @@ class ApiNotFoundApi(APIView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request, rest: str) -> Response:
-        raise NotFound(f"No API endpoint at /api/{rest}; GET /api/ lists them.")
+        message = _("No API endpoint at /api/%(rest)s; GET /api/ lists them.") % {"rest": rest}
+        raise NotFound(message)
 
     post = put = patch = delete = get

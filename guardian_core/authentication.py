@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models import TextField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
@@ -64,11 +65,11 @@ class BearerTokenAuthentication(BaseAuthentication):
         if not parts or parts[0].lower() != self.keyword:
             return None
         if len(parts) != 2:
-            raise AuthenticationFailed("Authorization: give `Bearer <token>`, one token.")
+            raise AuthenticationFailed(_("Authorization: give `Bearer <token>`, one token."))
         try:
             token = parts[1].decode("ascii")
         except UnicodeDecodeError:
-            raise AuthenticationFailed("Authorization: the token is not valid.") from None
+            raise AuthenticationFailed(_("Authorization: the token is not valid.")) from None
         names = RawSQL(_permission_names_sql(connection.vendor), [], output_field=TextField())
         found = (
             ApiToken.objects.select_related("user")
@@ -78,7 +79,7 @@ class BearerTokenAuthentication(BaseAuthentication):
             .first()
         )
         if found is None or not found.user.is_active:
-            raise AuthenticationFailed("Authorization: the token is not valid.")
+            raise AuthenticationFailed(_("Authorization: the token is not valid."))
         if not found.user.is_superuser:  # who holds every permission, whatever the rows say
             # ModelBackend reads this cache: the permissions came with the token, in one
             # statement, instead of two more queries on every API call.
@@ -102,5 +103,5 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "An API token an admin created on the API tokens page (shown once).",
+            "description": _("An API token an admin created on the API tokens page (shown once)."),
         }

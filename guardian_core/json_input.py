@@ -15,9 +15,12 @@ import re
 import sys
 from collections.abc import Iterator
 
-NUL = "holds a NUL character (\\u0000), which no database column takes"
-SURROGATE = "holds a lone surrogate (\\ud800-\\udfff), which is not text"
-NOT_FINITE = "is a number out of range"
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+NUL = gettext_lazy("holds a NUL character (\\u0000), which no database column takes")
+SURROGATE = gettext_lazy("holds a lone surrogate (\\ud800-\\udfff), which is not text")
+NOT_FINITE = gettext_lazy("is a number out of range")
 _NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 # The interpreter's own bound on the digits of an integer read from text (PEP 651's limit).
 MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
@@ -34,19 +37,22 @@ def loads(text: str, *, max_depth: int) -> object:
     number out of range (1e999) and NaN or Infinity; never RecursionError or a bare ValueError.
     The value may still hold text no column takes: see problems()."""
     if depth_exceeds(text, max_depth):
-        raise JsonInputError(f"nested deeper than {max_depth} levels")
+        raise JsonInputError(_("nested deeper than %(limit)s levels") % {"limit": max_depth})
     try:
         return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except JsonInputError:
         raise
     except json.JSONDecodeError as error:
         raise JsonInputError(
-            f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+            _("not valid JSON: %(error)s (line %(line)s, column %(column)s)")
+            % {"error": error.msg, "line": error.lineno, "column": error.colno}
         ) from None
     except RecursionError:  # depth_exceeds makes this unreachable; an answer all the same
-        raise JsonInputError(f"nested deeper than {max_depth} levels") from None
+        raise JsonInputError(
+            _("nested deeper than %(limit)s levels") % {"limit": max_depth}
+        ) from None
     except ValueError as error:
-        raise JsonInputError(f"not valid JSON: {error}") from None
+        raise JsonInputError(_("not valid JSON: %(error)s") % {"error": error}) from None
 
 
 def depth_exceeds(text: str, limit: int) -> bool:
@@ -94,6 +100,13 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+def field_name_problem(problem: str) -> str:
+    """What is wrong with a field name, from what text_problem() said of it."""
+    # Translators: problem is e.g. "holds a NUL character (\u0000), which no database column
+    # takes"; the whole reads "a field name holds a NUL character…".
+    return _("a field name %(problem)s") % {"problem": problem}
+
+
 def shown(text: str) -> str:
     """`text` with every NUL and lone surrogate written as its \\u escape: safe to store and to
     show, and still saying what was sent."""
@@ -116,7 +129,7 @@ def _walk(value: object, where: str) -> Iterator[tuple[str, str]]:
             for key, child in item.items():
                 problem = text_problem(key) if isinstance(key, str) else None
                 if problem:
-                    yield place, f"a field name {problem}"
+                    yield place, field_name_problem(problem)
                     continue
                 children.append((child, f"{place}.{_key(key)}" if place else _key(key)))
             stack.extend(reversed(children))
@@ -132,16 +145,19 @@ def _key(key: object) -> str:
 
 def _int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise JsonInputError(f"a number with more than {MAX_INT_DIGITS} digits")
+        raise JsonInputError(
+            _("a number with more than %(count)s digits") % {"count": MAX_INT_DIGITS}
+        )
     return int(text)
 
 
 def _float(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):
-        raise JsonInputError(f"a number out of range: {text[:20]}{'…' if len(text) > 20 else ''}")
+        shown_number = f"{text[:20]}{'…' if len(text) > 20 else ''}"
+        raise JsonInputError(_("a number out of range: %(number)s") % {"number": shown_number})
     return number
 
 
 def _constant(name: str) -> float:
-    raise JsonInputError(f"{name} is not a JSON number")
+    raise JsonInputError(_("%(name)s is not a JSON number") % {"name": name})

@@ -4,6 +4,7 @@ Its own module because DRF imports the pagination class while it builds its gene
 a module that imports those views back (guardian_core/api.py) cannot hold it.
 """
 
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
@@ -50,5 +51,6 @@ def _bounded(raw: str, name: str, *, low: int, high: int) -> int:
     # Digits and length first: int() of a 100 000-digit string is itself refused by Python.
     digits = text.isascii() and text.isdecimal() and len(text) <= 15
     if not digits or not low <= int(text) <= high:
-        raise ValidationError({name: [f"must be a whole number from {low} to {high}"]})
+        message = _("must be a whole number from %(low)s to %(high)s") % {"low": low, "high": high}
+        raise ValidationError({name: [message]})
     return int(text)

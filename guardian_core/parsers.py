@@ -12,6 +12,7 @@ the top-level field it is in. A NUL character, a lone surrogate or a number out 
 import re
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
@@ -33,17 +34,18 @@ class BoundedJSONParser(JSONParser):
         try:
             text = stream.read().decode(encoding)
         except (UnicodeDecodeError, LookupError) as exc:
-            raise ParseError(f"JSON parse error - {exc}") from None
+            raise ParseError(_("JSON parse error - %(error)s") % {"error": exc}) from None
         too_deep_in = _too_deep_field(text, MAX_REQUEST_DEPTH)
         if too_deep_in is not None:
-            raise ValidationError({too_deep_in: [f"nested deeper than {MAX_REQUEST_DEPTH} levels"]})
+            too_deep = _("nested deeper than %(limit)s levels") % {"limit": MAX_REQUEST_DEPTH}
+            raise ValidationError({too_deep_in: [too_deep]})
         parse_constant = json.strict_constant if self.strict else None
         try:
             data = json.loads(text, parse_constant=parse_constant)
         except ValueError as exc:
-            raise ParseError(f"JSON parse error - {exc}") from None
+            raise ParseError(_("JSON parse error - %(error)s") % {"error": exc}) from None
         except RecursionError:  # the scan above makes this unreachable; a 400 all the same
-            raise ParseError("JSON parse error - nested too deeply") from None
+            raise ParseError(_("JSON parse error - nested too deeply")) from None
         unstorable = _unstorable_by_field(data)
         if unstorable:
             raise ValidationError(unstorable)
@@ -60,7 +62,7 @@ def _unstorable_by_field(data: object) -> dict[str, list[str]]:
     for key, value in data.items():
         problem = json_input.text_problem(key)
         if problem:
-            grouped.setdefault("detail", []).append(f"a field name {problem}")
+            grouped.setdefault("detail", []).append(json_input.field_name_problem(problem))
             continue
         found = json_input.problems(value, key)
         if found:

@@ -11,11 +11,13 @@ from django.contrib.auth.decorators import permission_required
 from django.contrib.auth.models import Group, Permission
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.translation import gettext_lazy, pgettext_lazy
 
 
 @dataclass(frozen=True)
 class Role:
-    name: str
+    name: str  # the group's name: stored, never translated
+    label: str  # the role's name as a person reads it (the people page)
     screen_permission: str  # "app_label.codename" that opens the role's own screens
     landing_url_name: str
     nav_label: str
@@ -27,9 +29,10 @@ class Role:
 ROLES: tuple[Role, ...] = (
     Role(
         name="reviewer",
+        label=pgettext_lazy("role", "reviewer"),
         screen_permission="escalations.review_escalation",
         landing_url_name="escalations:queue",
-        nav_label="Escalations",
+        nav_label=gettext_lazy("Escalations"),
         permissions=(
             "escalations.review_escalation",
             "escalations.view_escalation",
@@ -39,9 +42,10 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         name="auditor",
+        label=pgettext_lazy("role", "auditor"),
         screen_permission="runs.audit_run",
         landing_url_name="runs:list",
-        nav_label="Runs",
+        nav_label=gettext_lazy("Runs"),
         permissions=(
             "runs.audit_run",
             "runs.view_run",
@@ -56,9 +60,10 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         name="admin",
+        label=pgettext_lazy("role", "admin"),
         screen_permission="guardian_core.manage_policy",
         landing_url_name="policies:list",
-        nav_label="Policy versions",
+        nav_label=gettext_lazy("Policy versions"),
         permissions=(
             "guardian_core.manage_policy",
             "guardian_core.view_policyversion",
@@ -80,18 +85,19 @@ ROLES: tuple[Role, ...] = (
             "guardian_core.change_apitoken",
         ),
         more_nav=(
-            ("Reviewers' guidance", "guidance:list"),
-            ("API tokens", "tokens:list"),
-            ("People", "people:list"),
+            (gettext_lazy("Reviewers' guidance"), "guidance:list"),
+            (gettext_lazy("API tokens"), "tokens:list"),
+            (gettext_lazy("People"), "people:list"),
         ),
     ),
     # A machine's role: the agent loop that runs elsewhere and asks Guardian before and after
     # each step (runs/external.py), with an API token. Its screen is the API's documentation.
     Role(
         name="integrator",
+        label=pgettext_lazy("role", "integrator"),
         screen_permission="runs.drive_run",
         landing_url_name="api:docs",
-        nav_label="API",
+        nav_label=gettext_lazy("API"),
         permissions=("runs.add_run", "runs.drive_run"),
     ),
 )

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from guardian_core.models import ApiToken
 
@@ -70,7 +71,7 @@ def person_roles_set(*, user_id: int, roles: list[str], by) -> None:
     the last admin doing so would leave nobody able to give it back."""
     user = get_user_model().objects.get(pk=user_id)
     if user.pk == by.pk and ADMIN_ROLE not in roles and ADMIN_ROLE in _role_names(user):
-        raise PersonError("You cannot take the admin role from yourself; ask another admin.")
+        raise PersonError(_("You cannot take the admin role from yourself; ask another admin."))
     user.groups.set(Group.objects.filter(name__in=roles))
 
 
@@ -78,7 +79,7 @@ def person_active_set(*, user_id: int, active: bool, by) -> None:
     """Let a person sign in again, or stop them: their sessions and API tokens stop working at
     once (an inactive user is refused by both), and their history stays."""
     if user_id == by.pk and not active:
-        raise PersonError("You cannot deactivate your own account; ask another admin.")
+        raise PersonError(_("You cannot deactivate your own account; ask another admin."))
     get_user_model().objects.filter(pk=user_id).update(is_active=active)
 
 

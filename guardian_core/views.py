@@ -12,6 +12,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -43,7 +45,7 @@ def home(request: HttpRequest) -> HttpResponse:
     """Send a signed-in user to the landing page of their first role."""
     roles = roles_of(request.user)
     if not roles:
-        raise PermissionDenied("Your account has no role yet. Ask an admin to give you one.")
+        raise PermissionDenied(_("Your account has no role yet. Ask an admin to give you one."))
     return redirect(roles[0].landing_url_name)
 
 
@@ -100,13 +102,15 @@ def api_token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
     token = get_object_or_404(ApiToken.objects.select_related("user"), pk=token_id)
     if request.method == "GET":
         if token.revoked_at is not None:
-            messages.info(request, f"Token {token} was already revoked.")
+            messages.info(request, _("Token %(token)s was already revoked.") % {"token": token})
             return redirect("tokens:list")
         return render(request, "guardian_core/api_token_revoke.html", {"token": token})
     if api_token_revoke(token_id=token.pk):
-        messages.success(request, f"Token {token} revoked: it opens nothing from now on.")
+        messages.success(
+            request, _("Token %(token)s revoked: it opens nothing from now on.") % {"token": token}
+        )
     else:
-        messages.info(request, f"Token {token} was already revoked.")
+        messages.info(request, _("Token %(token)s was already revoked.") % {"token": token})
     return redirect("tokens:list")
 
 
@@ -133,14 +137,19 @@ def people_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 def person_roles_view(request: HttpRequest, user_id: int) -> HttpResponse:
     person = get_object_or_404(people_list(), pk=user_id)
-    known = {name for name, _ in role_choices()}
-    roles = [name for name in request.POST.getlist("roles") if name in known]
+    labels = dict(role_choices())
+    roles = [name for name in request.POST.getlist("roles") if name in labels]
     try:
         person_roles_set(user_id=person.pk, roles=roles, by=request.user)
     except PersonError as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, f"{person.get_username()}: roles {', '.join(roles) or 'none'}.")
+        # Translators: roles is a list of role names, or "none".
+        message = _("%(name)s: roles %(roles)s.") % {
+            "name": person.get_username(),
+            "roles": ", ".join(str(labels[name]) for name in roles) or _("none"),
+        }
+        messages.success(request, message)
     return redirect("people:list")
 
 
@@ -154,8 +163,11 @@ def person_active_view(request: HttpRequest, user_id: int) -> HttpResponse:
     except PersonError as error:
         messages.error(request, str(error))
     else:
-        state = "may sign in again" if active else "can no longer sign in or use their tokens"
-        messages.success(request, f"{person.get_username()} {state}.")
+        if active:
+            message = _("%(name)s may sign in again.")
+        else:
+            message = _("%(name)s can no longer sign in or use their tokens.")
+        messages.success(request, message % {"name": person.get_username()})
     return redirect("people:list")
 
 
@@ -188,4 +200,4 @@ class PasswordChange(SuccessMessageMixin, PasswordChangeView):
 
     template_name = "registration/password_change.html"
     success_url = reverse_lazy("home")
-    success_message = "Your password is changed."
+    success_message = gettext_lazy("Your password is changed.")

@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 from django.utils import translation
 
-from guardian_core.i18n_check import unmarked_in_source
+from guardian_core.i18n_check import unmarked_in_source, unmarked_in_templates
 
 ROOT = Path(settings.BASE_DIR)
 FRENCH = ROOT / "locale" / "fr" / "LC_MESSAGES" / "django.po"
@@ -92,6 +92,13 @@ def test_the_catalogue_holds_every_word_marked_in_the_sources(tmp_path):
 
 def _key(entry: polib.POEntry) -> tuple[str, str, str]:
     return (entry.msgctxt or "", entry.msgid, entry.msgid_plural or "")
+
+
+def test_every_template_word_is_marked_for_translation():
+    unmarked = unmarked_in_templates(ROOT / "templates")
+    assert unmarked == [], "template words not marked for translation:\n" + "\n".join(
+        str(u) for u in unmarked
+    )
 
 
 def test_the_checker_finds_unmarked_text_and_passes_marked_text():

@@ -6,6 +6,8 @@ import socket
 import sys
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from guardian_core.env import redact_url
 from guardian_core.health import (
@@ -40,22 +42,24 @@ def port_problem(port: int, host: str = DEMO_HOST) -> str | None:
     """Why the web server could not listen on host:port, with the command that picks another
     port; None when it could."""
     if not 0 < port < 65536:
-        return f"--port {port} is not a TCP port (1-65535)"
+        return _("--port %(port)s is not a TCP port (1-65535)") % {"port": port}
     error = _bind_error(port, host)
     if error is None:
         return None
     free = next((p for p in range(port + 1, min(port + 50, 65536)) if port_is_free(p, host)), None)
     choose = f"make demo PORT={free or port + 1}"
     if error.errno == errno.EADDRINUSE:
-        return (
-            f"port {port} on {host} is already in use (another server, or a demo still "
-            f"running?). Stop it, or choose another port: {choose}"
-        )
-    return f"cannot listen on port {port} on {host} ({error.strerror}). Choose another: {choose}"
+        return _(
+            "port %(port)s on %(host)s is already in use (another server, or a demo still "
+            "running?). Stop it, or choose another port: %(command)s"
+        ) % {"port": port, "host": host, "command": choose}
+    return _(
+        "cannot listen on port %(port)s on %(host)s (%(error)s). Choose another: %(command)s"
+    ) % {"port": port, "host": host, "error": error.strerror, "command": choose}
 
 
 class Command(BaseCommand):
-    help = (
+    help = gettext_lazy(
         "Check that the database and the broker are reachable, and with --port that the web "
         "port is free; exit 2 if any is not."
     )
@@ -66,7 +70,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--port",
             type=int,
-            help=f"also check that this port is free on {DEMO_HOST} (make demo passes PORT)",
+            help=_("also check that this port is free on %(host)s (make demo passes PORT)")
+            % {"host": DEMO_HOST},
         )
 
     def handle(self, *args, port: int | None = None, **options) -> None:

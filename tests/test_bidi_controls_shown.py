@@ -103,3 +103,16 @@ def test_a_token_name_on_the_tokens_page_and_its_revoke_page(client, admin):
     client.force_login(admin)
     assert_shown(client.get(reverse("tokens:list")).content.decode())
     assert_shown(client.get(reverse("tokens:revoke", args=[token.pk])).content.decode())
+
+
+def test_a_token_name_is_shown_and_isolated_in_every_sentence_it_sits_in(client, admin):
+    from guardian_core.services import api_token_create
+
+    token, _secret = api_token_create(user=admin, name=HOSTILE)
+    client.force_login(admin)
+    for url in (reverse("tokens:list"), reverse("tokens:revoke", args=[token.pk])):
+        for language in ("en", "fr"):
+            html = client.get(url, headers={"accept-language": language}).content.decode()
+            assert_shown(html)
+            # In its own <bdi>: the name's direction cannot reorder the sentence around it.
+            assert f"<bdi>{SHOWN}</bdi>" in html

@@ -2,6 +2,7 @@
 another order than it is stored, made visible."""
 
 from django import template
+from django.utils.html import format_html
 
 from guardian_core.untrusted import bidi_visible as _bidi_visible
 
@@ -14,3 +15,11 @@ def bidi_visible(value: object) -> str:
     U+061C) written out as "[U+202E]". Plain text: the template escapes the result like any
     other value."""
     return _bidi_visible(value)
+
+
+@register.filter
+def isolated(value: object) -> str:
+    """The text as `bidi_visible` writes it, escaped, in a <bdi>: someone else's words inside
+    one of ours (a token's name in "Revoke token “…”?") keep their own direction and cannot
+    reorder the sentence around them, in any language."""
+    return format_html("<bdi>{}</bdi>", _bidi_visible(value))

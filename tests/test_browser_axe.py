@@ -139,6 +139,7 @@ def _reviewer_pages() -> list[Visit]:
         (f"/escalations/{uncertain.pk}/", "#decision-form", _refuse_a_reject_without_reason),
         ("/escalations/examples/", None),
         ("/accounts/password/", None),
+        ("/accounts/preferences/", "#id_language"),
     ]
 
 

@@ -1,8 +1,9 @@
 """The French catalogues are complete and in step with the sources; every template word is marked.
 
 The catalogues (locale/fr/LC_MESSAGES/django.po, and djangojs.po for the words the scripts in
-static/js write themselves) are written here, by people; these tests are what keep them whole: a word marked in the code but missing from it, an entry left empty or fuzzy, or
-a template word nobody marked for translation fails the suite with its place named.
+static/js write themselves) are written here, by people; these tests are what keep them
+whole: a word marked in the code but missing from them, an entry left empty or fuzzy, or a
+template word nobody marked for translation fails the suite with its place named.
 """
 
 import os

@@ -102,6 +102,13 @@ def test_the_catalogue_holds_every_word_marked_in_the_sources(tmp_path, domain):
     assert sorted(kept - extracted) == [], "in the catalogue, marked nowhere: run `make messages`"
 
 
+def test_the_scripts_catalogue_holds_the_apps_scripts_only():
+    # Not a vendored or test script (tests/vendor's axe), nor one collected under var/.
+    places = {path for e in polib.pofile(str(_french("djangojs"))) for path, _ in e.occurrences}
+    assert places
+    assert all(path.startswith("static/js/") for path in places), places
+
+
 def _key(entry: polib.POEntry) -> tuple[str, str, str]:
     return (entry.msgctxt or "", entry.msgid, entry.msgid_plural or "")
 

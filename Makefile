@@ -21,7 +21,7 @@ help:
 	@echo "make test   install the dev tools and run lint and the whole test suite"
 	@echo "make lint   ruff check, format check and the engine's import contract"
 	@echo "make format reformat in place"
-	@echo "make messages  update locale/*/django.po after marking words for translation"
+	@echo "make messages  update locale/*/django.po and djangojs.po after marking words for translation"
 	@echo "make guardian-model  refit the local guardian on training/ and rewrite its artefact"
 	@echo "make guardian-report the local guardian measured leave-one-source-out on real material"
 	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps, MCP gateway"
@@ -78,6 +78,7 @@ test: $(VENV)/.installed-dev lint
 # then translate what it added (the translation test names what is missing).
 messages: $(VENV)/.installed-base
 	$(BIN)/python manage.py makemessages --all
+	$(BIN)/python manage.py makemessages --all -d djangojs
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -9,6 +9,7 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.utils.functional import lazy
 from django.views.generic import RedirectView
+from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from guardian_core import preferences, views
@@ -70,6 +71,14 @@ urlpatterns = [
         "favicon.ico",
         login_not_required(RedirectView.as_view(url=lazy(static, str)("favicon.svg"))),
         name="favicon",
+    ),
+    # The words the pages' scripts write themselves (static/js/*.js: gettext, ngettext,
+    # interpolate), from locale/*/LC_MESSAGES/djangojs.po, in the person's language. Open to
+    # all: the login page loads it too. Only Guardian's own catalogue (not the admin's).
+    path(
+        "jsi18n/",
+        login_not_required(JavaScriptCatalog.as_view(packages=["guardian_core"])),
+        name="javascript-catalog",
     ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

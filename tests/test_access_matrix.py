@@ -42,6 +42,15 @@ MATRIX = [
         admin=("redirect", "/static/favicon.svg"),
         outsider=("redirect", "/static/favicon.svg"),
     ),
+    # The scripts' words in the person's language (JavaScriptCatalog): the login page needs it.
+    row(
+        "javascript-catalog",
+        anonymous=200,
+        reviewer=200,
+        auditor=200,
+        admin=200,
+        outsider=200,
+    ),
     row("login", anonymous=200, reviewer=200, auditor=200, admin=200, outsider=200),
     row(
         "logout",

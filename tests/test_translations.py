@@ -1,8 +1,9 @@
-"""The French catalogue is complete and in step with the sources; every template word is marked.
+"""The French catalogues are complete and in step with the sources; every template word is marked.
 
-The catalogue (locale/fr/LC_MESSAGES/django.po) is written here, by people; these tests are what
-keep it whole: a word marked in the code but missing from it, an entry left empty or fuzzy, or
-a template word nobody marked for translation fails the suite with its place named.
+The catalogues (locale/fr/LC_MESSAGES/django.po, and djangojs.po for the words the scripts in
+static/js write themselves) are written here, by people; these tests are what keep them
+whole: a word marked in the code but missing from them, an entry left empty or fuzzy, or a
+template word nobody marked for translation fails the suite with its place named.
 """
 
 import os
@@ -21,6 +22,12 @@ from guardian_core.i18n_check import unmarked_in_source, unmarked_in_templates
 
 ROOT = Path(settings.BASE_DIR)
 FRENCH = ROOT / "locale" / "fr" / "LC_MESSAGES" / "django.po"
+# Each gettext domain: the server's words (Python, templates) and the scripts' (static/js).
+DOMAINS = ["django", "djangojs"]
+
+
+def _french(domain: str) -> Path:
+    return FRENCH.with_name(f"{domain}.po")
 
 
 def _untranslated(entry: polib.POEntry) -> bool:
@@ -29,8 +36,9 @@ def _untranslated(entry: polib.POEntry) -> bool:
     return not entry.msgstr
 
 
-def test_every_french_entry_is_translated_and_none_is_fuzzy():
-    catalogue = polib.pofile(str(FRENCH))
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_every_french_entry_is_translated_and_none_is_fuzzy(domain):
+    catalogue = polib.pofile(str(_french(domain)))
     assert not catalogue.metadata_is_fuzzy, "the catalogue's header is marked fuzzy"
     empty = [entry.msgid for entry in catalogue if not entry.obsolete and _untranslated(entry)]
     fuzzy = [entry.msgid for entry in catalogue if "fuzzy" in entry.flags]
@@ -38,12 +46,14 @@ def test_every_french_entry_is_translated_and_none_is_fuzzy():
     assert fuzzy == [], f"{len(fuzzy)} entries are fuzzy (check, then drop the flag): {fuzzy[:20]}"
 
 
-def test_the_french_catalogue_keeps_every_placeholder():
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_the_french_catalogue_keeps_every_placeholder(domain):
     # A translation that drops or renames %(count)s raises (or lies) when the page renders.
-    catalogue = polib.pofile(str(FRENCH))
+    # xgettext flags no JavaScript entry as a format: there, every entry is checked.
+    catalogue = polib.pofile(str(_french(domain)))
     wrong = []
     for entry in catalogue:
-        if entry.obsolete or "python-format" not in entry.flags:
+        if entry.obsolete or (domain == "django" and "python-format" not in entry.flags):
             continue
         for source, translated in _pairs(entry):
             if _placeholders(source) != _placeholders(translated):
@@ -65,7 +75,8 @@ def _placeholders(text: str) -> set[str]:
     shutil.which("xgettext") is None and not os.environ.get("CI"),
     reason="GNU gettext (xgettext) is not installed here; CI installs it",
 )
-def test_the_catalogue_holds_every_word_marked_in_the_sources(tmp_path):
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_the_catalogue_holds_every_word_marked_in_the_sources(tmp_path, domain):
     """makemessages, run on a copy of the sources, adds nothing and drops nothing."""
     copy = tmp_path / "src"
     shutil.copytree(
@@ -78,16 +89,24 @@ def test_the_catalogue_holds_every_word_marked_in_the_sources(tmp_path):
     )
     environment = {**os.environ, "GUARDIAN_VAR_DIR": str(tmp_path / "var")}
     subprocess.run(
-        [sys.executable, "manage.py", "makemessages", "-l", "fr", "--verbosity", "0"],
+        [sys.executable, "manage.py", "makemessages", "-l", "fr", "-d", domain, "--verbosity", "0"],
         cwd=copy,
         env=environment,
         check=True,
         capture_output=True,
     )
-    extracted = {_key(e) for e in polib.pofile(str(copy / FRENCH.relative_to(ROOT)))}
-    kept = {_key(e) for e in polib.pofile(str(FRENCH)) if not e.obsolete}
+    french = _french(domain)
+    extracted = {_key(e) for e in polib.pofile(str(copy / french.relative_to(ROOT)))}
+    kept = {_key(e) for e in polib.pofile(str(french)) if not e.obsolete}
     assert sorted(extracted - kept) == [], "marked but not in the catalogue: run `make messages`"
     assert sorted(kept - extracted) == [], "in the catalogue, marked nowhere: run `make messages`"
+
+
+def test_the_scripts_catalogue_holds_the_apps_scripts_only():
+    # Not a vendored or test script (tests/vendor's axe), nor one collected under var/.
+    places = {path for e in polib.pofile(str(_french("djangojs"))) for path, _ in e.occurrences}
+    assert places
+    assert all(path.startswith("static/js/") for path in places), places
 
 
 def _key(entry: polib.POEntry) -> tuple[str, str, str]:

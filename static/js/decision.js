@@ -278,17 +278,34 @@
     tick();
   });
 
-  // The countdown is rendered on the server; this keeps it true while the page stays open.
+  // The countdown is rendered on the server; this keeps it true while the page stays open, in
+  // the page's language (Django's catalogue, /jsi18n/, loaded before this script; without it,
+  // English). The same words as the server's (escalations/presentation.py).
+  var gettext = window.gettext || function (msgid) { return msgid; };
+  var interpolate =
+    window.interpolate ||
+    function (format, values) {
+      return format.replace(/%\(\w+\)s/g, function (name) {
+        return String(values[name.slice(2, -2)]);
+      });
+    };
+
   function span(seconds) {
     var minutes = Math.floor(Math.abs(seconds) / 60);
-    if (minutes < 1) return "under a minute";
-    if (minutes < 60) return minutes + " min";
+    if (minutes < 1) return gettext("under a minute");
+    if (minutes < 60) return interpolate(gettext("%(minutes)s min"), { minutes: minutes }, true);
     var hours = Math.floor(minutes / 60);
     minutes = minutes % 60;
-    if (hours < 24) return minutes ? hours + " h " + minutes + " min" : hours + " h";
+    if (hours < 24) {
+      if (minutes) return interpolate(gettext("%(hours)s h %(minutes)s min"), { hours: hours, minutes: minutes }, true);
+      return interpolate(gettext("%(hours)s h"), { hours: hours }, true);
+    }
     var days = Math.floor(hours / 24);
     hours = hours % 24;
-    return hours ? days + " d " + hours + " h" : days + " d";
+    // Translators: "d" is the abbreviation of days (French: "j").
+    if (hours) return interpolate(gettext("%(days)s d %(hours)s h"), { days: days, hours: hours }, true);
+    // Translators: "d" is the abbreviation of days (French: "j").
+    return interpolate(gettext("%(days)s d"), { days: days }, true);
   }
 
   function tick() {
@@ -297,7 +314,8 @@
       var at = Date.parse(time.getAttribute("datetime"));
       if (isNaN(at)) return;
       var seconds = (at - now) / 1000;
-      time.textContent = seconds >= 0 ? "in " + span(seconds) : "overdue by " + span(seconds);
+      var said = seconds >= 0 ? gettext("in %(span)s") : gettext("overdue by %(span)s");
+      time.textContent = interpolate(said, { span: span(seconds) }, true);
       time.classList.toggle("overdue", seconds < 0);
     });
   }

@@ -188,36 +188,169 @@
   // ---- Bulk decisions: say what the ticks add up to, and ask before deciding ---------------
   // Only items of one kind holding the same tools are decided together (the server checks;
   // escalation_resolve_bulk): the first ticked sets the kind, the others must match it.
+  //
+  // The words are the person's language: Django's catalogue (/jsi18n/, loaded deferred before
+  // this script, from locale/*/LC_MESSAGES/djangojs.po) gives gettext and ngettext. Each
+  // message is a whole sentence with named placeholders, as word order differs between
+  // languages; without the catalogue the words stay English.
+  var gettext = window.gettext || function (msgid) { return msgid; };
+  var ngettext = window.ngettext || function (one, many, n) { return n === 1 ? one : many; };
 
-  // How a bulk verdict reads for each kind, [one, many]; what each decision does is
-  // escalation_resolve's docstring. A kind that is not here can be rejected but not approved.
+  // A translated sentence as text parts: each %(name)s becomes values[name], a string or a
+  // list of parts, where a tool name (data from a run) is { bdi: name }. The sentence is split
+  // around its placeholders, so run data is never read as a format nor as HTML (fill() sets
+  // it as text, each tool name in a <bdi> of its own).
+  function phrase(format, values) {
+    var parts = [];
+    format.split(/(%\(\w+\)s)/).forEach(function (piece, i) {
+      if (i % 2 === 0) {
+        if (piece) parts.push(piece);
+        return;
+      }
+      var value = values[piece.slice(2, -2)];
+      parts = parts.concat(value === undefined ? [piece] : value);
+    });
+    return parts;
+  }
+
+  // Items (each a string, a { bdi } or a list of parts) joined by `format` ("%(list)s and
+  // %(item)s"), one at a time: "a and b and c".
+  function joined(format, items) {
+    return items.reduce(function (list, item) {
+      return list === null ? [].concat(item) : phrase(format, { list: list, item: item });
+    }, null) || [];
+  }
+
+  function bdis(tools) {
+    return tools.map(function (tool) { return { bdi: tool }; });
+  }
+
+  // What a bulk decision asks and what it then does, for each kind, with n items decided
+  // together; what each decision does is escalation_resolve's docstring. %(tools)s is the
+  // held tool; a kind that is not here can be rejected but not approved.
   var BULK_WORDS = {
     gated_step: {
-      noun: ["held {tools} call", "held {tools} calls"],
-      approve: ["It will run.", "They will run."],
-      reject: [
-        "It will not run; the agent gets your reason and proposes again.",
-        "They will not run; each agent gets your reason and proposes again."
-      ]
+      approve: function (n) {
+        return {
+          question: ngettext(
+            "Approve %(count)s held %(tools)s call?",
+            "Approve %(count)s held %(tools)s calls?",
+            n
+          ),
+          then: ngettext("It will run.", "They will run.", n)
+        };
+      },
+      reject: function (n) {
+        return {
+          question: ngettext(
+            "Reject %(count)s held %(tools)s call?",
+            "Reject %(count)s held %(tools)s calls?",
+            n
+          ),
+          then: ngettext(
+            "It will not run; the agent gets your reason and proposes again.",
+            "They will not run; each agent gets your reason and proposes again.",
+            n
+          )
+        };
+      }
     },
     ambiguous_call: {
-      noun: ["ambiguous {tools} call", "ambiguous {tools} calls"],
-      approve: [
-        "It is recorded as having gone through; its run goes on.",
-        "Each is recorded as having gone through; their runs go on."
-      ],
-      reject: ["It is recorded as not done; its run stops.", "Each is recorded as not done; their runs stop."]
+      approve: function (n) {
+        return {
+          question: ngettext(
+            "Approve %(count)s ambiguous %(tools)s call?",
+            "Approve %(count)s ambiguous %(tools)s calls?",
+            n
+          ),
+          then: ngettext(
+            "It is recorded as having gone through; its run goes on.",
+            "Each is recorded as having gone through; their runs go on.",
+            n
+          )
+        };
+      },
+      reject: function (n) {
+        return {
+          question: ngettext(
+            "Reject %(count)s ambiguous %(tools)s call?",
+            "Reject %(count)s ambiguous %(tools)s calls?",
+            n
+          ),
+          then: ngettext(
+            "It is recorded as not done; its run stops.",
+            "Each is recorded as not done; their runs stop.",
+            n
+          )
+        };
+      }
     },
     review_loop: {
-      noun: ["coder/reviewer loop", "coder/reviewer loops"],
-      approve: ["The coder's last code becomes the run's answer.", "In each, the coder's last code becomes the run's answer."],
-      reject: ["Its run stops.", "Their runs stop."]
+      approve: function (n) {
+        return {
+          question: ngettext(
+            "Approve %(count)s coder/reviewer loop?",
+            "Approve %(count)s coder/reviewer loops?",
+            n
+          ),
+          then: ngettext(
+            "The coder's last code becomes the run's answer.",
+            "In each, the coder's last code becomes the run's answer.",
+            n
+          )
+        };
+      },
+      reject: function (n) {
+        return {
+          question: ngettext(
+            "Reject %(count)s coder/reviewer loop?",
+            "Reject %(count)s coder/reviewer loops?",
+            n
+          ),
+          then: ngettext("Its run stops.", "Their runs stop.", n)
+        };
+      }
     }
   };
+  // Any other kind, named by its label (%(label)s): it can be rejected, not approved.
   var OTHER_WORDS = {
-    noun: ["escalation ({label})", "escalations ({label})"],
-    approve: null,
-    reject: ["Its run stops.", "Their runs stop."]
+    approve: function (n) {
+      return {
+        question: ngettext(
+          "Approve %(count)s escalation (%(label)s)?",
+          "Approve %(count)s escalations (%(label)s)?",
+          n
+        ),
+        then: null
+      };
+    },
+    reject: function (n) {
+      return {
+        question: ngettext(
+          "Reject %(count)s escalation (%(label)s)?",
+          "Reject %(count)s escalations (%(label)s)?",
+          n
+        ),
+        then: ngettext("Its run stops.", "Their runs stop.", n)
+      };
+    }
+  };
+  // Items holding more than one tool, whatever their kind: the question names them all.
+  var SEVERAL_TOOLS = {
+    approve: function (n) {
+      return ngettext(
+        "Approve %(count)s held step calling %(tools)s?",
+        "Approve %(count)s held steps calling %(tools)s?",
+        n
+      );
+    },
+    reject: function (n) {
+      return ngettext(
+        "Reject %(count)s held step calling %(tools)s?",
+        "Reject %(count)s held steps calling %(tools)s?",
+        n
+      );
+    }
   };
 
   function picked() {
@@ -239,12 +372,13 @@
   // data from a run, so it is kept apart in a <bdi> and only ever set as text.
   function describe(row) {
     var tools = toolsOf(row);
-    var parts = [row.getAttribute("data-kind-label") + (tools.length ? " holding " : " with no tool")];
-    tools.forEach(function (tool, i) {
-      if (i) parts.push(", ");
-      parts.push({ bdi: tool });
+    var kind = row.getAttribute("data-kind-label");
+    if (!tools.length) return phrase(gettext("%(kind)s with no tool"), { kind: kind });
+    return phrase(gettext("%(kind)s holding %(tools)s"), {
+      kind: kind,
+      // Translators: a list of tool names, "a, b, c", built one name at a time.
+      tools: joined(gettext("%(list)s, %(item)s"), bdis(tools))
     });
-    return parts;
   }
 
   function fill(element, parts) {
@@ -270,12 +404,13 @@
     };
   }
 
-  function number(row) {
-    return "#" + row.getAttribute("data-escalation-id");
-  }
-
   function apartParts(row, first) {
-    return [number(row) + " ("].concat(describe(row), [") cannot go with " + number(first) + " ("], describe(first), [")"]);
+    return phrase(gettext("#%(number)s (%(item)s) cannot go with #%(first_number)s (%(first)s)"), {
+      number: row.getAttribute("data-escalation-id"),
+      item: describe(row),
+      first_number: first.getAttribute("data-escalation-id"),
+      first: describe(first)
+    });
   }
 
   // Under the bulk buttons, what the ticks add up to; it warns before anything is sent.
@@ -292,16 +427,29 @@
       return;
     }
     var count = selection.together.length + selection.apart.length;
-    var parts = [count + " selected: "].concat(describe(selection.first), [". "]);
-    selection.apart.forEach(function (row) {
-      parts = parts.concat(apartParts(row, selection.first), ["; "]);
-    });
-    if (selection.apart.length) {
-      parts.push(selection.apart.length === 1 ? "it would be left open." : "they would be left open.");
-    } else {
-      parts.push("Each gets its own verdict.");
+    var apart = selection.apart.length;
+    var then = gettext("Each gets its own verdict.");
+    if (apart) {
+      var clauses = selection.apart.map(function (row) {
+        return apartParts(row, selection.first);
+      });
+      then = phrase(
+        ngettext("%(apart)s; it would be left open.", "%(apart)s; they would be left open.", apart),
+        // Translators: items that cannot be decided together, "a; b; c", one at a time.
+        { apart: joined(gettext("%(list)s; %(item)s"), clauses) }
+      );
     }
-    fill(said, parts);
+    fill(
+      said,
+      phrase(
+        ngettext(
+          "%(count)s selected: %(first)s. %(then)s",
+          "%(count)s selected: %(first)s. %(then)s",
+          count
+        ),
+        { count: String(count), first: describe(selection.first), then: then }
+      )
+    );
   }
 
   document.addEventListener("change", function (event) {
@@ -314,26 +462,20 @@
   // issueRequest(true) sends the request htmx held back, without asking again.
   var pending = null;
 
-  function words(row) {
-    return BULK_WORDS[row.getAttribute("data-kind")] || OTHER_WORDS;
-  }
-
-  function nounFor(row, many) {
+  // The question ("Approve 2 held issue_refund calls?") as text parts, and what will happen.
+  function asked(row, decision, n) {
+    var said = (BULK_WORDS[row.getAttribute("data-kind")] || OTHER_WORDS)[decision](n);
     var tools = toolsOf(row);
-    var noun = words(row).noun[many ? 1 : 0];
-    if (tools.length > 1) noun = many ? "held steps calling {tools}" : "held step calling {tools}";
-    var label = row.getAttribute("data-kind-label");
-    // Split around {tools} so that the tool names go into <bdi> as text.
-    var pieces = noun.replace("{label}", label).split("{tools}");
-    var parts = [pieces[0]];
-    if (pieces.length > 1) {
-      tools.forEach(function (tool, i) {
-        if (i) parts.push(" and ");
-        parts.push({ bdi: tool });
-      });
-      parts.push(pieces[1]);
-    }
-    return parts;
+    var question = tools.length > 1 ? SEVERAL_TOOLS[decision](n) : said.question;
+    return {
+      question: phrase(question, {
+        count: String(n),
+        label: row.getAttribute("data-kind-label"),
+        // Translators: the tools a held step calls, "a and b", one name at a time.
+        tools: joined(gettext("%(list)s and %(item)s"), bdis(tools))
+      }),
+      then: said.then
+    };
   }
 
   document.addEventListener("htmx:confirm", function (event) {
@@ -342,7 +484,7 @@
     var submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
     if (!form || form.id !== "queue-bulk" || !dialog || !submitter) return;
     event.preventDefault();
-    var decision = submitter.value;
+    var decision = submitter.value === "approve" ? "approve" : "reject";
     var selection = plan();
     var reason = document.getElementById("bulk-reason");
     if (!selection || (decision === "reject" && reason && !reason.value.trim())) {
@@ -350,35 +492,42 @@
       event.detail.issueRequest(true);
       return;
     }
-    var many = selection.together.length !== 1;
-    var said = words(selection.first);
-    var verb = decision === "approve" ? "Approve" : "Reject";
-    var then = said[decision];
-    fill(
-      document.getElementById("bulk-confirm-question"),
-      [verb + " " + selection.together.length + " "].concat(nounFor(selection.first, many), ["?"])
-    );
+    var n = selection.together.length;
+    var said = asked(selection.first, decision, n);
+    var then = said.then;
+    fill(document.getElementById("bulk-confirm-question"), said.question);
     var detail = document.getElementById("bulk-confirm-detail");
-    if (then) {
-      detail.textContent = then[many ? 1 : 0];
-      if (decision === "reject") detail.textContent += " Reason: “" + reason.value.trim() + "”.";
+    if (then && decision === "reject") {
+      // Set as text: the reason is the reviewer's own words.
+      detail.textContent = phrase(gettext("%(then)s Reason: “%(reason)s”."), {
+        then: then,
+        reason: reason.value.trim()
+      }).join("");
+    } else if (then) {
+      detail.textContent = then;
     } else {
-      detail.textContent =
-        "These cannot be approved: only held steps, ambiguous calls and coder/reviewer loops can. " +
-        "Open each to answer its question.";
+      detail.textContent = gettext(
+        "These cannot be approved: only held steps, ambiguous calls and coder/reviewer loops " +
+          "can. Open each to answer its question."
+      );
     }
     var apart = document.getElementById("bulk-confirm-apart");
     apart.textContent = "";
     selection.apart.forEach(function (row) {
       var item = document.createElement("li");
-      fill(item, apartParts(row, selection.first).concat(["; it stays open."]));
+      fill(item, phrase(gettext("%(apart)s; it stays open."), { apart: apartParts(row, selection.first) }));
       apart.appendChild(item);
     });
     apart.hidden = !selection.apart.length;
     var yes = document.getElementById("bulk-confirm-yes");
     yes.hidden = !then;
     yes.className = decision;
-    yes.textContent = verb + " " + selection.together.length;
+    yes.textContent = phrase(
+      decision === "approve"
+        ? ngettext("Approve %(count)s", "Approve %(count)s", n)
+        : ngettext("Reject %(count)s", "Reject %(count)s", n),
+      { count: String(n) }
+    ).join("");
     pending = { submitter: submitter, issueRequest: event.detail.issueRequest };
     dialog.returnValue = "";
     dialog.showModal();

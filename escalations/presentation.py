@@ -103,7 +103,7 @@ class Bar:
     def band_word(self) -> str:
         """The band in words, shown next to the bar: its marker's colour is never the only
         thing that says "fired" (issue 28); empty when the reason has no band."""
-        return band_words(self.band) if self.band else ""
+        return band_words(self.band, translated=True) if self.band else ""
 
     @property
     def text(self) -> str:

@@ -56,3 +56,14 @@ def test_the_page_renders_in_french(request, client, url_name, method, kwargs, e
 def test_there_is_a_page_for_every_role():
     names = {param.values[0] for param in PAGES}
     assert {"escalations:queue", "runs:list", "policies:list", "people:list", "login"} <= names
+
+
+def test_the_queues_probability_bars_say_their_band_in_french(client, reviewer):
+    from tests.runs_helpers import drive, start
+
+    drive(start("injected_instruction"))
+    client.force_login(reviewer)
+    page = client.get("/escalations/", headers={"accept-language": "fr"}).content.decode()
+    assert '<span class="pbar-band-word">déclenchée</span>' in page
+    english = client.get("/escalations/", headers={"accept-language": "en"}).content.decode()
+    assert '<span class="pbar-band-word">fired</span>' in english

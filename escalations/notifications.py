@@ -31,6 +31,7 @@ from escalations.models import (
     NotificationDelivery,
     NotificationEvent,
 )
+from guardian_core.preferences import Preferences, preferences_of_address, speaking_as
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ def escalation_notify(*, escalation_id: int, event: str) -> NotifyOutcome:
     if event == NotificationEvent.DEADLINE_NEAR and _held(escalation, now):
         outcome.skipped = "claimed since the warning was due"
         return outcome
-    notice = notice_for(escalation, event)
+    notices: dict[Preferences, Notice] = {}
     for target in notification_targets():
         delivery, busy = _claim(escalation, event, target, now)
         if busy:
@@ -185,7 +186,11 @@ def escalation_notify(*, escalation_id: int, event: str) -> NotifyOutcome:
             outcome.retry = True
         if delivery is None:
             continue
-        attempt = _send(notice, target)
+        reader = _reader(target)
+        if reader not in notices:
+            with speaking_as(reader):
+                notices[reader] = notice_for(escalation, event)
+        attempt = _send(notices[reader], target)
         _record(delivery, target, attempt)
         (outcome.sent if attempt.ok else outcome.failed).append(target.name)
         # The task's max_retries ends the retries; the delivery's attempts__lt=MAX_ATTEMPTS
@@ -358,6 +363,14 @@ def _claim(
     return delivery, False
 
 
+def _reader(target: Target) -> Preferences:
+    # An address that is a person's gets the notice in their language and time zone; a shared
+    # channel (the webhook, a list's address) in the server's.
+    if target.channel == NotificationChannel.EMAIL:
+        return preferences_of_address(target.address)
+    return Preferences()
+
+
 def _send(notice: Notice, target: Target) -> _Attempt:
     if target.channel == NotificationChannel.EMAIL:
         return _send_email(notice, target.address)
@@ -449,7 +462,13 @@ def notice_for(escalation: Escalation, event: str) -> Notice:
         goal = goal[:299] + "…"
     deadline = timezone.localtime(escalation.deadline).strftime("%Y-%m-%d %H:%M %Z")
     link = item_url(escalation.pk)
-    subject = " ".join(f"[Guardian] {title}: #{escalation.pk} {kind} — {summary}".split())
+    # One line: a header holds no line break (the summary's are folded into spaces).
+    subject = _("[Guardian] %(title)s: #%(id)s %(kind)s — %(summary)s") % {
+        "title": title,
+        "id": escalation.pk,
+        "kind": kind,
+        "summary": " ".join(summary.split()),
+    }
     text = "\n".join(
         [
             _("%(title)s: escalation #%(id)s (%(kind)s)")

@@ -6,7 +6,8 @@ in or not: it saves the choice for a signed-in person and sets the language cook
 """
 
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cache
 
@@ -43,6 +44,33 @@ def preferences_of(user) -> PersonPreferences:
     """The person's preferences; the defaults (unsaved) for a person who never set any."""
     found = PersonPreferences.objects.filter(user_id=user.pk).first()
     return found or PersonPreferences(user_id=user.pk)
+
+
+def preferences_of_address(address: str) -> Preferences:
+    """The preferences of the active person whose email is `address` (a notice's reader); the
+    defaults, which mean the server's language and time zone, for an address no one has."""
+    found = (
+        PersonPreferences.objects.filter(user__email__iexact=address.strip(), user__is_active=True)
+        .order_by("user_id")
+        .first()
+    )
+    if found is None:
+        return Preferences()
+    return Preferences(found.language, found.time_zone, found.keyboard_shortcuts)
+
+
+@contextmanager
+def speaking_as(preferences: Preferences) -> Iterator[None]:
+    """Words, dates and times in the person's language and time zone (the server's where they
+    chose none), for what is made outside a request: a notice sent by a worker."""
+    language = preferences.language or settings.LANGUAGE_CODE
+    zone = (
+        zoneinfo.ZoneInfo(preferences.time_zone)
+        if preferences.time_zone in time_zone_names()
+        else timezone.get_default_timezone()
+    )
+    with translation.override(language), timezone.override(zone):
+        yield
 
 
 def preferences_save(

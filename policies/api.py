@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from guardian_core.api import HasRequiredPermission
 from guardian_core.models import PolicyVersion, problems_by_field
 from guardian_core.policy_validation import policy_version_problems
+from guardian_core.said import worded
 from policies.policy_gate import gate_report
 from policies.selectors import policy_version_list
 from policies.services import (
@@ -185,7 +186,8 @@ class PolicyVersionCreateApi(APIView):
         except GateRefused as error:
             # Nothing was stored: the version's insert rolled back with the refusal.
             error.error_dict["override_reason"].extend(
-                DjangoValidationError(f"gate: {reason}") for reason in error.report["reasons"]
+                DjangoValidationError(f"gate: {worded(reason)}")
+                for reason in error.report["reasons"]
             )
             raise _policy_problems(error) from None
         except DjangoValidationError as error:
@@ -249,7 +251,7 @@ class PolicyVersionActivateApi(APIView):
         except DjangoValidationError as error:
             if "override_reason" in getattr(error, "error_dict", {}):
                 error.error_dict["override_reason"].extend(
-                    DjangoValidationError(reason) for reason in report["reasons"]
+                    DjangoValidationError(worded(reason)) for reason in report["reasons"]
                 )
             raise _policy_problems(error) from None
         return Response(PolicyVersionOutputSerializer(policy_version_list().get(pk=pk)).data)

@@ -21,7 +21,6 @@ from guardian_core.engine.evaluation import (
 )
 from guardian_core.engine.paired import (
     BETTER,
-    FIGURE_WORDS,
     TOO_FEW,
     WITHIN,
     WORSE,
@@ -34,6 +33,7 @@ from guardian_core.engine.paired import (
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Threshold
 from guardian_core.models import GuardianModelVersion, PolicyVersion
+from guardian_core.said import figure, percent, said, said_count
 from policies.harness import (
     EvaluationError,
     guardian_scorer,
@@ -65,7 +65,15 @@ _ESCALATING = frozenset(c for c, outcome in ON_FIRE.items() if outcome == Outcom
 TRAFFIC_WINDOW = timedelta(days=7)
 MIN_RATE_HOURS = 5 / 60
 
-NO_LIVE_PRIOR = "read at the labelled share: no live prior"
+# The figures as the reasons name them (the engine's FIGURE_WORDS, kept as data here).
+FIGURE_WORDS = {
+    "expected_cost": said("expected cost per example"),
+    "ece": said("ECE"),
+    "auroc": said("AUROC"),
+    "benign_flagged": said("negatives flagged (fired)"),
+    "missed": said("positives missed (clear)"),
+    "escalation_rate": said("escalation rate"),
+}
 
 
 def _tolerance() -> float:
@@ -139,22 +147,28 @@ def _band(row: TraceRow, threshold: Threshold) -> str:
 # ---- the live prior --------------------------------------------------------------------------
 
 
-def live_priors(conditions: list[str]) -> tuple[dict, str]:
+def live_priors(conditions: list[str]) -> tuple[dict, list[dict]]:
     """{condition: estimate} of the live priors known (policies.priors: an admin's statement,
-    the audit sample, …), and a note when some cannot be read here ("" otherwise). An estimate
+    the audit sample, …), and a note for each that cannot be read here. An estimate
     has value, low, high, source and n. Read condition by condition: one whose source is not
     installed does not hide another's."""
     try:
         from policies.priors import live_priors as read
     except ImportError:
-        return {}, "no live prior can be read here (policies.priors is not installed)"
+        return {}, [said("no live prior can be read here (policies.priors is not installed)")]
     found, notes = {}, []
     for name in conditions:
         try:
             found.update(read([name]))
         except ImportError as exc:  # a part it reads is not installed: the examples' share
-            notes.append(f"{name}: no live prior can be read here ({exc})")
-    return found, "; ".join(notes)
+            notes.append(
+                said(
+                    "%(name)s: no live prior can be read here (%(error)s)",
+                    name=name,
+                    error=str(exc),
+                )
+            )
+    return found, notes
 
 
 def _prior(estimate: object | None, share: float) -> dict:
@@ -167,11 +181,31 @@ def _prior(estimate: object | None, share: float) -> dict:
             "source": "labelled",
             "n": None,
             "live": False,
-            "words": f"the labelled share {share:.1%} (no live prior)",
+            "words": said("the labelled share %(share)s (no live prior)", share=percent(share, 1)),
         }
     value, low, high = float(estimate.value), float(estimate.low), float(estimate.high)
     n = int(estimate.n)
-    interval = f", 95 % interval {low:.1%} to {high:.1%}" if (low, high) != (value, value) else ""
+    known = {"value": percent(value, 1), "source": str(estimate.source), "n": n}
+    if (low, high) == (value, value):
+        words = (
+            said("the live prior %(value)s (%(source)s, n=%(n)s)", **known)
+            if n
+            else said("the live prior %(value)s (%(source)s)", **known)
+        )
+    else:
+        known.update(low=percent(low, 1), high=percent(high, 1))
+        words = (
+            said(
+                "the live prior %(value)s (%(source)s, n=%(n)s, 95 %% interval %(low)s to "
+                "%(high)s)",
+                **known,
+            )
+            if n
+            else said(
+                "the live prior %(value)s (%(source)s, 95 %% interval %(low)s to %(high)s)",
+                **known,
+            )
+        )
     return {
         "value": value,
         "low": low,
@@ -179,10 +213,7 @@ def _prior(estimate: object | None, share: float) -> dict:
         "source": str(estimate.source),
         "n": n,
         "live": True,
-        "words": f"the live prior {value:.1%} ({estimate.source}"
-        + (f", n={n}" if n else "")
-        + interval
-        + ")",
+        "words": words,
     }
 
 
@@ -204,16 +235,19 @@ class Traffic:
         return self.decisions / self.hours
 
     @property
-    def span_words(self) -> str:
-        """The span the rate is read over, in words ("8 minutes")."""
+    def span_words(self) -> dict:
+        """The span the rate is read over, as an entry ("8 minutes")."""
         minutes = self.hours * 60
         if minutes < 120:
-            value, unit = round(minutes), "minute"
-        elif self.hours < 48:
-            value, unit = round(self.hours, 1), "hour"
-        else:
-            value, unit = round(self.hours / 24, 1), "day"
-        return f"{value:g} {unit}{'' if value == 1 else 's'}"
+            value = round(minutes)
+            return said_count("%(count)s minute", "%(count)s minutes", value)
+        value = round(self.hours, 1) if self.hours < 48 else round(self.hours / 24, 1)
+        # A count with a decimal (1.5 hours) takes the plural, as in English.
+        count = int(value) if value == int(value) else 2
+        words = figure(value, 0 if value == int(value) else 1)
+        if self.hours < 48:
+            return said_count("%(value)s hour", "%(value)s hours", count, value=words)
+        return said_count("%(value)s day", "%(value)s days", count, value=words)
 
 
 # The conditions asked are read from this many of the newest decisions in the window: enough
@@ -300,30 +334,41 @@ def _figure_dict(figure: PairedFigure, tolerance: float | None, prior: dict) -> 
     return out
 
 
-def _interval(f: dict, digits: int = 4) -> str:
-    return (
-        f"difference {f['difference']:+.{digits}f}, 95 % interval "
-        f"[{f['low']:+.{digits}f}, {f['high']:+.{digits}f}]"
+def _interval(f: dict, digits: int = 4) -> dict:
+    return said(
+        "difference %(difference)s, 95 %% interval [%(low)s, %(high)s]",
+        difference=figure(f["difference"], digits, signed=True),
+        low=figure(f["low"], digits, signed=True),
+        high=figure(f["high"], digits, signed=True),
     )
 
 
 _VERDICT_WORDS = {
-    BETTER: "the candidate is better beyond the noise all the same",
-    WORSE: "the candidate is worse beyond the noise all the same",
-    WITHIN: "not worse by more than the tolerance all the same",
+    BETTER: said("the candidate is better beyond the noise all the same"),
+    WORSE: said("the candidate is worse beyond the noise all the same"),
+    WITHIN: said("not worse by more than the tolerance all the same"),
 }
 
 
-def _too_few(name: str, figure: str, f: dict, *, to_decide: bool = False) -> str:
-    needed = (f["needed_to_decide"] if to_decide else None) or f["needed"]
-    tell = (
-        f"whether {FIGURE_WORDS[figure]} is within {f['tolerance']:.4g} of the current's"
-        if to_decide
-        else f"{FIGURE_WORDS[figure]} within ±{f['tolerance']:.4g}"
-    )
-    return (
-        f"{name}: too few examples: n={f['n']}, about {needed} needed to tell {tell} "
-        f"({_interval(f)})"
+def _too_few(name: str, key: str, f: dict, *, to_decide: bool = False) -> dict:
+    params = {
+        "name": name,
+        "n": f["n"],
+        "needed": (f["needed_to_decide"] if to_decide else None) or f["needed"],
+        "figure": FIGURE_WORDS[key],
+        "tolerance": figure(f["tolerance"], None),
+        "interval": _interval(f),
+    }
+    if to_decide:
+        return said(
+            "%(name)s: too few examples: n=%(n)s, about %(needed)s needed to tell whether "
+            "%(figure)s is within %(tolerance)s of the current's (%(interval)s)",
+            **params,
+        )
+    return said(
+        "%(name)s: too few examples: n=%(n)s, about %(needed)s needed to tell %(figure)s "
+        "within ±%(tolerance)s (%(interval)s)",
+        **params,
     )
 
 
@@ -401,22 +446,27 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         "capped": len(examples) < left,
     }
     if current is not None and current.pk == candidate.pk:
-        report["note"] = "nothing to compare: the candidate is the active version"
+        report["note"] = said("nothing to compare: the candidate is the active version")
         return report
     if not examples:
         report["note"] = (
-            "nothing to compare: every labelled example was learnt from by the candidate "
-            "or the active version"
+            said(
+                "nothing to compare: every labelled example was learnt from by the candidate "
+                "or the active version"
+            )
             if left == 0 and report["examples"]["available"]
-            else "nothing to compare: no labelled examples"
+            else said("nothing to compare: no labelled examples")
         )
         return report
     if policy is None or policy.problems():
         # Expected cost and bands are read at the active policy's thresholds: without them the
         # candidate cannot be measured, and an unmeasured model is not let through.
-        why = "no policy version is active" if policy is None else "the active policy is invalid"
         report.update(refused=True, needs_override=True)
-        report["reasons"] = [f"cannot measure the candidate: {why}"]
+        report["reasons"] = [
+            said("cannot measure the candidate: no policy version is active")
+            if policy is None
+            else said("cannot measure the candidate: the active policy is invalid")
+        ]
         return report
     thresholds = thresholds_of(policy)
     measured = {}
@@ -427,7 +477,11 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
             )
         except EvaluationError as exc:
             report.update(refused=True, needs_override=True)
-            report["reasons"] = [f"cannot ask the {side} guardian: {exc}"]
+            report["reasons"] = [
+                said("cannot ask the current guardian: %(error)s", error=str(exc))
+                if side == "current"
+                else said("cannot ask the candidate guardian: %(error)s", error=str(exc))
+            ]
             return report
         try:
             rows, parsed = _scored(examples, model, scorer=scorer)
@@ -439,9 +493,8 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         )
     (old_rows, before), (new_rows, after) = measured["current"], measured["candidate"]
     report["examples"]["malformed"] = len(before["malformed"])
-    priors, prior_note = live_priors(list(after["conditions"]))
-    if prior_note:
-        report["cautions"].append(prior_note)
+    priors, prior_notes = live_priors(list(after["conditions"]))
+    report["cautions"] += prior_notes
     report["replicates"] = _replicates()
     decisive = {}  # condition -> the expected cost's verdict
     for name, figures in after["conditions"].items():
@@ -468,9 +521,15 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
                 "",
             )
             report["reasons"].append(
-                f"{name}: the candidate leaves {figures['unscored']} of "
-                f"{figures['n'] + figures['unscored']} examples unscored "
-                f"(the current {old['unscored']}): {why}"
+                said(
+                    "%(name)s: the candidate leaves %(unscored)s of %(total)s examples unscored "
+                    "(the current %(current)s): %(why)s",
+                    name=name,
+                    unscored=figures["unscored"],
+                    total=figures["n"] + figures["unscored"],
+                    current=old["unscored"],
+                    why=why,
+                )
             )
         y, p_current, p_candidate = _pairs(old_rows, new_rows, name)
         row["paired_n"] = len(y)
@@ -479,7 +538,9 @@ def guardian_model_gate_report(*, candidate: GuardianModelVersion) -> dict:
         prior = _prior(priors.get(name), sum(y) / len(y))
         row["prior"] = prior
         if not prior["live"]:
-            report["cautions"].append(f"{name}: {NO_LIVE_PRIOR}")
+            report["cautions"].append(
+                said("%(name)s: read at the labelled share: no live prior", name=name)
+            )
         threshold = thresholds[condition]
         comparison = paired_bootstrap(
             y,
@@ -523,40 +584,65 @@ def _judge(report: dict, name: str, row: dict, old: dict, figures: dict) -> None
     ece = f["ece"]
     if ece["verdict"] == WORSE:
         report["reasons"].append(
-            f"{name}: calibration worsens beyond {report['tolerance']:.0%} (ECE "
-            f"{ece['current']:.4f} → {ece['candidate']:.4f} at {at}; {_interval(ece)})"
+            said(
+                "%(name)s: calibration worsens beyond %(tolerance)s (ECE %(current)s → "
+                "%(candidate)s at %(prior)s; %(interval)s)",
+                name=name,
+                tolerance=percent(report["tolerance"]),
+                current=figure(ece["current"]),
+                candidate=figure(ece["candidate"]),
+                prior=at,
+                interval=_interval(ece),
+            )
         )
     auroc = f["auroc"]
     if auroc["verdict"] == WORSE:
         # Calibration can look fine for a model that no longer tells the classes apart.
         report["reasons"].append(
-            f"{name}: the candidate tells the classes apart less well (AUROC "
-            f"{auroc['current']:.3f} → {auroc['candidate']:.3f}; {_interval(auroc, 3)})"
+            said(
+                "%(name)s: the candidate tells the classes apart less well (AUROC %(current)s "
+                "→ %(candidate)s; %(interval)s)",
+                name=name,
+                current=figure(auroc["current"], 3),
+                candidate=figure(auroc["candidate"], 3),
+                interval=_interval(auroc, 3),
+            )
         )
     cost = f["expected_cost"]
     if cost["verdict"] == WORSE:
         report["reasons"].append(
-            f"{name}: expected cost per example worsens beyond {report['tolerance']:.0%} at "
-            f"{at}: {cost['current']:.4f} → {cost['candidate']:.4f} ({_interval(cost)}; "
-            + composition(old["policy"], figures["policy"])
-            + ")"
+            said(
+                "%(name)s: expected cost per example worsens beyond %(tolerance)s at %(prior)s: "
+                "%(current)s → %(candidate)s (%(interval)s; %(counts)s)",
+                name=name,
+                tolerance=percent(report["tolerance"]),
+                prior=at,
+                current=figure(cost["current"]),
+                candidate=figure(cost["candidate"]),
+                interval=_interval(cost),
+                counts=composition(old["policy"], figures["policy"]),
+            )
         )
     # Too few to tell: the expected cost decides the candidate, so when the examples cannot
     # tell whether it is within tolerance the gate cannot decide. ECE and AUROC that cannot be
     # told hold the decision too, unless the expected cost is significantly lower. Any other
     # figure whose interval is wider than its tolerance is said, as a caution.
-    for key, figure in f.items():
-        if figure["verdict"] == TOO_FEW:
-            words = _too_few(name, key, figure, to_decide=True)
+    for key, measured in f.items():
+        if measured["verdict"] == TOO_FEW:
+            words = _too_few(name, key, measured, to_decide=True)
             if key == "expected_cost" or (key in ("ece", "auroc") and cost["verdict"] != BETTER):
                 report["undecided_reasons"].append(words)
             elif key in ("ece", "auroc"):
-                report["cautions"].append(f"{words}; its expected cost is significantly lower")
+                report["cautions"].append(
+                    said("%(words)s; its expected cost is significantly lower", words=words)
+                )
             else:
-                report["cautions"].append(f"{words}; reported, not deciding")
-        elif figure["needed"] is not None and figure["needed"] > figure["n"]:
-            why = _VERDICT_WORDS.get(figure["verdict"], "not told apart")
-            report["cautions"].append(f"{_too_few(name, key, figure)}; {why}")
+                report["cautions"].append(said("%(words)s; reported, not deciding", words=words))
+        elif measured["needed"] is not None and measured["needed"] > measured["n"]:
+            why = _VERDICT_WORDS.get(measured["verdict"]) or said("not told apart")
+            report["cautions"].append(
+                said("%(words)s; %(why)s", words=_too_few(name, key, measured), why=why)
+            )
     flagged = f["benign_flagged"]
     if Condition(name) in _ESCALATING and flagged["candidate"] is not None:
         # Every false alarm of an escalating condition is a person's work: above this share
@@ -566,22 +652,36 @@ def _judge(report: dict, name: str, row: dict, old: dict, figures: dict) -> None
             over=flagged["candidate"] > _max_flagged(),
             current_over=flagged["current"] is not None and flagged["current"] > _max_flagged(),
             worse=flagged["significant"] and flagged["difference"] > 0,
-            words=(
-                f"{name}: the candidate flags {flagged['candidate']:.1%} of negatives at {at} "
-                f"(fired: a person sees each one), above the limit of {_max_flagged():.0%} "
-                "(GUARDIAN_GATE_MAX_FLAGGED_BENIGN)"
-                + (
-                    f"; what runs use now flags {flagged['current']:.1%}"
-                    if flagged["current"] is not None
-                    else ""
-                )
-            ),
-            interval=_interval(flagged, 3) if flagged["difference"] is not None else "",
+            words=_flagged_words(name, flagged, at),
+            interval=_interval(flagged, 3) if flagged["difference"] is not None else None,
         )
 
 
+def _flagged_words(name: str, flagged: dict, at: dict) -> dict:
+    params = {
+        "name": name,
+        "candidate": percent(flagged["candidate"], 1),
+        "prior": at,
+        "limit": percent(_max_flagged()),
+    }
+    if flagged["current"] is None:
+        return said(
+            "%(name)s: the candidate flags %(candidate)s of negatives at %(prior)s (fired: a "
+            "person sees each one), above the limit of %(limit)s "
+            "(GUARDIAN_GATE_MAX_FLAGGED_BENIGN)",
+            **params,
+        )
+    return said(
+        "%(name)s: the candidate flags %(candidate)s of negatives at %(prior)s (fired: a person "
+        "sees each one), above the limit of %(limit)s (GUARDIAN_GATE_MAX_FLAGGED_BENIGN); what "
+        "runs use now flags %(current)s",
+        current=percent(flagged["current"], 1),
+        **params,
+    )
+
+
 def _hard_limit(
-    report: dict, *, over: bool, current_over: bool, worse: bool, words: str, interval: str
+    report: dict, *, over: bool, current_over: bool, worse: bool, words: dict, interval: dict | None
 ) -> None:
     """A limit the costs do not weigh (false alarms, reviewer capacity): a candidate that takes
     runs over it is refused, whatever the noise; when what runs use now is over it already,
@@ -593,13 +693,29 @@ def _hard_limit(
         report["reasons"].append(words)
     elif worse:
         report["reasons"].append(
-            f"{words}: both are above the limit, and the candidate is worse beyond the noise "
-            f"({interval})"
+            said(
+                "%(words)s: both are above the limit, and the candidate is worse beyond the "
+                "noise (%(interval)s)",
+                words=words,
+                interval=interval,
+            )
+        )
+    elif interval:
+        report["limit_warnings"].append(
+            said(
+                "%(words)s: both are above the limit, and the candidate is not worse beyond the "
+                "noise (%(interval)s); not refused for it",
+                words=words,
+                interval=interval,
+            )
         )
     else:
         report["limit_warnings"].append(
-            f"{words}: both are above the limit, and the candidate is not worse beyond the "
-            f"noise{f' ({interval})' if interval else ''}; not refused for it"
+            said(
+                "%(words)s: both are above the limit, and the candidate is not worse beyond the "
+                "noise; not refused for it",
+                words=words,
+            )
         )
 
 
@@ -646,17 +762,19 @@ def _capacity_check(report: dict) -> None:
         "window_days": TRAFFIC_WINDOW.days,
         "current": None,
         "candidate": None,
-        "note": "",
+        "note": None,
     }
     report["escalations_per_hour"] = out
     if capacity is None:
-        out["note"] = (
+        out["note"] = said(
             "reviewer capacity is not set (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR): escalations "
             "per hour not checked"
         )
     elif seen is None:
-        out["note"] = (
-            f"no decisions in the last {TRAFFIC_WINDOW.days} days: escalations per hour not checked"
+        out["note"] = said_count(
+            "no decisions in the last %(count)s day: escalations per hour not checked",
+            "no decisions in the last %(count)s days: escalations per hour not checked",
+            TRAFFIC_WINDOW.days,
         )
     if out["note"]:
         report["cautions"].append(out["note"])
@@ -678,7 +796,7 @@ def _capacity_check(report: dict) -> None:
         return
     asked = {name for names in seen.asked for name in names}
     rising = [
-        f"{name} {_interval(f, 3)}"
+        said("%(name)s %(interval)s", name=name, interval=_interval(f, 3))
         for name, f in measured.items()
         if name in asked and f["significant"] and f["difference"] > 0
     ]
@@ -687,14 +805,19 @@ def _capacity_check(report: dict) -> None:
         over=out["candidate"] > capacity,
         current_over=out["current"] > capacity,
         worse=bool(rising) and out["candidate"] > out["current"],
-        words=(
-            f"the candidate would send about {out['candidate']:.1f} escalations per hour "
-            f"({shares['candidate']:.1%} of {seen.per_hour:.1f} decisions per hour over the last "
-            f"{seen.span_words} of traffic, each decision counted once), above the reviewers' "
-            f"capacity of {capacity:g} per hour (GUARDIAN_REVIEWER_CAPACITY_PER_HOUR); what "
-            f"runs use now: about {out['current']:.1f}"
+        words=said(
+            "the candidate would send about %(candidate)s escalations per hour (%(share)s of "
+            "%(decisions)s decisions per hour over the last %(span)s of traffic, each decision "
+            "counted once), above the reviewers' capacity of %(capacity)s per hour "
+            "(GUARDIAN_REVIEWER_CAPACITY_PER_HOUR); what runs use now: about %(current)s",
+            candidate=figure(out["candidate"], 1),
+            share=percent(shares["candidate"], 1),
+            decisions=figure(seen.per_hour, 1),
+            span=seen.span_words,
+            capacity=f"{capacity:g}",
+            current=figure(out["current"], 1),
         ),
-        interval="escalation rate " + "; ".join(rising) if rising else "",
+        interval=said("escalation rate %(rising)s", rising=rising) if rising else None,
     )
 
 
@@ -736,22 +859,30 @@ def _flips(
                 }
             )
     for words in miss_reasons(report["flips"]):
-        name = words.split(":", 1)[0]
+        name = words["with"]["name"]
         row = report["conditions"].get(name) or {}
         # goal_reached's false successes are its fired negatives; the others' new misses are
         # their clear positives.
         key = "benign_flagged" if name == Condition.GOAL_REACHED else "missed"
-        figure = (row.get("figures") or {}).get(key)
-        rises = figure is not None and figure["significant"] and figure["difference"] > 0
+        measured = (row.get("figures") or {}).get(key)
+        rises = measured is not None and measured["significant"] and measured["difference"] > 0
         if rises and decisive.get(name) != BETTER:
             report["reasons"].append(
-                f"{words} ({FIGURE_WORDS[key]} {figure['current']:.1%} → "
-                f"{figure['candidate']:.1%}; {_interval(figure, 3)})"
+                said(
+                    "%(words)s (%(figure)s %(current)s → %(candidate)s; %(interval)s)",
+                    words=words,
+                    figure=FIGURE_WORDS[key],
+                    current=percent(measured["current"], 1),
+                    candidate=percent(measured["candidate"], 1),
+                    interval=_interval(measured, 3),
+                )
+            )
+        elif rises:
+            report["cautions"].append(
+                said(
+                    "%(words)s (its expected cost, which prices them, is significantly lower)",
+                    words=words,
+                )
             )
         else:
-            why = (
-                "its expected cost, which prices them, is significantly lower"
-                if rises
-                else "within the noise"
-            )
-            report["cautions"].append(f"{words} ({why})")
+            report["cautions"].append(said("%(words)s (within the noise)", words=words))

@@ -44,6 +44,7 @@ from guardian_core.engine.conditions import Condition, compared_probability, par
 from guardian_core.engine.evaluation import DEFAULT_BINS, TraceRow, is_positive
 from guardian_core.engine.priors import prior_weights
 from guardian_core.models import GuardianAdapter, GuardianModelKind, GuardianModelVersion
+from guardian_core.said import worded
 from policies.model_versions import LearningError, guardian_model_version_get
 from policies.models import (
     GuardianModelActivation,
@@ -124,7 +125,7 @@ def guardian_model_activate_replacing(
             f"guardian model version {number} cannot be activated, the regression gate "
             + ("refuses it:\n" if report["refused"] else "cannot decide on the examples it has:\n")
             + "".join(
-                f"  - {reason}\n"
+                f"  - {worded(reason)}\n"
                 for reason in report["reasons"] or report.get("undecided_reasons", [])
             )
             + "give an override reason to activate it anyway",

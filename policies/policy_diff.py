@@ -1,4 +1,6 @@
-"""What changed between two policy versions, in words, per condition and per setting."""
+"""What changed between two policy versions, in words, per condition and per setting. The words
+are sentences kept as data (guardian_core/said.py): the compare page and the gate's report word
+them in the reader's language."""
 
 import json
 from collections.abc import Mapping
@@ -6,21 +8,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardian_core.policy_validation import LIMIT_DEFAULTS, hysteresis_of, limits_with_defaults
+from guardian_core.said import figure, said
 
 # Said the way the admins' pages say it; any other key reads as its name with spaces.
-LIMIT_WORDS: Mapping[str, str] = {
-    "drift_window": "drift window",
-    "drift_required": "drift required",
-    "stagnation_window": "stagnation window",
-    "stagnation_required": "stagnation required",
-    "max_replans": "max replans",
-    "repeat_limit": "repeat limit",
-    "max_turns": "turn cap",
-    "max_tokens": "token cap",
-    "max_cost": "cost cap",
-    "max_wall_seconds": "wall-time cap (s)",
-    "escalation_hours": "escalation deadline (h)",
+LIMIT_WORDS: Mapping[str, dict] = {
+    "drift_window": said("drift window"),
+    "drift_required": said("drift required"),
+    "stagnation_window": said("stagnation window"),
+    "stagnation_required": said("stagnation required"),
+    "max_replans": said("max replans"),
+    "repeat_limit": said("repeat limit"),
+    "max_turns": said("turn cap"),
+    "max_tokens": said("token cap"),
+    "max_cost": said("cost cap"),
+    "max_wall_seconds": said("wall-time cap (s)"),
+    "escalation_hours": said("escalation deadline (h)"),
 }
+_CHANGED = "%(setting)s %(old)s → %(new)s"
 THRESHOLD_WORDS: Mapping[str, str] = {"c_stop": "C_stop", "c_cont": "C_cont", "delta": "δ"}
 # Fields that name or place a version rather than say how it guards: never a difference.
 NOT_CONTENT = frozenset(
@@ -42,10 +46,11 @@ KNOWN = frozenset(
 
 @dataclass(frozen=True)
 class Change:
-    """One difference: the setting it is in, a sentence, and the raw values either side."""
+    """One difference: the setting it is in (`field`, which code matches), a sentence (an entry
+    of guardian_core/said.py), and the raw values either side."""
 
     field: str
-    words: str
+    words: dict
     old: Any
     new: Any
 
@@ -63,9 +68,8 @@ def version_diff(old: Any, new: Any) -> list[Change]:
     [] when they guard alike."""
     changes: list[Change] = []
     if (old.label or "") != (new.label or ""):
-        changes.append(
-            Change("label", f"label {_text(old.label)} → {_text(new.label)}", old.label, new.label)
-        )
+        words = said("label %(old)s → %(new)s", old=_text(old.label), new=_text(new.label))
+        changes.append(Change("label", words, old.label, new.label))
     changes += _thresholds_diff(old.thresholds or {}, new.thresholds or {})
     changes += _questions_diff(old, new)
     changes += _quorum_diff(old.quorum or {}, new.quorum or {})
@@ -82,9 +86,17 @@ def _thresholds_diff(old: Mapping, new: Mapping) -> list[Change]:
         if before == after:
             continue
         if before is None:
-            words = f"{condition} added ({_threshold_summary(after)})"
+            words = said(
+                "%(condition)s added (%(summary)s)",
+                condition=condition,
+                summary=_threshold_summary(after),
+            )
         elif after is None:
-            words = f"{condition} removed (was {_threshold_summary(before)})"
+            words = said(
+                "%(condition)s removed (was %(summary)s)",
+                condition=condition,
+                summary=_threshold_summary(before),
+            )
         else:
             changes += _condition_diff(condition, before, after)
             continue
@@ -96,13 +108,20 @@ def _condition_diff(condition: str, before: Mapping, after: Mapping) -> list[Cha
     changes = []
     costs = ("c_stop", "c_cont")
     if any(before.get(k) != after.get(k) for k in costs) or _t_star(before) != _t_star(after):
-        words = (
-            f"{condition} t* {_t_text(_t_star(before))} → {_t_text(_t_star(after))} ("
-            + ", ".join(
-                f"{THRESHOLD_WORDS[k]} {_number(before.get(k))} → {_number(after.get(k))}"
+        words = said(
+            "%(condition)s t* %(old)s → %(new)s (%(costs)s)",
+            condition=condition,
+            old=_t_text(_t_star(before)),
+            new=_t_text(_t_star(after)),
+            costs=[
+                said(
+                    _CHANGED,
+                    setting=THRESHOLD_WORDS[k],
+                    old=_number(before.get(k)),
+                    new=_number(after.get(k)),
+                )
                 for k in costs
-            )
-            + ")"
+            ],
         )
         changes.append(
             Change(
@@ -116,7 +135,13 @@ def _condition_diff(condition: str, before: Mapping, after: Mapping) -> list[Cha
         if key in (*costs, "t_star") or before.get(key) == after.get(key):
             continue
         name = THRESHOLD_WORDS.get(key, key.replace("_", " "))
-        words = f"{condition} {name} {_number(before.get(key), 2)} → {_number(after.get(key), 2)}"
+        words = said(
+            "%(condition)s %(setting)s %(old)s → %(new)s",
+            condition=condition,
+            setting=name,
+            old=_number(before.get(key), 2),
+            new=_number(after.get(key), 2),
+        )
         changes.append(
             Change(f"thresholds.{condition}.{key}", words, before.get(key), after.get(key))
         )
@@ -126,9 +151,9 @@ def _condition_diff(condition: str, before: Mapping, after: Mapping) -> list[Cha
 def _questions_diff(old: Any, new: Any) -> list[Change]:
     set_old, set_new = old.question_set_version, new.question_set_version
     which = (
-        f"question set {set_old} → {set_new}"
+        said("question set %(old)s → %(new)s", old=set_old, new=set_new)
         if set_old != set_new
-        else f"question set {set_old} unchanged"
+        else said("question set %(old)s unchanged", old=set_old)
     )
     before, after = old.question_set or {}, new.question_set or {}
     changes = []
@@ -136,24 +161,33 @@ def _questions_diff(old: Any, new: Any) -> list[Change]:
         if before.get(condition) == after.get(condition):
             continue
         if condition not in before:
-            words = f"{condition} question added ({which})"
+            words = said(
+                "%(condition)s question added (%(which)s)", condition=condition, which=which
+            )
         elif condition not in after:
-            words = f"{condition} question removed ({which})"
+            words = said(
+                "%(condition)s question removed (%(which)s)", condition=condition, which=which
+            )
         else:
-            words = f"{condition} question reworded ({which})"
+            words = said(
+                "%(condition)s question reworded (%(which)s)", condition=condition, which=which
+            )
         changes.append(
             Change(f"question_set.{condition}", words, before.get(condition), after.get(condition))
         )
     if set_old != set_new and not changes:
-        changes.append(Change("question_set_version", f"{which}, same wording", set_old, set_new))
+        words = said("%(which)s, same wording", which=which)
+        changes.append(Change("question_set_version", words, set_old, set_new))
     return changes
 
 
 def _quorum_diff(old: Mapping, new: Mapping) -> list[Change]:
     changes = []
     if bool(old.get("regulated")) != bool(new.get("regulated")):
-        words = "quorum on regulated calls: " + (
-            "one approver → two approvers" if new.get("regulated") else "two approvers → one"
+        words = (
+            said("quorum on regulated calls: one approver → two approvers")
+            if new.get("regulated")
+            else said("quorum on regulated calls: two approvers → one")
         )
         changes.append(
             Change("quorum.regulated", words, old.get("regulated"), new.get("regulated"))
@@ -162,16 +196,25 @@ def _quorum_diff(old: Mapping, new: Mapping) -> list[Change]:
     added = [t for t in tools_new if t not in tools_old]
     removed = [t for t in tools_old if t not in tools_new]
     if added or removed:
-        parts = []
-        if added:
-            parts.append("two approvers now for " + ", ".join(added))
-        if removed:
-            parts.append("one approver again for " + ", ".join(removed))
-        changes.append(Change("quorum.tools", "quorum: " + "; ".join(parts), tools_old, tools_new))
+        tools_added, tools_removed = ", ".join(added), ", ".join(removed)
+        if added and removed:
+            words = said(
+                "quorum: two approvers now for %(added)s; one approver again for %(removed)s",
+                added=tools_added,
+                removed=tools_removed,
+            )
+        elif added:
+            words = said("quorum: two approvers now for %(added)s", added=tools_added)
+        else:
+            words = said("quorum: one approver again for %(removed)s", removed=tools_removed)
+        changes.append(Change("quorum.tools", words, tools_old, tools_new))
     for key in _union(old, new):
         if key not in ("regulated", "tools") and old.get(key) != new.get(key):
-            words = (
-                f"quorum {key.replace('_', ' ')} {_value(old.get(key))} → {_value(new.get(key))}"
+            words = said(
+                "quorum %(setting)s %(old)s → %(new)s",
+                setting=key.replace("_", " "),
+                old=_value(old.get(key)),
+                new=_value(new.get(key)),
             )
             changes.append(Change(f"quorum.{key}", words, old.get(key), new.get(key)))
     return changes
@@ -181,13 +224,20 @@ def _judge_diff(old: Mapping, new: Mapping) -> list[Change]:
     if old == new:
         return []
     if not old:
-        return [Change("judge", f"judge added: {_judge_summary(new)}", old, new)]
+        words = said("judge added: %(judge)s", judge=_judge_summary(new))
+        return [Change("judge", words, old, new)]
     if not new:
-        return [Change("judge", f"judge removed (was {_judge_summary(old)})", old, new)]
+        words = said("judge removed (was %(judge)s)", judge=_judge_summary(old))
+        return [Change("judge", words, old, new)]
     return [
         Change(
             f"judge.{key}",
-            f"judge {key.replace('_', ' ')} {_value(old.get(key))} → {_value(new.get(key))}",
+            said(
+                "judge %(setting)s %(old)s → %(new)s",
+                setting=key.replace("_", " "),
+                old=_value(old.get(key)),
+                new=_value(new.get(key)),
+            ),
             old.get(key),
             new.get(key),
         )
@@ -214,8 +264,12 @@ def _limits_diff(old: Mapping, new: Mapping) -> list[Change]:
     return [
         Change(
             f"limits.{key}",
-            f"{LIMIT_WORDS.get(key, key.replace('_', ' '))} "
-            f"{_limit_value(key, before.get(key))} → {_limit_value(key, after.get(key))}",
+            said(
+                _CHANGED,
+                setting=LIMIT_WORDS.get(key, key.replace("_", " ")),
+                old=_limit_value(key, before.get(key)),
+                new=_limit_value(key, after.get(key)),
+            ),
             before.get(key),
             after.get(key),
         )
@@ -224,12 +278,12 @@ def _limits_diff(old: Mapping, new: Mapping) -> list[Change]:
     ]
 
 
-def _limit_value(key: str, value: Any) -> str:
+def _limit_value(key: str, value: Any) -> str | dict:
     if value is not None:
         return _value(value)
     if key == "escalation_hours":
-        return "(the GUARDIAN_ESCALATION_HOURS setting)"
-    return "(the run's own budget)"
+        return said("(the GUARDIAN_ESCALATION_HOURS setting)")
+    return said("(the run's own budget)")
 
 
 def _other_fields_diff(old: Any, new: Any) -> list[Change]:
@@ -244,7 +298,12 @@ def _other_fields_diff(old: Any, new: Any) -> list[Change]:
             continue
         before, after = getattr(old, name, None), getattr(new, name, None)
         if before != after:
-            words = f"{field.name.replace('_', ' ')} {_value(before)} → {_value(after)}"
+            words = said(
+                _CHANGED,
+                setting=field.name.replace("_", " "),
+                old=_value(before),
+                new=_value(after),
+            )
             changes.append(Change(field.name, words, before, after))
     return changes
 
@@ -261,35 +320,51 @@ def _t_star(values: Mapping) -> float | None:
         return values.get("t_star")
 
 
-def _threshold_summary(values: Any) -> str:
+def _threshold_summary(values: Any) -> str | dict | list:
     if not isinstance(values, Mapping):
         return _value(values)
-    parts = [f"t* {_t_text(_t_star(values))}"]
+    parts = [said("t* %(value)s", value=_t_text(_t_star(values)))]
     parts += [
-        f"{THRESHOLD_WORDS.get(k, k)} {_number(v, 2 if k == 'delta' else 0)}"
+        said(
+            "%(setting)s %(value)s",
+            setting=THRESHOLD_WORDS.get(k, k),
+            value=_number(v, 2 if k == "delta" else 0),
+        )
         for k, v in values.items()
         if k != "t_star"
     ]
-    return ", ".join(parts)
+    return parts
 
 
-def _judge_summary(judge: Mapping) -> str:
-    conditions = ", ".join(judge.get("conditions") or []) or "no condition"
-    return f"{judge.get('model')} ({judge.get('adapter')}) on {conditions}, " + (
-        f"{_number(judge.get('timeout_seconds', 10))} s"
+def _judge_summary(judge: Mapping) -> dict:
+    conditions = ", ".join(judge.get("conditions") or [])
+    seconds = _number(judge.get("timeout_seconds", 10))
+    if not conditions:
+        return said(
+            "%(model)s (%(adapter)s) on no condition, %(seconds)s s",
+            model=str(judge.get("model")),
+            adapter=str(judge.get("adapter")),
+            seconds=seconds,
+        )
+    return said(
+        "%(model)s (%(adapter)s) on %(conditions)s, %(seconds)s s",
+        model=str(judge.get("model")),
+        adapter=str(judge.get("adapter")),
+        conditions=conditions,
+        seconds=seconds,
     )
 
 
-def _t_text(value: Any) -> str:
+def _t_text(value: Any) -> str | dict:
     """t* as the other pages show it: two places when they say it all ("0.10"), else three
     ("0.182")."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return _value(value)
     two = f"{value:.2f}"
-    return two if abs(float(two) - value) < 1e-9 else f"{value:.3f}"
+    return figure(value, 2 if abs(float(two) - value) < 1e-9 else 3)
 
 
-def _number(value: Any, places: int = 0) -> str:
+def _number(value: Any, places: int = 0) -> str | dict:
     """0.1 → "0.10" with places=2; up to four significant digits when the value has more;
     ints stay ints."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -299,22 +374,22 @@ def _number(value: Any, places: int = 0) -> str:
     if isinstance(value, int):
         return str(value)
     text = f"{value:.{places}f}"
-    return text if float(text) == value else f"{value:.4g}"
+    return figure(value, places) if float(text) == value else figure(value, None)
 
 
-def _text(value: Any) -> str:
-    return f"“{value}”" if value not in (None, "") else "(none)"
+def _text(value: Any) -> str | dict:
+    return said("“%(text)s”", text=str(value)) if value not in (None, "") else said("(none)")
 
 
-def _value(value: Any) -> str:
+def _value(value: Any) -> str | dict:
     if value is None:
-        return "(none)"
+        return said("(none)")
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return said("yes") if value else said("no")
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "(none)"
+        return ", ".join(str(v) for v in value) or said("(none)")
     if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True) if value else "(none)"
+        return json.dumps(value, sort_keys=True) if value else said("(none)")
     return str(value)
 
 

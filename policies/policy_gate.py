@@ -13,6 +13,7 @@ from guardian_core.engine.evaluation import is_positive, review_cost
 from guardian_core.engine.policy import ON_FIRE, Outcome
 from guardian_core.engine.thresholds import Band
 from guardian_core.models import PolicyVersion
+from guardian_core.said import figure, percent, said, said_count
 from policies.harness import thresholds_of, traces_evaluate
 
 # Measured figures where lower is better; a relative worsening beyond the tolerance refuses.
@@ -96,15 +97,23 @@ def _overall(report: dict, key: str) -> float | None:
 _UNMEASURED_FIELDS = ("question_set", "judge", "quorum", "limits")
 
 
-def unmeasured_changes(current: PolicyVersion, candidate: PolicyVersion) -> list[str]:
-    """The candidate's changes from `current` the gate does not measure, in words."""
+def unmeasured_changes(current: PolicyVersion, candidate: PolicyVersion) -> list:
+    """The candidate's changes from `current` the gate does not measure (policy_diff's
+    Change: its field and its words)."""
     from policies.policy_diff import version_diff
 
     return [
-        change.words
+        change
         for change in version_diff(current, candidate)
         if change.field.split(".", 1)[0] in _UNMEASURED_FIELDS
     ]
+
+
+def _refuses_unmeasured(field: str) -> bool:
+    # A question added, removed or reworded, or any change of the judge: the recorded
+    # probabilities answered something else. A new question set name alone, quorum and limits
+    # are listed for the admin without refusing.
+    return field.startswith("question_set.") or field.split(".", 1)[0] == "judge"
 
 
 def _worse(before: float | None, after: float | None, tolerance: float) -> bool:
@@ -116,7 +125,8 @@ def _worse(before: float | None, after: float | None, tolerance: float) -> bool:
 def gate_report(*, candidate: PolicyVersion) -> dict:
     """The gate's report on activating `candidate`, JSON-ready: per condition ECE, Brier, band
     rate and expected cost at the current and the candidate version, the examples whose
-    outcome flips, and `refused` with the reasons (empty when it passes)."""
+    outcome flips, and `refused` with the reasons (empty when it passes). Reasons and notes are
+    sentences kept as data (guardian_core/said.py), worded in each reader's language."""
     current = PolicyVersion.objects.filter(is_active=True).first()
     tolerance = _tolerance()
     report: dict = {
@@ -130,10 +140,15 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
     }
     problems = candidate.problems()
     if problems:
-        report.update(refused=True, reasons=[f"the candidate is invalid: {p}" for p in problems])
+        report.update(
+            refused=True,
+            reasons=[said("the candidate is invalid: %(problem)s", problem=p) for p in problems],
+        )
         return report
+    unmeasured = []
     if current is not None and current.pk != candidate.pk:
-        report["unmeasured"] = unmeasured_changes(current, candidate)
+        unmeasured = unmeasured_changes(current, candidate)
+        report["unmeasured"] = [change.words for change in unmeasured]
     versions = [v for v in (current, candidate) if v is not None]
     examples, available, near = gate_examples(versions, _max_examples())
     report["examples"] = {
@@ -145,11 +160,11 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
     }
     if current is None or current.pk == candidate.pk or not examples:
         report["note"] = (
-            "nothing to compare: no version is active"
+            said("nothing to compare: no version is active")
             if current is None
-            else "the candidate is the active version"
+            else said("the candidate is the active version")
             if current.pk == candidate.pk
-            else "no labelled example with a probability"
+            else said("no labelled example with a probability")
         )
         return report
     lines = [json.dumps(e) for e in examples]
@@ -180,8 +195,14 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         report["conditions"][name] = row
         if worse_ece(row["ece"]["current"], row["ece"]["candidate"], tolerance):
             report["reasons"].append(
-                f"{name}: calibration worsens beyond {tolerance:.0%} (ECE "
-                f"{row['ece']['current']:.4f} → {row['ece']['candidate']:.4f})"
+                said(
+                    "%(name)s: calibration worsens beyond %(tolerance)s (ECE %(current)s → "
+                    "%(candidate)s)",
+                    name=name,
+                    tolerance=percent(tolerance),
+                    current=figure(row["ece"]["current"]),
+                    candidate=figure(row["ece"]["candidate"]),
+                )
             )
         cost = row["expected_cost"]
         at_own = None
@@ -196,10 +217,15 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         ):
             # Per condition too: a worse integrity is not paid for by a better goal_reached.
             report["reasons"].append(
-                f"{name}: expected cost per example worsens beyond {tolerance:.0%}: "
-                f"{cost['current']:.4f} → {cost['candidate']:.4f} ("
-                + composition(old["policy"], figures["policy"])
-                + ")"
+                said(
+                    "%(name)s: expected cost per example worsens beyond %(tolerance)s: "
+                    "%(current)s → %(candidate)s (%(counts)s)",
+                    name=name,
+                    tolerance=percent(tolerance),
+                    current=figure(cost["current"]),
+                    candidate=figure(cost["candidate"]),
+                    counts=composition(old["policy"], figures["policy"]),
+                )
             )
     report["band_rate"] = {
         "current": _overall(before, "band_rate"),
@@ -220,8 +246,13 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
         cost_own is None or worse_cost(cost_own["current"], cost_own["candidate"], tolerance)
     ):
         report["reasons"].append(
-            f"expected cost per example worsens beyond {tolerance:.0%}: "
-            f"{cost['current']:.4f} → {cost['candidate']:.4f}"
+            said(
+                "expected cost per example worsens beyond %(tolerance)s: %(current)s → "
+                "%(candidate)s",
+                tolerance=percent(tolerance),
+                current=figure(cost["current"]),
+                candidate=figure(cost["candidate"]),
+            )
         )
     old_t, new_t = thresholds_of(current), thresholds_of(candidate)
     for example in examples:
@@ -250,9 +281,9 @@ def gate_report(*, candidate: PolicyVersion) -> dict:
             )
     report["reasons"] += miss_reasons(report["flips"])
     report["reasons"] += [
-        f"not measured by the gate, so not let through unasked: {words}"
-        for words in report.get("unmeasured", [])
-        if words.split(" ", 2)[1:2] == ["question"] or words.startswith("judge")
+        said("not measured by the gate, so not let through unasked: %(change)s", change=c.words)
+        for c in unmeasured
+        if _refuses_unmeasured(c.field)
     ]
     as_rollback(report, was_active=candidate.activations.order_by("-created_at").first())
     return report
@@ -289,46 +320,69 @@ def example_cost(band: str, positive: bool, prices) -> float:
     return prices.c_cont if positive else 0.0
 
 
-def composition(before: dict | None, after: dict | None) -> str:
-    """What makes a cost change, in counts: reviews, false stops and misses, more or fewer."""
+def composition(before: dict | None, after: dict | None) -> list[dict] | dict:
+    """What makes a cost change, in counts: reviews, false stops and misses, more or fewer (a
+    list of entries, said joined), or "the same counts"."""
     parts = []
-    for key, words in (
-        ("uncertain", "reviews"),
-        ("false_stop", "false stops"),
-        ("false_continue", "misses"),
-    ):
+    for key in ("uncertain", "false_stop", "false_continue"):
         delta = (after or {}).get(key, 0) - (before or {}).get(key, 0)
-        if delta:
-            parts.append(f"{delta:+d} {words}")
-    return ", ".join(parts) or "the same counts"
+        if not delta:
+            continue
+        signed = f"{delta:+d}"
+        if key == "uncertain":
+            parts.append(
+                said_count("%(signed)s review", "%(signed)s reviews", abs(delta), signed=signed)
+            )
+        elif key == "false_stop":
+            parts.append(
+                said_count(
+                    "%(signed)s false stop", "%(signed)s false stops", abs(delta), signed=signed
+                )
+            )
+        else:
+            parts.append(
+                said_count("%(signed)s miss", "%(signed)s misses", abs(delta), signed=signed)
+            )
+    return parts or said("the same counts")
 
 
-def miss_reasons(flips: list[dict]) -> list[str]:
+def miss_reasons(flips: list[dict]) -> list[dict]:
     """The refusals no risk appetite excuses: per escalating condition, examples that hold and
     that a person saw under the current version which would now pass unseen (new_misses); and
-    runs that would now stop with success where the goal was not reached (false_successes)."""
+    runs that would now stop with success where the goal was not reached (false_successes).
+    Each entry's parameter `name` is its condition."""
     reasons = []
     for name, ids in new_misses(flips).items():
-        many = len(ids) != 1
         reasons.append(
-            f"{name}: {len(ids)} labelled example{'s' if many else ''} that "
-            f"{'were' if many else 'was'} caught (a person saw {'them' if many else 'it'}) "
-            f"would now pass unseen: {_examples_named(ids)}"
+            said_count(
+                "%(name)s: %(count)s labelled example that was caught (a person saw it) would "
+                "now pass unseen: %(examples)s",
+                "%(name)s: %(count)s labelled examples that were caught (a person saw them) "
+                "would now pass unseen: %(examples)s",
+                len(ids),
+                name=name,
+                examples=_examples_named(ids),
+            )
         )
     ids = false_successes(flips)
     if ids:
-        many = len(ids) != 1
         reasons.append(
-            f"goal_reached: {len(ids)} run{'s' if many else ''} whose goal was not reached "
-            f"would now stop with success, {'their' if many else 'its'} answer taken as "
-            f"final: {_examples_named(ids)}"
+            said_count(
+                "%(name)s: %(count)s run whose goal was not reached would now stop with "
+                "success, its answer taken as final: %(examples)s",
+                "%(name)s: %(count)s runs whose goal was not reached would now stop with "
+                "success, their answer taken as final: %(examples)s",
+                len(ids),
+                name=Condition.GOAL_REACHED.value,
+                examples=_examples_named(ids),
+            )
         )
     return reasons
 
 
-def _examples_named(ids: list[int]) -> str:
+def _examples_named(ids: list[int]) -> dict:
     shown = ", ".join(str(i) for i in ids[:10]) + (", …" if len(ids) > 10 else "")
-    return f"example{'s' if len(ids) != 1 else ''} {shown}"
+    return said_count("example %(ids)s", "examples %(ids)s", len(ids), ids=shown)
 
 
 def false_successes(flips: list[dict]) -> list[int]:

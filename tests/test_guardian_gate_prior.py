@@ -16,18 +16,22 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 import policies.guardian_gate
 from escalations.models import ExampleSource, LabelledExample
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 from guardian_core.models import GuardianModelVersion
-from policies.guardian_gate import NO_LIVE_PRIOR, guardian_model_gate_report
+from guardian_core.said import english, texts
+from policies.guardian_gate import guardian_model_gate_report
 from policies.learning import GuardianGateRefused, guardian_model_activate
 from policies.models import GuardianModelActivation
 from runs.guardian_models import guardian_model_version_active
 from tests.factories import default_costs_policy_version_create, make_decision
 
 pytestmark = pytest.mark.django_db
+
+NO_LIVE_PRIOR = "read at the labelled share: no live prior"
 
 N = 60  # the rows the issue's gate judged on
 TRAFFIC_PRIOR = 0.05
@@ -150,7 +154,7 @@ def test_at_the_labelled_share_the_retrained_version_ranks_better_and_looks_wors
     integrity = report["conditions"]["integrity"]
     assert integrity["prior"]["value"] == pytest.approx(0.5)
     assert integrity["prior"]["live"] is False
-    assert f"integrity: {NO_LIVE_PRIOR}" in report["cautions"]
+    assert f"integrity: {NO_LIVE_PRIOR}" in texts(report["cautions"])
     figures = integrity["figures"]
     assert figures["auroc"]["candidate"] > figures["auroc"]["current"]
     assert figures["ece"]["candidate"] > figures["ece"]["current"]
@@ -160,7 +164,7 @@ def test_at_the_labelled_share_the_retrained_version_ranks_better_and_looks_wors
     # read there the gate refuses the retrained one, as the issue's gate did.
     assert figures["expected_cost"]["candidate"] > figures["expected_cost"]["current"]
     assert report["refused"] is True
-    assert any("integrity: calibration worsens beyond 5%" in r for r in report["reasons"])
+    assert any("integrity: calibration worsens beyond 5%" in r for r in texts(report["reasons"]))
 
 
 def test_at_the_live_prior_the_gate_keeps_the_cheaper_retrained_version_and_says_what_60_rows_cannot_tell(  # noqa: E501
@@ -175,7 +179,7 @@ def test_at_the_live_prior_the_gate_keeps_the_cheaper_retrained_version_and_says
     integrity = report["conditions"]["integrity"]
     assert integrity["paired_n"] == N
     assert integrity["prior"]["value"] == TRAFFIC_PRIOR
-    assert integrity["prior"]["words"] == "the live prior 5.0% (stated)"
+    assert english(integrity["prior"]["words"]) == "the live prior 5.0% (stated)"
     cost = integrity["figures"]["expected_cost"]
     # 95 % of the traffic is benign and the recalibrated map fires on 83 % of it.
     assert cost["current"] > 0.7
@@ -197,7 +201,7 @@ def test_at_the_live_prior_the_gate_keeps_the_cheaper_retrained_version_and_says
     assert (
         f"integrity: too few examples: n={N}, about {cost['needed']} needed to tell expected "
         f"cost per example within ±{cost['tolerance']:.4g}"
-    ) in "\n".join(report["cautions"])
+    ) in "\n".join(texts(report["cautions"]))
 
     version = guardian_model_activate(number=retrained.number, comment="retrained")
     assert version.is_active
@@ -213,7 +217,7 @@ def test_at_the_live_prior_the_recalibrated_version_is_refused_against_the_retra
     recalibrated = versions(2, "recalibrated", RECALIBRATED)
     report = guardian_model_gate_report(candidate=recalibrated)
     assert report["refused"] is True
-    reasons = "\n".join(report["reasons"])
+    reasons = "\n".join(texts(report["reasons"]))
     assert (
         "integrity: the candidate flags 83.3% of negatives at the live prior 5.0% (stated) "
         "(fired: a person sees each one), above the limit of 20% "
@@ -233,7 +237,9 @@ def test_the_false_alarm_limit_is_a_setting(versions, settings):
     _activate_first(versions(1, "recalibrated", {"positive": [0.6] * 30, "negative": [0.02] * 30}))
     report = guardian_model_gate_report(candidate=versions(2, "retrained", RETRAINED))
     assert report["refused"] is True
-    assert any("flags 10.0% of negatives" in r and "limit of 5%" in r for r in report["reasons"])
+    assert any(
+        "flags 10.0% of negatives" in r and "limit of 5%" in r for r in texts(report["reasons"])
+    )
 
 
 def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(versions, settings):
@@ -249,7 +255,7 @@ def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(vers
     assert report["reasons"] == []
     assert report["undecided"] is True
     assert report["needs_override"] is True
-    (reason,) = [r for r in report["undecided_reasons"] if "expected cost" in r]
+    (reason,) = [r for r in texts(report["undecided_reasons"]) if "expected cost" in r]
     needed = cost["needed_to_decide"]
     assert reason.startswith(f"integrity: too few examples: n={N}, about {needed} needed")
     assert needed > N
@@ -285,7 +291,6 @@ def test_a_difference_inside_the_noise_is_not_refused_but_too_few_to_decide(vers
 def test_the_activation_history_says_once_that_the_gate_could_not_decide(
     versions, settings, client, admin
 ):
-    from django.urls import reverse
 
     _live_prior(settings)
     _activate_first(versions(1, "recalibrated", NOISY_A))
@@ -331,8 +336,8 @@ def test_a_candidate_escalating_less_is_not_refused_when_both_are_above_capacity
     )
     assert 1.0 < hourly["candidate"] < hourly["current"]
     assert report["refused"] is False
-    assert not any("capacity" in r for r in report["reasons"])
-    (warning,) = report["limit_warnings"]
+    assert not any("capacity" in r for r in texts(report["reasons"]))
+    (warning,) = texts(report["limit_warnings"])
     assert "above the reviewers' capacity of 1 per hour" in warning
     assert "both are above the limit, and the candidate is not worse beyond the noise" in warning
 
@@ -340,7 +345,7 @@ def test_a_candidate_escalating_less_is_not_refused_when_both_are_above_capacity
     report = guardian_model_gate_report(candidate=retrained)
     assert report["refused"] is False
     assert report["limit_warnings"] == []
-    assert any("reviewer capacity is not set" in c for c in report["cautions"])
+    assert any("reviewer capacity is not set" in c for c in texts(report["cautions"]))
 
 
 def test_a_candidate_taking_runs_over_capacity_is_refused(versions, settings):
@@ -353,7 +358,9 @@ def test_a_candidate_taking_runs_over_capacity_is_refused(versions, settings):
     hourly = report["escalations_per_hour"]
     assert hourly["current"] < 10.0 < hourly["candidate"]
     assert report["refused"] is True
-    assert any("above the reviewers' capacity of 10 per hour" in r for r in report["reasons"])
+    assert any(
+        "above the reviewers' capacity of 10 per hour" in r for r in texts(report["reasons"])
+    )
 
 
 def test_the_rate_is_read_over_the_traffic_seen_and_says_how_long(versions, settings):
@@ -371,8 +378,8 @@ def test_the_rate_is_read_over_the_traffic_seen_and_says_how_long(versions, sett
     report = guardian_model_gate_report(candidate=recalibrated)
     hourly = report["escalations_per_hour"]
     assert hourly["decisions_per_hour"] == pytest.approx(9 / (8 / 60))
-    assert hourly["span_words"] == "8 minutes"
-    (reason,) = [r for r in report["reasons"] if "capacity" in r]
+    assert english(hourly["span_words"]) == "8 minutes"
+    (reason,) = [r for r in texts(report["reasons"]) if "capacity" in r]
     assert "decisions per hour over the last 8 minutes of traffic" in reason
     assert "7 days" not in reason
 
@@ -417,8 +424,8 @@ def test_the_false_alarm_limit_warns_when_what_runs_use_now_is_over_it_as_much(v
     report = guardian_model_gate_report(candidate=versions(2, "recalibrated", FLAGGED_TOO))
     flagged = report["conditions"]["integrity"]["figures"]["benign_flagged"]
     assert flagged["current"] == flagged["candidate"] == pytest.approx(0.1)
-    assert not any("of negatives" in r for r in report["reasons"])
-    (warning,) = report["limit_warnings"]
+    assert not any("of negatives" in r for r in texts(report["reasons"]))
+    (warning,) = texts(report["limit_warnings"])
     assert "the candidate flags 10.0% of negatives" in warning
     assert "what runs use now flags 10.0%" in warning
     assert "not worse beyond the noise" in warning
@@ -433,22 +440,25 @@ def test_the_false_alarm_limit_refuses_when_both_are_over_it_and_the_candidate_i
     report = guardian_model_gate_report(candidate=versions(2, "recalibrated", RECALIBRATED))
     assert any(
         "flags 83.3% of negatives" in r and "the candidate is worse beyond the noise" in r
-        for r in report["reasons"]
+        for r in texts(report["reasons"])
     )
+
+
+def _undecided_page(versions, settings, client, admin, language: str):
+    """A candidate the examples cannot tell from what runs use now, and its activate page
+    measured in `language`."""
+    _live_prior(settings)
+    _activate_first(versions(1, "recalibrated", NOISY_A))
+    candidate = versions(2, "recalibrated", NOISY_B)
+    client.force_login(admin)
+    url = reverse("policies:model_activate", args=[candidate.pk]) + "?measure=1"
+    return candidate, client.get(url, headers={"accept-language": language}).content.decode()
 
 
 def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
     versions, settings, client, admin
 ):
-    _live_prior(settings)
-    _activate_first(versions(1, "recalibrated", NOISY_A))
-    candidate = versions(2, "recalibrated", NOISY_B)
-    client.force_login(admin)
-    from django.urls import reverse
-
-    page = client.get(
-        reverse("policies:model_activate", args=[candidate.pk]) + "?measure=1"
-    ).content.decode()
+    candidate, page = _undecided_page(versions, settings, client, admin, "en")
     assert "The gate cannot decide on these examples" in page
     report = guardian_model_gate_report(candidate=candidate)
     needed = report["conditions"]["integrity"]["figures"]["expected_cost"]["needed_to_decide"]
@@ -466,6 +476,19 @@ def test_the_page_shows_every_figure_with_its_interval_and_the_prior(
     assert 'name="override_reason"' in page
 
 
+def test_a_french_admin_reads_what_the_examples_cannot_tell_in_french(
+    versions, settings, client, admin
+):
+    _, page = _undecided_page(versions, settings, client, admin, "fr")
+
+    # The undecided reason, its interval and the prior it was read at, all worded in French.
+    assert f"integrity\xa0: trop peu d&#x27;exemples\xa0: n={N}, il en faut environ" in page
+    assert "intervalle à 95\xa0% [" in page
+    assert "l&#x27;a priori réel 5,0\xa0% (stated)" in page
+    assert "too few examples: n=" not in page
+    assert "the live prior" not in page
+
+
 def test_a_rollback_is_not_held_up_by_too_few_examples(versions, settings):
     _live_prior(settings)
     versions.tables[None] = NOISY_A  # the adapter as it ships answers as version 1
@@ -479,7 +502,7 @@ def test_a_rollback_is_not_held_up_by_too_few_examples(versions, settings):
     assert report["rollback"]
     assert report["undecided"] is False
     assert report["needs_override"] is False
-    assert any("too few examples" in w for w in report["warnings"])
+    assert any("too few examples" in w for w in texts(report["warnings"]))
 
 
 def test_without_the_priors_module_the_figures_are_read_at_the_labelled_share(
@@ -492,16 +515,15 @@ def test_without_the_priors_module_the_figures_are_read_at_the_labelled_share(
     _activate_first(versions(1, "recalibrated", RECALIBRATED))
     report = guardian_model_gate_report(candidate=versions(2, "retrained", RETRAINED))
     assert report["conditions"]["integrity"]["prior"]["value"] == pytest.approx(0.5)
-    assert (
-        "no live prior can be read here (policies.priors is not installed)" in (report["cautions"])
+    assert "no live prior can be read here (policies.priors is not installed)" in (
+        texts(report["cautions"])
     )
-    assert f"integrity: {NO_LIVE_PRIOR}" in report["cautions"]
+    assert f"integrity: {NO_LIVE_PRIOR}" in texts(report["cautions"])
 
 
 def test_a_figure_within_the_tolerance_reads_not_worse_by_more_than_it(
     versions, settings, client, admin
 ):
-    from django.urls import reverse
 
     _live_prior(settings)
     _activate_first(versions(1, "recalibrated", RECALIBRATED))

@@ -15,6 +15,7 @@ from escalations.models import ExampleSource, LabelledExample
 from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 from guardian_core.adapters.local import LocalGuardian
 from guardian_core.models import GuardianModelVersion
+from guardian_core.said import english, texts
 from policies.guardian_gate import guardian_model_gate_report
 from policies.learning import LearningError, guardian_model_activate
 from policies.models import GuardianModelActivation
@@ -59,8 +60,8 @@ def active_policy(db):
 def examples(active_policy):
     """Integrity verdicts on ordinary outputs and on planted requests, oldest first."""
     made = []
-    for texts, label in ((BENIGN, False), (INJECTED, True)):
-        for text in texts:
+    for outputs, label in ((BENIGN, False), (INJECTED, True)):
+        for text in outputs:
             made.append(
                 LabelledExample.objects.create(
                     condition="integrity",
@@ -156,7 +157,7 @@ def test_an_override_records_the_reason_and_activates_in_one_step(good_active_ba
     assert record.comment == "the vendor changed its model"
     assert record.activated_by == admin
     assert record.gate_report["refused"] is True
-    assert any("calibration worsens" in r for r in record.gate_report["reasons"])
+    assert any("calibration worsens" in r for r in texts(record.gate_report["reasons"]))
     # The first activation passed the gate: no override is kept with it.
     first = GuardianModelActivation.objects.get(version=good)
     assert (first.override_reason, first.comment) == ("", "the first map")
@@ -249,10 +250,12 @@ def test_examples_a_version_learnt_from_are_not_used_to_judge_it(examples):
     everything = _version(2, ALARMED, example_ids=[e.pk for e in examples])
     report = guardian_model_gate_report(candidate=everything)
     assert report["examples"]["used"] == 0
-    assert report["note"].startswith("nothing to compare: every labelled example was learnt")
+    assert english(report["note"]).startswith(
+        "nothing to compare: every labelled example was learnt"
+    )
     assert report["refused"] is False
     guardian_model_activate(number=everything.number)
-    assert GuardianModelActivation.objects.get(version=everything).gate_report["note"]
+    assert english(GuardianModelActivation.objects.get(version=everything).gate_report["note"])
 
 
 def test_the_active_versions_own_examples_are_left_out_too(examples):
@@ -284,10 +287,10 @@ def test_a_candidate_that_cannot_answer_is_refused_not_waved_through(examples):
     stale = _version(1, IDENTITY, base_model_version="local-0+000000000000")
     report = guardian_model_gate_report(candidate=stale)
     assert report["refused"] is True
-    assert report["reasons"][0].startswith(
+    assert texts(report["reasons"])[0].startswith(
         f"integrity: the candidate leaves {len(examples)} of {len(examples)} examples unscored"
     )
-    assert "learnt on local-0+000000000000" in report["reasons"][0]
+    assert "learnt on local-0+000000000000" in texts(report["reasons"])[0]
 
 
 def test_without_an_active_policy_version_examples_cannot_be_measured_and_it_refuses(examples):
@@ -296,13 +299,13 @@ def test_without_an_active_policy_version_examples_cannot_be_measured_and_it_ref
     PolicyVersion.objects.update(is_active=False)
     report = guardian_model_gate_report(candidate=_version(1, IDENTITY))
     assert report["refused"] is True
-    assert report["reasons"] == ["cannot measure the candidate: no policy version is active"]
+    assert texts(report["reasons"]) == ["cannot measure the candidate: no policy version is active"]
 
 
 def test_with_no_labelled_examples_there_is_nothing_to_compare_and_it_passes():
     version = _version(1, ALARMED)
     report = guardian_model_gate_report(candidate=version)
-    assert report["note"] == "nothing to compare: no labelled examples"
+    assert english(report["note"]) == "nothing to compare: no labelled examples"
     assert report["refused"] is False
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from escalations.models import ExampleSource, LabelledExample
+from guardian_core.said import texts
 from policies.learning import guardian_model_activate
 from policies.models import GuardianModelActivation
 from runs.guardian_models import guardian_model_version_active
@@ -23,8 +24,8 @@ def labelled(db):
     from guardian_core.adapters.http import DEFAULT_QUESTION_SET_VERSION
 
     default_costs_policy_version_create()
-    for texts, label in ((BENIGN, False), (INJECTED, True)):
-        for text in texts:
+    for outputs, label in ((BENIGN, False), (INJECTED, True)):
+        for text in outputs:
             LabelledExample.objects.create(
                 condition="integrity",
                 projection={"goal": "Summarise my inbox", "last_results": [text]},
@@ -268,7 +269,7 @@ def test_a_candidate_that_ranks_worse_is_refused_even_if_calibrated(labelled):
         calibration={"integrity": {"method": "isotonic", "x": [0.0, 1.0], "y": [1.0, 0.0]}}
     )
     report = guardian_model_gate_report(candidate=upside_down)
-    assert any("tells the classes apart less well (AUROC" in r for r in report["reasons"])
+    assert any("tells the classes apart less well (AUROC" in r for r in texts(report["reasons"]))
 
 
 # ---- what a version sits on, its priors, and the jobs that make versions ---------------------

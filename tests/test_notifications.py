@@ -245,6 +245,28 @@ def test_email_goes_to_each_address_once_as_plain_text(settings):
     assert NotificationDelivery.objects.filter(escalation=escalation, status="sent").count() == 2
 
 
+def test_a_reviewer_gets_the_email_in_their_language_and_time_zone(settings, django_user_model):
+    from guardian_core.preferences import preferences_save
+
+    settings.GUARDIAN_NOTIFY_EMAILS = ["Camille@Example.org", "list@example.org"]
+    settings.GUARDIAN_NOTIFY_WEBHOOK_URL = ""
+    camille = django_user_model.objects.create_user("camille", email="camille@example.org")
+    preferences_save(camille, language="fr", time_zone="Asia/Tokyo", keyboard_shortcuts=True)
+    deadline = timezone.now().replace(hour=12, minute=30, second=0, microsecond=0)
+    escalation = _escalation(deadline=deadline)
+
+    notify_escalation.apply(args=(escalation.pk, "arrived"))
+
+    sent = {m.to[0]: m for m in mail.outbox}
+    french, server = sent["Camille@Example.org"], sent["list@example.org"]
+    assert french.subject.startswith(f"[Guardian] Nouvelle escalade\xa0: #{escalation.pk}")
+    assert "Échéance\xa0: " in french.body
+    # 12:30 UTC is 21:30 in Tokyo; the shared list reads the server's time zone (UTC here).
+    assert "21:30 JST" in french.body
+    assert server.subject.startswith(f"[Guardian] New escalation: #{escalation.pk}")
+    assert "12:30 UTC" in server.body
+
+
 def test_a_deadline_near_and_unclaimed_is_warned_once(
     webhook, reviewer, django_capture_on_commit_callbacks
 ):

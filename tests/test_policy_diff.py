@@ -4,6 +4,7 @@ import pytest
 from django.urls import reverse
 
 from guardian_core.models import PolicyVersion
+from guardian_core.said import english
 from policies.policy_diff import version_diff
 from tests.factories import make_policy_version
 
@@ -26,7 +27,7 @@ def unsaved(**overrides) -> PolicyVersion:
 
 
 def words(old: PolicyVersion, new: PolicyVersion) -> list[str]:
-    return [change.words for change in version_diff(old, new)]
+    return [english(change.words) for change in version_diff(old, new)]
 
 
 def test_identical_versions_have_no_difference():
@@ -136,6 +137,27 @@ def test_the_page_shows_the_words_first_and_the_raw_values(client, admin):
     assert sentence in page
     assert page.index(sentence) < page.index("Raw values")
     assert "{&quot;c_cont&quot;: 19, &quot;c_stop&quot;: 1}" in page
+
+
+def test_a_french_admin_reads_the_differences_in_french_with_french_numbers(client, admin):
+    old = make_policy_version()
+    new = make_policy_version(
+        thresholds={"integrity": {"c_stop": 1, "c_cont": 19, "t_star": 0.05, "delta": 0.05}},
+        limits={"drift_window": 4},
+        label="stricter",
+    )
+    client.force_login(admin)
+
+    page = client.get(
+        reverse("policies:diff", args=[new.pk]),
+        {"against": old.pk},
+        headers={"accept-language": "fr"},
+    ).content.decode()
+
+    assert "integrity t* 0,10 → 0,05 (C_stop 1 → 1, C_cont 9 → 19)" in page
+    assert "fenêtre de dérive 3 → 4" in page
+    assert "libellé (aucun) → «\xa0stricter\xa0»" in page
+    assert "drift window" not in page
 
 
 def test_identical_versions_on_the_page_say_no_difference(client, admin):

@@ -13,6 +13,7 @@ from demo.setup import DEMO_QUESTIONS
 from escalations.models import ExampleSource, LabelledExample
 from guardian_core.engine.conditions import Condition
 from guardian_core.models import PolicyVersion
+from guardian_core.said import texts
 from policies.models import PolicyActivation
 from policies.policy_gate import gate_examples, gate_report
 from policies.services import policy_version_activate, policy_version_create
@@ -108,17 +109,19 @@ def test_the_gate_refuses_a_worse_expected_cost_and_lists_the_flips(current, exa
     report = gate_report(candidate=worse())
 
     assert report["refused"] is True
-    assert any("expected cost" in reason for reason in report["reasons"])
+    assert any("expected cost" in reason for reason in texts(report["reasons"]))
     assert report["expected_cost"]["current"] == 0
     # Three of four examples missed, priced at the active version's C_cont = 9 (the candidate
     # states C_cont = 1: its own word for what a miss costs does not make misses cheaper).
     assert report["priced_at"] == current.number
     assert report["expected_cost"]["candidate"] == pytest.approx(27 / 4)
     assert any(
-        r.startswith("integrity: expected cost per example worsens") for r in report["reasons"]
+        r.startswith("integrity: expected cost per example worsens")
+        for r in texts(report["reasons"])
     )
     assert any(
-        r.startswith("integrity: 3 labelled examples that were caught") for r in report["reasons"]
+        r.startswith("integrity: 3 labelled examples that were caught")
+        for r in texts(report["reasons"])
     )
     flipped = sorted(f["example_id"] for f in report["flips"])
     assert flipped == sorted(e.pk for e in examples[:3])
@@ -217,6 +220,60 @@ def test_the_admin_activates_through_the_gate_page_and_sees_the_history(client, 
     assert admin.get_username() in history
 
 
+def test_a_french_admin_reads_the_gates_reasons_in_french_then_and_in_the_history(
+    client, admin, current
+):
+    candidate = worse()
+    client.force_login(admin)
+    url = reverse("policies:activate", kwargs={"version_id": candidate.pk})
+    french = {"accept-language": "fr"}
+
+    page = client.get(url, headers=french).content.decode()
+    # Measured now, worded in the reader's language: template, numbers and plurals.
+    assert (
+        "integrity\xa0: le coût attendu par exemple se dégrade au-delà de 5\xa0%\xa0: 0,0000"
+        in page
+    )
+    assert "3 exemples étiquetés qui étaient interceptés" in page
+    assert "expected cost per example worsens" not in page
+    english_page = client.get(url, headers={"accept-language": "en"}).content.decode()
+    assert "integrity: expected cost per example worsens beyond 5%: 0.0000" in english_page
+
+    client.post(url, {"comment": "new costs", "override_reason": "stale labels"}, headers=french)
+    detail = reverse("policies:detail", kwargs={"version_id": candidate.pk})
+    # The stored report is worded when read, in whichever language reads it.
+    history = client.get(detail, headers=french).content.decode()
+    assert "3 exemples étiquetés qui étaient interceptés" in history
+    history = client.get(detail, headers={"accept-language": "en"}).content.decode()
+    assert "3 labelled examples that were caught" in history
+
+
+def test_the_api_words_the_gates_refusal_in_the_callers_language(client, admin, current):
+    candidate = worse()
+    client.force_login(admin)
+    url = f"/api/policy-versions/{candidate.pk}/activate/"
+
+    refused = client.post(
+        url, {"comment": "api"}, content_type="application/json", headers={"accept-language": "fr"}
+    )
+
+    assert refused.status_code == 400
+    problems = " ".join(refused.json()["override_reason"])
+    assert "le coût attendu par exemple se dégrade" in problems
+
+
+def test_the_commands_json_keeps_each_reason_as_data_with_its_english(current, capsys):
+    worse(2)
+
+    with pytest.raises(SystemExit):
+        call_command("gate", "--candidate", "2", "--json")
+
+    reasons = json.loads(capsys.readouterr().out)["reasons"]
+    cost = next(r for r in reasons if r["text"].startswith("integrity: expected cost"))
+    assert cost["with"]["name"] == "integrity"
+    assert cost["said"].startswith("%(name)s: expected cost per example worsens beyond")
+
+
 def test_the_page_activates_a_passing_version_with_only_a_comment(client, admin, current):
     candidate = version(2)
     client.force_login(admin)
@@ -311,13 +368,14 @@ def test_a_reworded_question_a_judge_or_a_quorum_is_named_as_not_measured(client
         copied_from=current,
     )
     report = gate_report(candidate=candidate)
-    assert any(words.startswith("integrity question reworded") for words in report["unmeasured"])
-    assert any("quorum" in words for words in report["unmeasured"])
+    unmeasured = texts(report["unmeasured"])
+    assert any(words.startswith("integrity question reworded") for words in unmeasured)
+    assert any("quorum" in words for words in unmeasured)
     # A new question goes live unmeasured only if someone says why: it refuses; a quorum
     # alone (a person's extra look) does not.
     assert report["refused"] is True
-    assert any(r.startswith("not measured by the gate") for r in report["reasons"])
-    assert not any("quorum" in r for r in report["reasons"])
+    assert any(r.startswith("not measured by the gate") for r in texts(report["reasons"]))
+    assert not any("quorum" in r for r in texts(report["reasons"]))
     client.force_login(admin)
     page = client.get(reverse("policies:activate", kwargs={"version_id": candidate.pk}))
     body = page.content.decode()
@@ -362,7 +420,7 @@ def test_one_condition_worse_is_refused_even_when_the_average_hides_it(current, 
     report = gate_report(candidate=slightly)
     overall = report["expected_cost"]
     assert overall["candidate"] <= overall["current"] * 1.05 + 0.2  # the average barely moves
-    assert any(r.startswith("integrity: expected cost") for r in report["reasons"])
+    assert any(r.startswith("integrity: expected cost") for r in texts(report["reasons"]))
     assert report["refused"] is True
 
 
@@ -443,7 +501,7 @@ def test_a_safe_copy_is_not_refused_because_a_reckless_version_is_active(current
         report["own_costs"]["expected_cost"]["candidate"]
         < (report["own_costs"]["expected_cost"]["current"])
     )
-    assert report["refused"] is False, report["reasons"]
+    assert report["refused"] is False, texts(report["reasons"])
 
 
 def test_a_candidate_that_would_end_unfinished_runs_with_success_is_refused(current):
@@ -461,12 +519,12 @@ def test_a_candidate_that_would_end_unfinished_runs_with_success_is_refused(curr
     assert report["refused"] is True
     assert any(
         r.startswith("goal_reached: 1 run whose goal was not reached would now stop with success")
-        for r in report["reasons"]
+        for r in texts(report["reasons"])
     )
 
 
 def test_a_widened_band_says_what_its_cost_is_made_of(current, examples):
     wider = version(2, integrity={"c_stop": 1, "c_cont": 9, "delta": 0.09})  # 0.02 now reviewed
     report = gate_report(candidate=wider)
-    [reason] = [r for r in report["reasons"] if r.startswith("integrity: expected cost")]
-    assert reason.endswith("(+1 reviews)")
+    [reason] = [r for r in texts(report["reasons"]) if r.startswith("integrity: expected cost")]
+    assert reason.endswith("(+1 review)")

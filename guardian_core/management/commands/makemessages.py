@@ -24,6 +24,13 @@ IGNORED = (
 
 
 class Command(makemessages.Command):
+    # Sentences kept as data (guardian_core/said.py) are templates to translate too.
+    xgettext_options = [
+        *makemessages.Command.xgettext_options,
+        "--keyword=said",
+        "--keyword=said_count:1,2",
+    ]
+
     def handle(self, *args, **options) -> None:
         options["ignore_patterns"] = [*options.get("ignore_patterns", []), *IGNORED]
         # Source lines move with every edit; the file names stay, which is enough to find a string.

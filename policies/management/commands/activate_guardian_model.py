@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 
 from guardian_core.models import GuardianAdapter
+from guardian_core.said import worded
 from policies.learning import (
     LearningError,
     guardian_model_activate_replacing,
@@ -91,7 +92,7 @@ class Command(BaseCommand):
                 else _("the gate refused it, overridden: %(reason)s")
             ) % {"reason": activation.override_reason}
         elif report.get("note"):
-            gate = _("gate: %(note)s") % {"note": report["note"]}
+            gate = _("gate: %(note)s") % {"note": worded(report["note"])}
         else:
             gate = _("the gate passed it on %(count)s examples") % {
                 "count": report["examples"]["used"]

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 
 from guardian_core.models import PolicyVersion
+from guardian_core.said import worded
 from policies.guardian_gate import guardian_model_gate_report
 from policies.learning import LearningError
 from policies.model_versions import guardian_model_version_get
@@ -74,7 +75,7 @@ class Command(BaseCommand):
         out = self.stdout.write
         out(f"candidate v{report['candidate']} against active v{report['current']}")
         if report.get("note"):
-            out(report["note"])
+            out(worded(report["note"]))
         examples = report.get("examples")
         if examples:
             share = examples["near_miss_share"]
@@ -101,7 +102,7 @@ class Command(BaseCommand):
             f"{report['policy_version'] or '—'}"
         )
         if report.get("note"):
-            out(report["note"])
+            out(worded(report["note"]))
         examples = report["examples"]
         out(
             f"examples: {examples['used']} of {examples['available']} "
@@ -119,7 +120,7 @@ class Command(BaseCommand):
             prior = row.get("prior")
             out(
                 f"  {name} (n={row.get('paired_n', row['n'])}"
-                + (f", at {prior['words']}" if prior else "")
+                + (f", at {worded(prior['words'])}" if prior else "")
                 + ")"
             )
             for key, f in (row.get("figures") or {}).items():
@@ -136,8 +137,8 @@ class Command(BaseCommand):
         if hourly and hourly["candidate"] is not None:
             out(
                 f"escalations per hour: about {_num(hourly['current'])} → "
-                f"{_num(hourly['candidate'])} over the last {hourly['span_words']} of traffic "
-                f"(capacity {hourly['capacity']})"
+                f"{_num(hourly['candidate'])} over the last "
+                f"{worded(hourly['span_words'])} of traffic (capacity {hourly['capacity']})"
             )
         out(f"outcome flips: {len(report['flips'])}")
         if report["refused"]:
@@ -150,11 +151,11 @@ class Command(BaseCommand):
             out("passes")
             reasons = []
         for reason in reasons:
-            out(f"  - {reason}")
+            out(f"  - {worded(reason)}")
         for warning in report.get("limit_warnings", []):
-            out(f"  warning: {warning}")
+            out(f"  warning: {worded(warning)}")
         for caution in report.get("cautions", []):
-            out(f"  caution: {caution}")
+            out(f"  caution: {worded(caution)}")
 
     def _conditions(self, report: dict) -> None:
         for name, row in report["conditions"].items():
@@ -170,7 +171,7 @@ class Command(BaseCommand):
         out(f"outcome flips: {len(report['flips'])}")
         out("REFUSED:" if report["refused"] else "passes")
         for reason in report["reasons"]:
-            out(f"  - {reason}")
+            out(f"  - {worded(reason)}")
 
 
 def _num(value: float | None) -> str:

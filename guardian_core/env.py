@@ -151,6 +151,14 @@ def env_secret_key(name: str, *, debug: bool, development_key: str) -> str:
     return value
 
 
+def env_choice(name: str, default: str, choices: list[str]) -> str:
+    """One of `choices`, or `default` when unset or blank."""
+    value = env_str(name) or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}.")
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     """A boolean written as 1/0, true/false, yes/no or on/off (any case)."""
     raw = os.environ.get(name)

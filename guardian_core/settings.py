@@ -12,6 +12,7 @@ from guardian_core.env import (
     broker_from_url,
     database_from_url,
     env_bool,
+    env_choice,
     env_float,
     env_int,
     env_json_onnx_models,
@@ -160,8 +161,10 @@ LOGOUT_REDIRECT_URL = "login"
 
 # Issue 28: English and French. A person's language is their choice (PersonPreferences), else
 # the browser's Accept-Language, else English; the API's field names and codes stay English.
-LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("fr", "Français")]
+# The server's language: pages for a person who chose none and whose browser asks for none of
+# LANGUAGES, notices to a shared address or the webhook, and management commands.
+LANGUAGE_CODE = env_choice("GUARDIAN_LANGUAGE", "en", [code for code, _name in LANGUAGES])
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True

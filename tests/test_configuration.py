@@ -185,3 +185,19 @@ def test_behind_a_transaction_pooler_server_side_cursors_can_be_turned_off(monke
     assert database_from_url(url, sqlite_test_name=unused)["DISABLE_SERVER_SIDE_CURSORS"] is False
     monkeypatch.setenv("DATABASE_DISABLE_SERVER_SIDE_CURSORS", "true")
     assert database_from_url(url, sqlite_test_name=unused)["DISABLE_SERVER_SIDE_CURSORS"] is True
+
+
+def test_the_servers_language_is_french_when_set_and_a_third_is_refused_by_name():
+    said = run_manage(
+        "shell",
+        "-c",
+        "from django.utils.translation import gettext; print(gettext('New escalation'))",
+        GUARDIAN_LANGUAGE="fr",
+    )
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip().splitlines()[-1] == "Nouvelle escalade"
+
+    refused = run_manage("check", GUARDIAN_LANGUAGE="de")
+    assert refused.returncode != 0
+    assert "GUARDIAN_LANGUAGE='de' is not one of en, fr." in refused.stderr
+    assert "Traceback" not in refused.stderr

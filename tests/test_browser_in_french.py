@@ -108,6 +108,10 @@ def test_a_french_admin_activates_a_version_over_the_gate_in_french(
     expect(french.get_by_role("heading", name="Versions de politique")).to_be_visible()
 
     french.goto(f"{live_server.url}/policies/{candidate.pk}/activate")
+    # The gate's reasons are worded for her: French template, French numbers.
+    expect(french.locator(".gate-refused")).to_contain_text(
+        "integrity\u00a0: le coût attendu par exemple se dégrade au-delà de 5\u00a0%"
+    )
     # French typography: a no-break space before the question mark.
     expect(french.locator("label[for=id_comment]")).to_have_text(
         "Pourquoi l’activer\u00a0? (obligatoire)"

@@ -482,9 +482,9 @@ def test_a_french_admin_reads_what_the_examples_cannot_tell_in_french(
     _, page = _undecided_page(versions, settings, client, admin, "fr")
 
     # The undecided reason, its interval and the prior it was read at, all worded in French.
-    assert f"integrity\xa0: trop peu d&#x27;exemples\xa0: n={N}, il en faut environ" in page
+    assert f"integrity\xa0: trop peu d’exemples\xa0: n={N}, il en faut environ" in page
     assert "intervalle à 95\xa0% [" in page
-    assert "l&#x27;a priori réel 5,0\xa0% (stated)" in page
+    assert "la prévalence en production 5,0\xa0% (stated)" in page
     assert "too few examples: n=" not in page
     assert "the live prior" not in page
 

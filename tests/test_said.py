@@ -32,7 +32,7 @@ def test_a_french_reader_gets_the_french_template_and_french_numbers():
         words = worded(entry)
 
     assert words == (
-        "integrity\xa0: l'étalonnage se dégrade au-delà de 5\xa0% (ECE 0,0123 → 0,2000)"
+        "integrity\xa0: l’étalonnage se dégrade au-delà de 5\xa0% (ECE 0,0123 → 0,2000)"
     )
     # The condition's name is data, not a word to translate.
     assert words.startswith("integrity\xa0")
@@ -94,4 +94,4 @@ def test_a_template_word_in_a_parameter_is_not_a_format_string():
 
     assert english(entry) == "cannot ask the current guardian: 100%(x)s done %"
     with translation.override("fr"):
-        assert worded(entry) == "impossible d'interroger le gardien en service\xa0: 100%(x)s done %"
+        assert worded(entry) == "impossible d’interroger le gardien en service\xa0: 100%(x)s done %"

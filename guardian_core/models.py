@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from guardian_core.engine.thresholds import Budgets
 from guardian_core.policy_validation import (
@@ -121,7 +122,7 @@ class PolicyVersion(models.Model):
             if key in ("hysteresis_window", "hysteresis_required"):
                 continue  # what the per-condition rows fall back to, shown there
             value = stored.get(key, default)
-            condition, _, part = key.partition("_")
+            condition, _sep, part = key.partition("_")
             if condition in hysteresis and part in ("window", "required"):
                 value = hysteresis[condition][0 if part == "window" else 1]
                 default_means = ""
@@ -130,7 +131,9 @@ class PolicyVersion(models.Model):
                 default_means = "GUARDIAN_ESCALATION_HOURS"
             elif default is None:
                 engine = getattr(Budgets(), key)
-                default_means = f"the run's own budget, else {engine if engine else 'none'}"
+                default_means = _("the run's own budget, else %(engine)s") % {
+                    "engine": engine or _("none")
+                }
             else:
                 default_means = ""
             rows.append(
@@ -185,15 +188,18 @@ class ApiToken(models.Model):
 class GuardianAdapter(models.TextChoices):
     """The guardian adapters a model version can sit on (runs name them in `Run.guardian`)."""
 
-    LOCAL = "local", "Local (in process)"
-    ONNX = "onnx", "Your ONNX classifiers, with the local guardian (in process)"
-    HTTP = "http", "Vendor HTTP endpoint"
-    OPENAI = "openai", "OpenAI-compatible server"
+    LOCAL = "local", _("Local (in process)")
+    ONNX = "onnx", _("Your ONNX classifiers, with the local guardian (in process)")
+    HTTP = "http", _("Vendor HTTP endpoint")
+    OPENAI = "openai", _("OpenAI-compatible server")
 
 
 class GuardianModelKind(models.TextChoices):
-    RECALIBRATED = "recalibrated", "Recalibrated (a map over the base model's probabilities)"
-    RETRAINED = "retrained", "Retrained (the local guardian on its corpus plus labelled examples)"
+    RECALIBRATED = "recalibrated", _("Recalibrated (a map over the base model's probabilities)")
+    RETRAINED = (
+        "retrained",
+        _("Retrained (the local guardian on its corpus plus labelled examples)"),
+    )
 
 
 class GuardianModelVersion(models.Model):

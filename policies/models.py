@@ -9,6 +9,7 @@ They were guardian_core's and runs' models before this app existed: each keeps i
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from guardian_core.models import GuardianAdapter, GuardianModelVersion, PolicyVersion
 from runs.models import Decision, DecisionOutcome, Run
@@ -111,18 +112,21 @@ class MonitoringCursor(models.Model):
 
 
 class GuardianModelJobKind(models.TextChoices):
-    RECALIBRATE = "recalibrate", "Recalibrate (a map over an adapter's answers)"
-    RETRAIN = "retrain", "Retrain the local guardian"
+    RECALIBRATE = "recalibrate", _("Recalibrate (a map over an adapter's answers)")
+    RETRAIN = "retrain", _("Retrain the local guardian")
     # The stacked path: retrained on people's labels, then a map over the retrained version's
     # answers at the live prior (a retrained model is no better calibrated than its corpus).
-    RETRAIN_RECALIBRATE = "retrain_recalibrate", "Retrain the local guardian, then recalibrate it"
+    RETRAIN_RECALIBRATE = (
+        "retrain_recalibrate",
+        _("Retrain the local guardian, then recalibrate it"),
+    )
 
 
 class GuardianModelJobStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
 
 
 class GuardianModelJob(models.Model):

@@ -375,3 +375,16 @@ def test_no_queue_key_fires_inside_an_editable_region(live_server, page, reviewe
     page.keyboard.press("?")
     assert page.evaluate("document.activeElement.id") == "typed"
     expect(page.locator("#queue-shortcuts")).not_to_be_visible()
+
+
+def test_a_probes_result_takes_the_focus(live_server, page, auditor):
+    read = drive(start("refund_waits_for_approval"))
+    sign_in(page, live_server.url, "auditor")
+    page.goto(f"{live_server.url}/runs/{read.pk}/turns/0/probe/")
+
+    with page.expect_navigation():
+        page.locator(".probe-form").get_by_role("button").click()
+
+    # The result is below the form: a keyboard or screen-reader user lands on it, not at the
+    # top of the page they must walk down again.
+    expect(page.locator("#result-title")).to_be_focused()

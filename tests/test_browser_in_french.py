@@ -129,3 +129,19 @@ def test_a_french_admin_activates_a_version_over_the_gate_in_french(
     assert PolicyVersion.objects.get(is_active=True) == candidate
     record = PolicyActivation.objects.get(version=candidate)
     assert record.override_reason == "Les étiquettes importées précèdent les nouveaux outils"
+
+
+def test_the_flips_link_takes_the_focus_to_the_flips(
+    live_server,
+    french,
+    admin,
+    current,  # noqa: F811
+):
+    candidate = worse()
+    sign_in_in_french(french, live_server.url, "admin")
+    french.goto(f"{live_server.url}/policies/{candidate.pk}/activate")
+
+    french.locator(".gate-summary").get_by_role("link").click()
+
+    # An in-page link moves the focus with the view, so the next Tab continues from there.
+    expect(french.locator("#gate-flips")).to_be_focused()

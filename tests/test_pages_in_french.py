@@ -67,3 +67,15 @@ def test_the_queues_probability_bars_say_their_band_in_french(client, reviewer):
     assert '<span class="pbar-band-word">déclenchée</span>' in page
     english = client.get("/escalations/", headers={"accept-language": "en"}).content.decode()
     assert '<span class="pbar-band-word">fired</span>' in english
+
+
+def test_the_guardian_models_page_names_its_choices_in_french(client, admin):
+    client.force_login(admin)
+
+    page = client.get(reverse("policies:models"), headers={"accept-language": "fr"}).content
+    page = page.decode()
+
+    # Labels of model choices (job kinds, adapters) are words too, not only the templates'.
+    assert "Réentraîner le gardien local" in page
+    assert "Local (dans le processus)" in page
+    assert "Retrain the local guardian" not in page

@@ -97,17 +97,18 @@ def test_a_french_auditor_reads_a_run_and_verifies_its_chain_in_french(
     expect(french.locator("#chain-report")).to_contain_text("Chaîne intacte")
 
 
-def test_a_french_admin_activates_a_version_over_the_gate_in_french(
-    live_server,
-    french,
-    admin,
-    current,  # noqa: F811
-):
+@pytest.fixture
+def refused_candidate(live_server, french, admin, current):  # noqa: F811
+    """A version the gate refuses, its activate page open for the French admin."""
     candidate = worse()
     sign_in_in_french(french, live_server.url, "admin")
     expect(french.get_by_role("heading", name="Versions de politique")).to_be_visible()
-
     french.goto(f"{live_server.url}/policies/{candidate.pk}/activate")
+    return candidate
+
+
+def test_a_french_admin_activates_a_version_over_the_gate_in_french(french, refused_candidate):
+    candidate = refused_candidate
     # The gate's reasons are worded for her: French template, French numbers.
     expect(french.locator(".gate-refused")).to_contain_text(
         "integrity\u00a0: le coût attendu par exemple se dégrade au-delà de 5\u00a0%"
@@ -131,16 +132,7 @@ def test_a_french_admin_activates_a_version_over_the_gate_in_french(
     assert record.override_reason == "Les étiquettes importées précèdent les nouveaux outils"
 
 
-def test_the_flips_link_takes_the_focus_to_the_flips(
-    live_server,
-    french,
-    admin,
-    current,  # noqa: F811
-):
-    candidate = worse()
-    sign_in_in_french(french, live_server.url, "admin")
-    french.goto(f"{live_server.url}/policies/{candidate.pk}/activate")
-
+def test_the_flips_link_takes_the_focus_to_the_flips(french, refused_candidate):
     french.locator(".gate-summary").get_by_role("link").click()
 
     # An in-page link moves the focus with the view, so the next Tab continues from there.

@@ -5,13 +5,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import Q
+from django.utils.translation import gettext
 
 from escalations.held_calls import HeldCall, escalation_held_calls
 from escalations.models import Escalation, EscalationEvent, EscalationKind, ReviewGuidance, Verdict
 from guardian_core.engine.conditions import Condition
 from guardian_core.untrusted import BIDI_CONTROLS, has_bidi_controls
 from runs.models import Run, Turn
-from runs.vocabulary import answer_words, review_end_words, risk_words, source_words, summary_words
+from runs.vocabulary import (
+    answer_words,
+    detail_words,
+    escalation_summary_words,
+    review_end_words,
+    risk_words,
+    source_words,
+)
 
 # The pane shows the run's last few turns only: what it reads does not grow with the run.
 PANE_RECENT_TURNS = 5
@@ -127,7 +135,7 @@ class DecisionPane:
     @property
     def summary(self) -> str:
         """The stored summary in the run page's words (older rows begin with a code)."""
-        return summary_words(self.escalation.summary)
+        return escalation_summary_words(self.escalation.summary, self.escalation.reason)
 
     @property
     def review_end(self) -> str:
@@ -284,11 +292,14 @@ def _pane_turn(turn: Turn, *, escalated_here: bool) -> PaneTurn:
         # What asked for something other than "go on", and every step of a coder/reviewer loop.
         source = reason.get("source", "")
         if reason.get("band") != "clear" or source == "review_loop":
-            detail = str(reason.get("detail", ""))
             said = (
-                detail
+                str(reason.get("detail", ""))
                 if source == "review_loop"
-                else f"{source_words(str(source), translated=True)}: {detail}"
+                else gettext("%(source)s: %(detail)s")
+                % {
+                    "source": source_words(str(source), translated=True),
+                    "detail": detail_words(reason),
+                }
             )
             reasons.append(said[:300])
     proposal = turn.proposal or {}

@@ -8,12 +8,13 @@ from datetime import datetime
 from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
 from django.utils import dateformat, timezone
+from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, pgettext_lazy
 
 from escalations.models import AUDIT_OUTCOME, Escalation, Verdict
 from escalations.queue import escalation_claim_holder
-from runs.vocabulary import SOURCES, band_words, source_words, summary_words
+from runs.vocabulary import SOURCES, band_words, escalation_summary_words, source_words
 
 # The bar's drawing width in SVG user units.
 BAR_WIDTH = 100
@@ -89,12 +90,12 @@ class Bar:
 
     @property
     def label(self) -> str:
-        said = _("no probability") if self.value is None else f"p {self.value}"
+        said = _("no probability") if self.value is None else f"p {_shown(self.value)}"
         if self.t_star is not None:
             said = _("%(said)s against t* %(t_star)s ± %(delta)s") % {
                 "said": said,
-                "t_star": self.t_star,
-                "delta": self.delta,
+                "t_star": _shown(self.t_star),
+                "delta": _shown(self.delta),
             }
         # The marker's colour says "fired"; a screen reader hears it.
         return f"{said}, {band_words(self.band, translated=True)}" if self.band else said
@@ -107,10 +108,15 @@ class Bar:
 
     @property
     def text(self) -> str:
-        said = _("no answer") if self.value is None else f"p {self.value}"
+        said = _("no answer") if self.value is None else f"p {_shown(self.value)}"
         if self.t_star is not None:
-            said += f" · t* {self.t_star}±{self.delta}"
+            said += f" · t* {_shown(self.t_star)}±{_shown(self.delta)}"
         return said
+
+
+def _shown(figure: str | None) -> str:
+    # Geometry keeps "0.42" for SVG; what people read is in their notation (0,42).
+    return "" if figure is None else number_format(float(figure), 2)
 
 
 _WORDED = frozenset(SOURCES.values())
@@ -186,7 +192,9 @@ def queue_rows(
                 goal=_truncated(escalation.run.goal, 90),
                 mcp_client=_truncated(getattr(escalation, "mcp_client", None) or "", 60),
                 # Stored as written (older rows begin with a code); read in today's words.
-                summary=_truncated(summary_words(escalation.summary), 160),
+                summary=_truncated(
+                    escalation_summary_words(escalation.summary, escalation.reason), 160
+                ),
                 bars=[probability_bar(r) for r in triggered[:ROW_REASONS] if isinstance(r, dict)],
                 more_reasons=max(0, len(triggered) - ROW_REASONS),
                 tools=[name for name in escalation.tools.split(",") if name],

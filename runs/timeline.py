@@ -19,9 +19,10 @@ from runs.stop_reasons import stop_reason_text
 from runs.tools import run_tools
 from runs.vocabulary import (
     band_words,
+    detail_words,
+    escalation_summary_words,
     review_end_words,
     source_words,
-    summary_words,
     verdict_answer_words,
 )
 
@@ -172,7 +173,7 @@ def _turn_view(turn: Turn, registry) -> TurnView:
         if reason.get("band") == "clear" and reason.get("outcome") == "continue":
             continue
         band = band_words(str(reason.get("band", "")), translated=True)
-        said.append(f"{source_words(source, translated=True)} ({band}): {reason.get('detail', '')}")
+        said.append(f"{source_words(source, translated=True)} ({band}): {detail_words(reason)}")
     return TurnView(
         index=turn.index,
         started_at=turn.started_at,
@@ -245,7 +246,7 @@ def _escalation_view(escalation: Escalation) -> EscalationView:
         kind_label=escalation.get_kind_display(),
         status=escalation.status,
         status_label=escalation.get_status_display(),
-        summary=summary_words(escalation.summary),
+        summary=escalation_summary_words(escalation.summary, escalation.reason),
         created_at=escalation.created_at,
         resolved_at=escalation.resolved_at,
         verdict=verdict.decision if verdict else "",

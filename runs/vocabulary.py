@@ -6,11 +6,13 @@ page showing them does; what is stored or sealed (an escalation's summary, a ver
 and what is sent to a model keeps them in English, whoever's request wrote it."""
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.utils import translation
 from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 
+from guardian_core.engine.conditions import Condition
+from guardian_core.said import english, figure, said, worded
 from runs.models import DecisionOutcome, RiskClass
 from runs.stop_reasons import stop_reason_text
 
@@ -115,6 +117,62 @@ def reason_summary(source: str, detail: str) -> str:
 
 _OLD_REVIEW = re.compile(r"Coder/reviewer loop: (\w+) after (\d+) rounds: (.*)", re.DOTALL)
 _OLD_SOURCE = re.compile(r"([a-z_]+): (.*)", re.DOTALL)
+
+
+def detail_words(reason: Mapping) -> str:
+    """A decision reason's detail as a page shows it. The engine writes it in English and the
+    log seals it as written; where the reason's own fields (band, p, t*, δ) say its first
+    clause exactly, that clause is said in the reader's language and notation, and the rest
+    is kept as recorded. Any other detail is shown as it is."""
+    detail = str(reason.get("detail") or "")
+    head = _detail_head(reason)
+    if head is None or not detail.startswith(english(head)):
+        return detail
+    return worded(head) + detail[len(english(head)) :]
+
+
+_CONDITION_NAMES = frozenset(c.value for c in Condition)
+
+
+def _detail_head(reason: Mapping) -> dict | None:
+    # The clauses guardian_core/engine/policy.py writes first, from the same fields.
+    value, t_star, delta = reason.get("value"), reason.get("t_star"), reason.get("delta")
+    if reason.get("source") not in _CONDITION_NAMES or not _numbers(value, t_star):
+        return None
+    p, t = figure(value, 3), figure(t_star, 3)
+    band = reason.get("band")
+    if band == "clear":
+        return said("p=%(p)s is below t*=%(t_star)s", p=p, t_star=t)
+    if band == "fired":
+        return said("p=%(p)s is above t*=%(t_star)s", p=p, t_star=t)
+    if band == "uncertain" and _numbers(delta):
+        return said(
+            "p=%(p)s is within δ=%(delta)s of t*=%(t_star)s",
+            p=p,
+            delta=figure(delta, None),
+            t_star=t,
+        )
+    return None
+
+
+def _numbers(*values: object) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def escalation_summary_words(summary: str, reason: Mapping | None) -> str:
+    """An escalation's stored summary as a page shows it: in the reader's words when it is the
+    summary of its first triggered reason as it was recorded (reason_summary), else in
+    today's words for an older row (summary_words)."""
+    triggered = (reason or {}).get("triggered") or []
+    first = triggered[0] if triggered and isinstance(triggered[0], Mapping) else None
+    if first is not None:
+        source = str(first.get("source", ""))
+        if summary == reason_summary(source, str(first.get("detail", "")))[:300]:
+            return gettext("%(source)s: %(detail)s") % {
+                "source": source_words(source, translated=True),
+                "detail": detail_words(first),
+            }
+    return summary_words(summary)
 
 
 def summary_words(summary: str) -> str:

@@ -79,3 +79,61 @@ def test_the_guardian_models_page_names_its_choices_in_french(client, admin):
     assert "Réentraîner le gardien local" in page
     assert "Local (dans le processus)" in page
     assert "Retrain the local guardian" not in page
+
+
+def _fired(detail: str = "p=0.910 is above t*=0.100") -> dict:
+    return {
+        "source": "integrity",
+        "band": "fired",
+        "outcome": "escalate",
+        "detail": detail,
+        "value": 0.91,
+        "t_star": 0.1,
+        "delta": 0.05,
+    }
+
+
+def _escalation_of(reason: dict):
+    from runs.vocabulary import reason_summary
+    from tests.factories import make_decision
+
+    turn = make_turn()
+    make_decision(turn=turn, outcome="escalate", reasons=[reason])
+    return make_escalation(
+        turn=turn,
+        kind="uncertain",
+        summary=reason_summary(reason["source"], reason["detail"]),
+        reason={"triggered": [reason]},
+    )
+
+
+def test_a_reason_the_engine_recorded_in_english_reads_in_french(client, reviewer):
+    escalation = _escalation_of(_fired("p=0.910 is above t*=0.100; fired on 2 of the last 3 turns"))
+    client.force_login(reviewer)
+    french = {"accept-language": "fr"}
+
+    queue = client.get(reverse("escalations:queue"), headers=french).content.decode()
+    pane = client.get(
+        reverse("escalations:detail", args=[escalation.pk]), headers=french
+    ).content.decode()
+
+    # The clause the reason's fields say is worded; what only the text says stays as recorded.
+    said = "p=0,910 au-dessus de t*=0,100; fired on 2 of the last 3 turns"
+    assert f"Instructions injectées\xa0: {said}" in queue
+    assert said in pane
+    assert "p 0,91 · t* 0,10±0,05" in queue
+    assert "is above" not in queue + pane
+
+
+def test_a_recorded_detail_its_fields_do_not_say_is_shown_as_recorded(client, reviewer):
+    # The words shown are never more than the record says: a detail that is not what its
+    # fields give (another engine's, or an edited row) is shown as it is, in any language.
+    escalation = _escalation_of(_fired("p=0.500 is above t*=0.100"))
+    client.force_login(reviewer)
+
+    pane = client.get(
+        reverse("escalations:detail", args=[escalation.pk]), headers={"accept-language": "fr"}
+    ).content.decode()
+
+    assert "p=0.500 is above t*=0.100" in pane
+    assert "p=0,910" not in pane

@@ -16,6 +16,12 @@ def source_words(source: str) -> str:
 
 
 @register.filter
+def detail_words(reason: object) -> str:
+    """A decision reason's detail: "p=0.930 is above t*=0.100" → "p=0,930 au-dessus de …"."""
+    return vocabulary.detail_words(reason) if isinstance(reason, dict) else ""
+
+
+@register.filter
 def risk_words(risk_class: str) -> str:
     """ "reversible_write" → "Reversible write", as the reviewers' pages say a class."""
     return vocabulary.risk_words(str(risk_class), translated=True)

@@ -388,3 +388,17 @@ def test_a_probes_result_takes_the_focus(live_server, page, auditor):
     # The result is below the form: a keyboard or screen-reader user lands on it, not at the
     # top of the page they must walk down again.
     expect(page.locator("#result-title")).to_be_focused()
+
+
+def test_escape_leaves_a_text_field_for_its_form_not_the_page(live_server, page, reviewer):
+    escalation = drive(start("refund_waits_for_approval")).escalations.get()
+    sign_in(page, live_server.url, "reviewer")
+    open_pane(page, live_server.url, escalation)
+    page.locator("#reason").fill("not this one")
+
+    page.keyboard.press("Escape")
+
+    # Focus is kept, visibly, where the person was, and the single keys work again from there.
+    expect(page.locator("#decision-form")).to_be_focused()
+    page.keyboard.press("?")
+    expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()

@@ -163,7 +163,11 @@
     var target = event.target;
     if (typing(target)) {
       if (event.key === "Escape") {
-        target.blur();
+        // Out of the field, so the keys work again; the focus stays in the form (not on the
+        // page's body, where it would vanish), and the next Tab goes on from there.
+        var home = target.form && target.form.hasAttribute("tabindex") ? target.form : null;
+        if (home) home.focus();
+        else target.blur();
         event.preventDefault();
       } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && target.dataset.submit) {
         // Ctrl+Enter in the reason field rejects, on every kind of item (never the answers).

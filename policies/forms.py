@@ -2,6 +2,7 @@
 quorum and judge."""
 
 from django import forms
+from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -361,7 +362,7 @@ class PolicyVersionForm(forms.Form):
                     room = min(threshold.t_star, 1 - threshold.t_star)
                     row["band_problem"] = (
                         _("the band leaves 0–1, which saving refuses: δ must be below %(room)s")
-                        % {"room": f"{room:.3g}"}
+                        % {"room": number_format(float(f"{room:.3g}"))}
                         if room > 0
                         else _("t* is at the edge of 0–1: no band fits, bring the costs closer")
                     )

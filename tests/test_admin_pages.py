@@ -404,3 +404,14 @@ def test_revoking_a_token_asks_first_on_a_page_of_its_own(client, admin, auditor
     assert token.revoked_at is not None
     # Asking again about a revoked token says so on the list.
     assert client.get(revoke)["Location"] == reverse("tokens:list")
+
+
+def test_the_previews_band_problem_says_its_number_in_the_readers_notation(client, admin):
+    client.force_login(admin)
+    data = _form_data(
+        demo_policy_version(), integrity_c_stop="1", integrity_c_cont="99", integrity_delta="0.05"
+    )
+
+    preview = client.post(reverse("policies:preview"), data, headers={"accept-language": "fr"})
+
+    assert "δ doit être inférieur à 0,01" in preview.content.decode().replace("\n", " ")

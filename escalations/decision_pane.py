@@ -5,7 +5,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import Q
-from django.utils.translation import gettext
 
 from escalations.held_calls import HeldCall, escalation_held_calls
 from escalations.models import Escalation, EscalationEvent, EscalationKind, ReviewGuidance, Verdict
@@ -14,11 +13,10 @@ from guardian_core.untrusted import BIDI_CONTROLS, has_bidi_controls
 from runs.models import Run, Turn
 from runs.vocabulary import (
     answer_words,
-    detail_words,
     escalation_summary_words,
+    reason_words,
     review_end_words,
     risk_words,
-    source_words,
 )
 
 # The pane shows the run's last few turns only: what it reads does not grow with the run.
@@ -293,13 +291,7 @@ def _pane_turn(turn: Turn, *, escalated_here: bool) -> PaneTurn:
         source = reason.get("source", "")
         if reason.get("band") != "clear" or source == "review_loop":
             said = (
-                str(reason.get("detail", ""))
-                if source == "review_loop"
-                else gettext("%(source)s: %(detail)s")
-                % {
-                    "source": source_words(str(source), translated=True),
-                    "detail": detail_words(reason),
-                }
+                str(reason.get("detail", "")) if source == "review_loop" else reason_words(reason)
             )
             reasons.append(said[:300])
     proposal = turn.proposal or {}

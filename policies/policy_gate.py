@@ -3,6 +3,7 @@ compared on the labelled examples, and whether the candidate may be activated.""
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import Q
@@ -15,6 +16,9 @@ from guardian_core.engine.thresholds import Band
 from guardian_core.models import PolicyVersion
 from guardian_core.said import figure, percent, said, said_count
 from policies.harness import thresholds_of, traces_evaluate
+
+if TYPE_CHECKING:
+    from policies.policy_diff import Change
 
 # Measured figures where lower is better; a relative worsening beyond the tolerance refuses.
 _GUARDED = ("expected_cost", "ece")
@@ -97,7 +101,7 @@ def _overall(report: dict, key: str) -> float | None:
 _UNMEASURED_FIELDS = ("question_set", "judge", "quorum", "limits")
 
 
-def unmeasured_changes(current: PolicyVersion, candidate: PolicyVersion) -> list:
+def unmeasured_changes(current: PolicyVersion, candidate: PolicyVersion) -> list["Change"]:
     """The candidate's changes from `current` the gate does not measure (policy_diff's
     Change: its field and its words)."""
     from policies.policy_diff import version_diff

@@ -12,7 +12,7 @@ from django.utils import translation
 from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 
 from guardian_core.engine.conditions import Condition
-from guardian_core.said import english, figure, said, worded
+from guardian_core.said import figure, said, worded
 from runs.models import DecisionOutcome, RiskClass
 from runs.stop_reasons import stop_reason_text
 
@@ -126,9 +126,18 @@ def detail_words(reason: Mapping) -> str:
     is kept as recorded. Any other detail is shown as it is."""
     detail = str(reason.get("detail") or "")
     head = _detail_head(reason)
-    if head is None or not detail.startswith(english(head)):
+    if head is None or not detail.startswith(head["text"]):
         return detail
-    return worded(head) + detail[len(english(head)) :]
+    return worded(head) + detail[len(head["text"]) :]
+
+
+def reason_words(reason: Mapping) -> str:
+    """A decision reason as a page lists it: its source and its detail, in the reader's words
+    (reason_summary is the same line as it is stored)."""
+    return gettext("%(source)s: %(detail)s") % {
+        "source": source_words(str(reason.get("source", "")), translated=True),
+        "detail": detail_words(reason),
+    }
 
 
 _CONDITION_NAMES = frozenset(c.value for c in Condition)
@@ -168,10 +177,7 @@ def escalation_summary_words(summary: str, reason: Mapping | None) -> str:
     if first is not None:
         source = str(first.get("source", ""))
         if summary == reason_summary(source, str(first.get("detail", "")))[:300]:
-            return gettext("%(source)s: %(detail)s") % {
-                "source": source_words(source, translated=True),
-                "detail": detail_words(first),
-            }
+            return reason_words(first)
     return summary_words(summary)
 
 

@@ -222,3 +222,21 @@ def test_signed_out_goes_to_the_login_page(client):
     response = client.get(reverse("policies:diff", args=[version.pk]))
     assert response.status_code == 302
     assert response.url.startswith("/accounts/login/")
+
+
+def test_a_label_with_bidi_controls_is_compared_as_inert_visible_text(client, admin):
+    old = make_policy_version(label="plain")
+    new = make_policy_version(label="<b>bold</b>\u202ex")
+    client.force_login(admin)
+
+    for language in ("en", "fr"):
+        page = client.get(
+            reverse("policies:diff", args=[new.pk]),
+            {"against": old.pk},
+            headers={"accept-language": language},
+        ).content.decode()
+
+        # The override would reverse what follows it, in the sentence and in the raw values.
+        assert "\u202e" not in page
+        assert "&lt;b&gt;bold&lt;/b&gt;[U+202E]x" in page
+        assert "<b>bold</b>" not in page

@@ -465,3 +465,13 @@ def test_a_filter_on_another_table_looks_back_a_window_at_a_time_and_says_so(
     # Newest first, each once, found across the windows of 4, 4 and 2 runs.
     assert seen == [made[7].pk, made[1].pk]
     assert pages == 3
+
+
+def test_the_policy_filter_shows_a_labels_bidi_controls_as_inert_visible_text(client, auditor):
+    make_policy_version(label="<b>bold</b>\u202ex")
+    client.force_login(auditor)
+
+    page = client.get("/runs/").content.decode()
+
+    assert "\u202e" not in page
+    assert "&lt;b&gt;bold&lt;/b&gt;[U+202E]x" in page

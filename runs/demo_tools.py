@@ -1,5 +1,6 @@
-"""The demo's tools: an order and refund desk, a document search that can carry an injected
-instruction, a slow lookup (for crash tests) and a code checker for the coder/reviewer loop.
+"""The demo's tools: an order and refund desk, a reversible tag (a write a retry may repeat),
+a document search that can carry an injected instruction, a slow lookup (for crash tests)
+and a code checker for the coder/reviewer loop.
 
 The demo scenarios (runs/scenarios/) are judged by the local guardian on what these tools
 return, so each output says plainly what happened, and a refusal gives its reason.
@@ -84,6 +85,16 @@ def issue_refund(arguments: dict, *, idempotency_key: str) -> str:
     return f"Refund of {arguments['amount']:.2f} issued for {arguments['order_id']}."
 
 
+def tag_order(arguments: dict, *, idempotency_key: str) -> str:
+    # Reversible, and safe to repeat: a tag already made under this key is not made again,
+    # which is what lets a retry run the call once more (runs/ports.py CallRecorder).
+    _, made = DemoSideEffect.objects.get_or_create(
+        tool="tag_order", idempotency_key=idempotency_key, defaults={"payload": arguments}
+    )
+    again = "" if made else " (already tagged under this key)"
+    return f"Order {arguments['order_id']} tagged {arguments['tag']!r}{again}."
+
+
 def send_email(arguments: dict, *, idempotency_key: str) -> str:
     DemoSideEffect.objects.create(
         tool="send_email", idempotency_key=idempotency_key, payload=arguments
@@ -149,6 +160,16 @@ ISSUE_REFUND = Tool(
     ),
     risk_class=RiskClass.IRREVERSIBLE,
     func=issue_refund,
+)
+TAG_ORDER = Tool(
+    name="tag_order",
+    description="Tag an order for the team (a tag can be removed).",
+    schema=_object(
+        {"order_id": {"type": "string"}, "tag": {"type": "string", "maxLength": 40}},
+        ["order_id", "tag"],
+    ),
+    risk_class=RiskClass.REVERSIBLE_WRITE,
+    func=tag_order,
 )
 SEND_EMAIL = Tool(
     name="send_email",

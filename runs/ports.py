@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Case, F, TextField, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
@@ -256,16 +256,43 @@ def recording_tools(tools: dict[str, Tool], recorder: "CallRecorder") -> dict[st
 
 @dataclass
 class _Row:
-    pk: int
-    turn_id: int
+    pk: int | None  # None: not written yet (a step kept in memory until its decision)
+    turn_id: int | None
     risk_class: str
 
 
+class _NotLive(Exception):
+    """The run was no longer running under the worker's lease: the call did not start."""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The outcome of a call, written with the decision: one another loop ran (an external
+    run's), or one of this turn whose result may wait for the turn's commit."""
+
+    id: int
+    status: str
+    result: str | None
+    error: str
+
+
 class CallRecorder:
-    """Records the calls of one turn. Each call that runs is recorded as started before it
-    runs and as done after, in short commits of their own (durability: a crash leaves a call
-    started and never finished, which a retry sees; no lock is held while a tool runs). At
-    the turn's end `finish` adds the calls that never ran, in one insert.
+    """Records the calls of one turn, with no more commits than the rules need
+    (README, "What a turn commits"):
+
+    * Each call that runs is recorded as started before it runs, in a commit of its own; the
+      first one also writes the turn begun in memory (runs/recording.py turn_unwritten). A
+      crash leaves a call started and never finished, which a retry sees, and people see what
+      is running meanwhile; no lock is held while a tool runs. A write's "started" is flushed
+      before it runs; a read's is not waited for (PostgreSQL's synchronous_commit off for
+      that transaction): its loss in a crash only hides a read that runs again.
+    * A call that needs approval (irreversible, regulated) is recorded as done in a commit of
+      its own right after, so a retry finds it done rather than ambiguous and asks nobody.
+      Any other call's result is written with the decision (`unwritten`): a crash before it
+      leaves the call started, and a retry runs it again under the same key, as the rule
+      below allows.
+    * A turn in which no call runs is written whole with its decision (`new_rows`).
+    At the turn's end `finish` adds the calls that never ran, in one insert.
 
     A key already done returns its stored result instead of running again. A key found started
     but never finished (the worker died) is ambiguous: a read-only or reversible call is run
@@ -296,6 +323,24 @@ class CallRecorder:
         # By position: the sealed columns (runs/chain.py) of the rows this recorder wrote on
         # this turn, as written, so the decision seals them without reading them back.
         self.values: dict[int, dict] = {}
+        # The class each call runs under (the gate's, which the declared class floors), by
+        # position (`plan`).
+        self.classes: dict[int, RiskClass] = {}
+        # Results of calls recorded as started whose "done" waits for the decision, by row id.
+        self.unwritten: dict[int, CallResult] = {}
+
+    def plan(self, prepared) -> None:
+        """Before any call of the step runs (the engine's `before_calls`): note the class each
+        runnable call runs under."""
+        # A step with a runnable call was gated (the engine gates every valid step).
+        gated = {c.position: c.effective for c in (prepared.gate.calls if prepared.gate else ())}
+        self.classes = {position: RiskClass(gated[position]) for position in prepared.runnable}
+
+    @property
+    def reads_only(self) -> bool:
+        """Whether every call that may run is read-only (or none may run): what the turn
+        changes outside Guardian is nothing."""
+        return all(risk == RiskClass.READ_ONLY for risk in self.classes.values())
 
     def wrap(self, tool: Tool) -> Callable[..., object]:
         def call(arguments: dict, *, idempotency_key: str) -> object:
@@ -366,12 +411,53 @@ class CallRecorder:
             self.values.pop(position, None)
             raise
         text = result if isinstance(result, str) else canonical_json(result)
-        ToolCall.objects.filter(pk=existing.pk).update(
-            status=ToolCallStatus.DONE, result=text, finished_at=timezone.now()
-        )
+        risk = self.classes.get(position) or RiskClass(tool.risk_class)
+        if written is not None and not risk.needs_approval:
+            # Its "started" is durable; its result lands with the decision (see the class).
+            self.unwritten[existing.pk] = CallResult(existing.pk, ToolCallStatus.DONE, text, "")
+        else:
+            ToolCall.objects.filter(pk=existing.pk).update(
+                status=ToolCallStatus.DONE, result=text, finished_at=timezone.now()
+            )
         if written is not None:
             written.update(status=ToolCallStatus.DONE.value, result=text)
         return text
+
+    def new_rows(self, record) -> list[ToolCall]:
+        """Every call of a turn not written yet (no call of it ran) as the row it is written
+        as, with the decision, as `finish` would write it (invalid, held, not run). Their
+        sealed columns are noted too (`sealed_calls`)."""
+        gated = {c.position: c.effective for c in (record.gate.calls if record.gate else ())}
+        rows = []
+        for call in record.calls:
+            values = self.values.get(call.position)
+            if values is None:
+                risk = gated.get(call.position) or call.declared_risk or RiskClass.READ_ONLY
+                values = {
+                    "position": call.position,
+                    "tool": call.tool,
+                    "arguments": call.arguments,
+                    "intent": call.intent,
+                    "risk_class": str(risk),
+                    "idempotency_key": call.idempotency_key,
+                    "status": _STORED_STATUS[call.status].value,
+                    "result": call.result,
+                    "error": call.error or "\n".join(call.problems),
+                }
+                self.values[call.position] = values
+                self.rows[call.position] = _Row(None, None, values["risk_class"])
+            rows.append(ToolCall(turn=self.turn, **values))
+        return rows
+
+    def write_unwritten(self) -> None:
+        """Write the results still waiting for the decision (a turn ended without the
+        statement that writes them: cut short by a cancel, or written on the ORM path)."""
+        now = timezone.now()
+        for pk, outcome in self.unwritten.items():
+            ToolCall.objects.filter(pk=pk).update(
+                status=outcome.status, result=outcome.result, finished_at=now
+            )
+        self.unwritten = {}
 
     def sealed_calls(self, record) -> list[dict] | None:
         """The sealed columns of every row of this turn's calls, as written, when this
@@ -397,6 +483,29 @@ class CallRecorder:
             key,
             timezone.now(),
         ]
+        flush = (self.classes.get(position) or RiskClass(tool.risk_class)) != RiskClass.READ_ONLY
+        begins = self.turn.pk is None
+        if not begins and flush:
+            return self._insert_started(params)
+        # One commit: the turn begun in memory, written with its first call's start; a read's
+        # start not waited for (see the class).
+        try:
+            with transaction.atomic():
+                if not flush:
+                    no_flush_wait()
+                if begins:
+                    self.turn.save(force_insert=True)
+                    params[0] = self.turn.pk
+                pk = self._insert_started(params)
+                if pk is None:
+                    raise _NotLive
+        except _NotLive:
+            if begins:  # rolled back: the turn is in memory only, as before
+                self.turn.pk, self.turn._state.adding = None, True
+            return None
+        return pk
+
+    def _insert_started(self, params: list) -> int | None:
         sql = _START_NEW_SQL.format(**_vendor())
         with connection.cursor() as cursor:
             cursor.execute(sql, [self.turn.run_id, RunStatus.RUNNING, self.token, *params])
@@ -511,6 +620,16 @@ WHERE id = %s AND EXISTS (SELECT 1 FROM live)
 RETURNING id
 """
 )
+
+
+def no_flush_wait() -> None:
+    """Let the current transaction commit without waiting for its WAL to reach the disk
+    (PostgreSQL; SQLite has no such setting). Only for a commit whose loss in a crash repeats
+    work nobody outside saw; each caller says why. A later commit that waits flushes it too:
+    the WAL is written in order."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
 
 
 def _vendor() -> dict[str, str]:

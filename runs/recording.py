@@ -36,9 +36,9 @@ import contextlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -53,7 +53,7 @@ from guardian_core.logs import log_context
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping, sealing
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.ports import CallRecorder, _Row
+from runs.ports import CallRecorder, CallResult, _Row, no_flush_wait
 from runs.queue import enqueue_after_commit
 from runs.vocabulary import reason_summary
 
@@ -74,16 +74,6 @@ def turn_decided(turn: Turn) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class CallResult:
-    """The outcome of a call another loop ran (an external run's), written with the decision."""
-
-    id: int
-    status: str
-    result: str | None
-    error: str
-
-
 def turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
     """Record the turn and its proposal before anything runs; None if it exists already.
     Durability: this insert commits on its own (autocommit), before any call runs; a worker
@@ -102,6 +92,19 @@ def turn_begin(run: Run, index: int, proposal: Proposal) -> Turn | None:
         return Turn.objects.create(**fields)
     except IntegrityError:
         return None
+
+
+def turn_unwritten(run: Run, index: int, proposal: Proposal) -> Turn:
+    """The turn and its proposal, begun in memory: written with its first call's start, or
+    with its decision when no call must be recorded before it runs (runs/ports.py
+    CallRecorder); either way before anything that is not a read runs."""
+    return Turn(
+        run=run,
+        index=index,
+        state_hash="",
+        proposal=mapping.proposal_to_json(proposal),
+        started_at=timezone.now(),
+    )
 
 
 # ---- an external step's opening ---------------------------------------------------------------
@@ -275,6 +278,9 @@ def turn_stopped(
         if status is None or status == RunStatus.RUNNING:
             raise RuntimeError(f"run {run.pk}: lease lost while the turn ran")
         why = f"not started: the run was {status} before this call could start"
+        if turn.pk is None:  # begun in memory, its first call refused: written now, as it ends
+            turn.save(force_insert=True)
+        recorder.write_unwritten()
         recorded = set(ToolCall.objects.filter(turn=turn).values_list("position", flat=True))
         ToolCall.objects.bulk_create(
             ToolCall(
@@ -312,6 +318,8 @@ def turn_finish(
     last: Turn | None = None,
     call_results: Sequence[CallResult] = (),
     new_calls: Sequence[ToolCall] = (),
+    keep_lease: bool = False,
+    durable: bool = True,
 ) -> str:
     """Write the turn's outcome (_turn_finish) and log it: one line for the decision, one for
     the escalation it opens, with the run, the turn and the guardian's model version bound."""
@@ -327,6 +335,8 @@ def turn_finish(
             last=last,
             call_results=call_results,
             new_calls=new_calls,
+            keep_lease=keep_lease,
+            durable=durable,
         )
         outcome = record.decision.outcome.value
         fired = sorted(condition.value for condition in record.decision.fired)
@@ -363,6 +373,8 @@ def _turn_finish(
     last: Turn | None = None,
     call_results: Sequence[CallResult] = (),
     new_calls: Sequence[ToolCall] = (),
+    keep_lease: bool = False,
+    durable: bool = True,
 ) -> tuple[str, Escalation | None]:
     """Write the turn's outcome in one transaction and move the run on: the run row (its
     compact state, status, lease released, seal), the turn (its steps, what the guardian
@@ -373,8 +385,16 @@ def _turn_finish(
     commit that makes the turn count; until it lands a retry replays the recorded proposal.
 
     `new_calls` (with `turn` not written yet): a read-only step run in process
-    (runs/external.py _read_step): the turn and these calls, with their outcomes, are written
-    here too."""
+    (runs/external.py _read_step, or a worker's step kept in memory, runs/ports.py
+    CallRecorder): the turn and these calls, with their outcomes, are written here too.
+
+    `keep_lease`: a worker going on with the run in its time slice keeps the lease, renewed
+    here, when the run continues (runs/services.py run_advance_slice): the next turn then
+    reads the run instead of claiming it, a commit saved. `durable` False: the one-statement
+    write of a continuing turn may commit without waiting for its WAL flush (the caller says
+    why that is safe); anything else this writes is flushed as usual."""
+    # Calls this turn's recorder ran whose result waits for the decision (runs/ports.py).
+    own_results = list(recorder.unwritten.values())
     now = timezone.now()
     # From the record alone: a few histogram observations, no query (docs/OPERATIONS.md).
     metrics.turn_observe(
@@ -415,9 +435,20 @@ def _turn_finish(
             calls = sealing.turn_calls(turn.pk)
         sealed = sealed_with(_with_results(calls, call_results))
         decision_id = _finish_in_one_statement(
-            run, token, turn, record, fields, now, sealed, call_results, new_calls
+            run,
+            token,
+            turn,
+            record,
+            fields,
+            now,
+            sealed,
+            [*call_results, *own_results],
+            new_calls,
+            lease_until=_lease_until(now) if keep_lease else None,
+            durable=durable,
         )
         if decision_id is not None:
+            recorder.unwritten = {}
             if enqueue_next:
                 enqueue_after_commit(run.pk)
             # After the turn's commit, in a statement of its own: most turns are not drawn and
@@ -425,10 +456,11 @@ def _turn_finish(
             _audit_sample(run, turn, decision_id, sealed, now)
             return "continued", None
     outcome: Outcome | None = decision.outcome
+    keep = keep_lease and outcome in (Outcome.CONTINUE, Outcome.REPLAN)
     changes = {
         "state": mapping.state_to_json(record.state_after),
-        "lease_token": "",
-        "lease_expires_at": None,
+        "lease_token": token if keep else "",
+        "lease_expires_at": _lease_until(now) if keep else None,
         "failures": 0,
         "last_error": "",
         "unbilled": {},
@@ -463,7 +495,7 @@ def _turn_finish(
         sealed = sealed_with(_with_results(calls, call_results), opened)
         changes["seal"] = run_seal(sealed)
     with transaction.atomic():
-        if new_calls:
+        if turn.pk is None:
             _turn_write(turn, new_calls, recorder)
         # The lease and the status are checked in the same statement that writes the run.
         moved = Run.objects.filter(pk=run.pk, lease_token=token, status=RunStatus.RUNNING).update(
@@ -482,6 +514,7 @@ def _turn_finish(
             ToolCall.objects.filter(pk=call.id).update(
                 status=call.status, result=call.result, error=call.error, finished_at=now
             )
+        recorder.write_unwritten()
         Turn.objects.filter(pk=turn.pk).update(
             state_hash=fields["state_hash"],
             steps=fields["steps"],
@@ -612,7 +645,8 @@ def _decision_fields(run: Run, record: TurnRecord) -> dict:
 _FINISH_SQL = """
 WITH moved AS (
     UPDATE runs_run
-    SET state = %(state)s::jsonb, lease_token = '', lease_expires_at = NULL, failures = 0,
+    SET state = %(state)s::jsonb, lease_token = %(lease_token)s,
+        lease_expires_at = %(lease_expires_at)s, failures = 0,
         last_error = '', unbilled = '{{}}', updated_at = %(now)s, seal = %(seal)s::jsonb
     WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
     RETURNING id
@@ -669,16 +703,31 @@ _FINISH_NEW_CALLS_SQL = """, new_calls AS (
 
 
 def _finish_in_one_statement(
-    run, token, turn, record, fields: dict, now, sealed: dict, call_results=(), new_calls=()
+    run,
+    token,
+    turn,
+    record,
+    fields: dict,
+    now,
+    sealed: dict,
+    call_results=(),
+    new_calls=(),
+    *,
+    lease_until=None,
+    durable: bool = True,
 ) -> int | None:
     """Write a continuing turn (_one_statement_applies) with _FINISH_SQL: its columns
     `fields`, its decision `sealed` (runs.chain) and the run's seal, made here in memory for
     a running run whose last decision this is; with `new_calls`, the turn (not written yet,
-    given its id here) and those calls too. Returns the decision's id, or None when it wrote
-    nothing (the caller then takes the ORM path, which handles every case)."""
+    given its id here) and those calls too. The lease is given back, or with `lease_until`
+    kept and renewed to then. Returns the decision's id, or None when it wrote nothing (the
+    caller then takes the ORM path, which handles every case). `durable` False commits
+    without waiting for the WAL flush (synchronous_commit off for this transaction only)."""
     params = {
         "run_id": run.pk,
         "token": token,
+        "lease_token": token if lease_until is not None else "",
+        "lease_expires_at": lease_until,
         "turn_id": turn.pk,
         "now": now,
         "state": json.dumps(mapping.state_to_json(record.state_after)),
@@ -711,7 +760,7 @@ def _finish_in_one_statement(
     if call_results:
         parts["calls"] = _FINISH_CALLS_SQL
         params["calls"] = json.dumps([call.__dict__ for call in call_results])
-    if new_calls:
+    if turn.pk is None:
         parts["turn"], parts["new_calls"] = _FINISH_TURN_INSERT_SQL, _FINISH_NEW_CALLS_SQL
         params.update(
             index=turn.index,
@@ -722,15 +771,27 @@ def _finish_in_one_statement(
                 [{name: getattr(row, name) for name in sealing.CALL_COLUMNS} for row in new_calls]
             ),
         )
-    with connection.cursor() as cursor:
-        cursor.execute(_FINISH_SQL.format(**parts), params)
-        row = cursor.fetchone()
+    sql = _FINISH_SQL.format(**parts)
+    if durable:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
+            no_flush_wait()
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
     if row is None:
         return None
-    if new_calls:
+    if row[1] != turn.pk:
         turn.pk = row[1]
         turn._state.adding, turn._state.db = False, connection.alias
     return row[0]
+
+
+def _lease_until(now):
+    """When a lease taken or renewed `now` expires."""
+    return now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS)
 
 
 def _turn_write(turn: Turn, rows: Sequence[ToolCall], recorder: CallRecorder) -> None:

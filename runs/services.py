@@ -174,27 +174,35 @@ def run_advance(*, run_id: int, enqueue_next: bool = True) -> str:
     (an error was recorded; the caller retries later). With `enqueue_next` False a turn that
     continues does not enqueue the next one: the caller advances it itself."""
     with log_context(run_id=run_id):
-        return _advance(run_id, enqueue_next)
+        return _advance(run_id, enqueue_next)[0]
 
 
-def _advance(run_id: int, enqueue_next: bool) -> str:
-    token = uuid.uuid4().hex
-    run = _claim(run_id, token)
+def _advance(
+    run_id: int, enqueue_next: bool, *, held: str = "", slicing: bool = False
+) -> tuple[str, str]:
+    """One turn, as run_advance; with `held` (a lease token this worker kept from the turn
+    before) the run is read under that lease instead of claimed. `slicing`: an agent turn
+    that continues without enqueueing the next keeps the lease, renewed by its own write.
+    Returns (what happened, the lease token the worker still holds or "")."""
+    token = held or uuid.uuid4().hex
+    run = _claim(run_id, token, held=bool(held))
     if run is None:
-        return "skipped"
+        return "skipped", ""
     if run.actor == "external":  # a stray message: an external run's caller drives it
         Run.objects.filter(pk=run_id, lease_token=token).update(
             lease_token="", lease_expires_at=None
         )
-        return "skipped"
+        return "skipped", ""
     try:
         if run.actor == "coder_reviewer":
-            return review_round_advance(run, token, enqueue_next=enqueue_next)
-        return agent_turn_advance(run, token, enqueue_next=enqueue_next)
+            return review_round_advance(run, token, enqueue_next=enqueue_next), ""
+        keep = slicing and not enqueue_next
+        result = agent_turn_advance(run, token, enqueue_next=enqueue_next, keep_lease=keep)
+        return result, token if keep and result == "continued" else ""
     except Exception as exc:  # recorded on the run and retried: one bad run cannot crash-loop
         logger.exception("run %s: turn failed", run_id)
         _record_failure(run_id, token, exc)
-        return "failed"
+        return "failed", ""
 
 
 # The claim and the read of the run in one statement (PostgreSQL): a conditional update that
@@ -204,12 +212,7 @@ def _advance(run_id: int, enqueue_next: bool) -> str:
 # which its results complete). So does the id of the active guardian model version of the
 # run's adapter (runs.ports.build_guardian): with none active, the turn reads no more.
 _CLAIM_SQL = """
-WITH claimed AS (
-    UPDATE runs_run
-    SET lease_token = %s, lease_expires_at = %s
-    WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
-        {only}
-    RETURNING *
+WITH claimed AS ({claimed}
 )
 SELECT claimed.*, (
     SELECT coalesce(json_agg(recent ORDER BY recent.index), '[]'::json) FROM (
@@ -234,21 +237,49 @@ SELECT claimed.*, (
 ) AS claimed_guardian_version_id
 FROM claimed
 """
+_TAKE_LEASE_SQL = """
+    UPDATE runs_run
+    SET lease_token = %s, lease_expires_at = %s
+    WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+        {only}
+    RETURNING *"""
+# A lease the worker kept from its turn before (RunSlice): read, not written. Still its own,
+# unexpired, on a running run, or the turn does not go on (a cancel, or a sweeper's takeover).
+_HELD_LEASE_SQL = """
+    SELECT * FROM runs_run
+    WHERE lease_token = %s AND lease_expires_at > %s AND id = %s AND status = %s {only}"""
 
 
 def _claim(
-    run_id: int, token: str, *, actor: str | None = None, created_by_id: int | None = None
+    run_id: int,
+    token: str,
+    *,
+    actor: str | None = None,
+    created_by_id: int | None = None,
+    held: bool = False,
 ) -> Run | None:
     """Take the run's lease if it is running and no live lease holds it (and, when given, it
-    is of `actor` and was started by user `created_by_id`): the run, or None."""
+    is of `actor` and was started by user `created_by_id`): the run, or None. `held`: the
+    worker kept lease `token` from its turn before; the run is read if it still holds it."""
     now = timezone.now()
     expires = now + timedelta(seconds=settings.GUARDIAN_TURN_LEASE_SECONDS)
     only = {"actor": actor, "created_by_id": created_by_id}
     only = {column: value for column, value in only.items() if value is not None}
     if connection.vendor == "postgresql":
-        sql = _CLAIM_SQL.format(only="".join(f"AND {column} = %s " for column in only))
-        params = [token, expires, run_id, RunStatus.RUNNING, now, *only.values()]
-        return next(iter(Run.objects.raw(sql, [*params, RECENT_TURNS_READ])), None)
+        claimed = (_HELD_LEASE_SQL if held else _TAKE_LEASE_SQL).format(
+            only="".join(f"AND {column} = %s " for column in only)
+        )
+        params = (
+            [token, now, run_id, RunStatus.RUNNING]
+            if held
+            else [token, expires, run_id, RunStatus.RUNNING, now]
+        )
+        sql = _CLAIM_SQL.format(claimed=claimed)
+        return next(iter(Run.objects.raw(sql, [*params, *only.values(), RECENT_TURNS_READ])), None)
+    if held:
+        return Run.objects.filter(
+            pk=run_id, status=RunStatus.RUNNING, lease_token=token, lease_expires_at__gt=now
+        ).first()
     claimed = (
         Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, **only)
         .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
@@ -260,16 +291,37 @@ def _claim(
 def run_advance_slice(*, run_id: int, seconds: float | None = None) -> str:
     """Advance a run turn after turn in this worker while it continues, for up to `seconds`
     (GUARDIAN_TURN_SLICE_SECONDS); the slice's last turn enqueues the next, so other runs get
-    the worker in turn. Saves the broker's round trip on every turn but the last of a slice.
-    Each turn is claimed, recorded and committed as on its own: a worker that dies mid-slice
-    leaves the run to the sweeper, like any other crash. Returns the last turn's result."""
+    the worker in turn. Saves the broker's round trip on every turn but the last of a slice,
+    and the lease's own commit on every turn but the first (RunSlice). Each turn is recorded
+    and committed as on its own: a worker that dies mid-slice leaves the run to the sweeper
+    once its lease expires, like any other crash. Returns the last turn's result."""
     seconds = settings.GUARDIAN_TURN_SLICE_SECONDS if seconds is None else seconds
     deadline = time.monotonic() + seconds
+    turns = RunSlice(run_id)
     while True:
         last = time.monotonic() >= deadline
-        result = run_advance(run_id=run_id, enqueue_next=last)
+        result = turns.advance(last=last)
         if result != "continued" or last:
             return result
+
+
+class RunSlice:
+    """A worker's time slice on one run: its first turn claims the lease, and each turn that
+    continues keeps it, renewed in the statement that writes the turn, so the next turn only
+    reads the run under it (no commit of its own). The `last` turn gives the lease back and
+    enqueues the next turn; so does any turn that does not continue."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.token = ""  # the lease this worker kept from its turn before, or ""
+
+    def advance(self, *, last: bool) -> str:
+        """Advance the run one turn (as run_advance); `last` ends the slice."""
+        with log_context(run_id=self.run_id):
+            result, self.token = _advance(
+                self.run_id, enqueue_next=last, held=self.token, slicing=True
+            )
+        return result
 
 
 def _record_failure(run_id: int, token: str, exc: Exception) -> None:

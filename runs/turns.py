@@ -27,7 +27,14 @@ from guardian_core.logs import log_bind
 from runs import mapping
 from runs.models import Decision, Run, ToolCallStatus, Turn
 from runs.ports import CallRecorder, build_actor, build_guardian, build_judge, recording_tools
-from runs.recording import from_json, turn_begin, turn_decided, turn_finish, turn_stopped
+from runs.recording import (
+    from_json,
+    turn_begin,
+    turn_decided,
+    turn_finish,
+    turn_stopped,
+    turn_unwritten,
+)
 from runs.tools import tools_for_run
 
 
@@ -63,9 +70,12 @@ class _Resume:
     approver_id: int | None = None
 
 
-def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> str:
+def agent_turn_advance(
+    run: Run, token: str, *, enqueue_next: bool = True, keep_lease: bool = False
+) -> str:
     """Advance a claimed agent-loop run (the worker holds its lease `token`) by one turn.
     Returns "continued", "waiting" or "finished"; raises on an error (the caller records it).
+    With `keep_lease` a turn that continues keeps the lease, renewed (the worker goes on).
 
     Reads what the next turn needs and nothing that grows with the run: the run row with its
     compact state, and the last few turns (the policy's windows, the last turn's usage,
@@ -105,10 +115,18 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
         proposal = proposal_as_text(proposal)
     if resume.approvals is not None:
         proposal = _with_edited_arguments(proposal, resume)
-    # Durability: the proposal is committed before anything runs, so a retry replays it.
-    turn = unfinished or turn_begin(run, index, proposal)
-    if turn is None:
-        return "skipped"  # another worker recorded this turn first
+    # Durability: the proposal is committed before any call runs, so a retry replays it:
+    # with the first call recorded as started, or with the decision when no call runs
+    # (runs/ports.py CallRecorder). A resumed held or ambiguous step commits it first: its
+    # approvals are marked used by this turn before any call runs.
+    if unfinished is not None:
+        turn = unfinished
+    elif resume.approvals is not None or resume.rerun_keys:
+        turn = turn_begin(run, index, proposal)
+        if turn is None:
+            return "skipped"  # another worker recorded this turn first
+    else:
+        turn = turn_unwritten(run, index, proposal)
 
     approved, keys, refusals = resume.approved, dict(resume.rerun_keys or {}), {}
     if resume.approvals is not None:
@@ -146,13 +164,32 @@ def agent_turn_advance(run: Run, token: str, *, enqueue_next: bool = True) -> st
             judge=judging_setup.judge if judging_setup else None,
             judge_conditions=judging_setup.conditions if judging_setup else (),
             judge_deadline_seconds=judging_setup.deadline_seconds if judging_setup else None,
+            before_calls=recorder.plan,
         )
     except StepStopped:
         return turn_stopped(run, token, turn, proposal, tools, recorder)
     finally:
         if judging_setup is not None:
             judging_setup.judge.close()
-    return turn_finish(run, token, turn, record, verdict_steps, recorder, enqueue_next, last=last)
+    return turn_finish(
+        run,
+        token,
+        turn,
+        record,
+        verdict_steps,
+        recorder,
+        enqueue_next,
+        last=last,
+        new_calls=recorder.new_rows(record) if turn.pk is None else (),
+        keep_lease=keep_lease,
+        # A read-only turn the worker goes on from may commit without waiting for its WAL
+        # flush: its loss in a crash of PostgreSQL only runs its reads again. Nobody outside
+        # was told of it (no escalation, notice or caller; its next turn runs here, and the
+        # next durable commit, the slice's last at the latest, flushes it with everything
+        # before it, the WAL being written in order). A page read in that window (under a
+        # second) may show a turn the crash then loses; its chain stays whole.
+        durable=not (keep_lease and recorder.reads_only),
+    )
 
 
 def _with_unbilled(usage: Usage, run: Run) -> Usage:

@@ -151,9 +151,10 @@ def test_a_continuing_turn_is_written_in_one_statement_with_everything_the_log_n
     with CaptureQueriesContext(connection) as queries:
         assert run_advance(run_id=run.pk) == "continued"
     sql = [q["sql"] for q in queries.captured_queries]
-    # the claim (returning the run and its last turns), the turn, the call started, the call
-    # done, then one write of the outcome
-    assert len(sql) == 5, "\n".join(sql)
+    # the claim (returning the run and its last turns); the turn with its read started, in a
+    # commit that does not wait for the flush (BEGIN, the setting, two inserts, COMMIT); then
+    # one write of the outcome with the read's result (tests/test_turn_commits.py)
+    assert len(sql) == 7, "\n".join(sql)
     assert sql[-1].lstrip().startswith("WITH moved AS")
     run.refresh_from_db()
     turn = run.turns.get(index=3)

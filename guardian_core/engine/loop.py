@@ -10,7 +10,7 @@ that raises or times out gives malformed answers, which escalate.
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -555,6 +555,7 @@ def run_turn(
     judge: Judge | None = None,
     judge_conditions: Collection[Condition | str] = (),
     judge_deadline_seconds: float | None = None,
+    before_calls: Callable[[PreparedStep], None] | None = None,
 ) -> TurnRecord:
     """Run turn `index` of run `run_id` and return its record: prepare the step, run its
     runnable calls here, finish it.
@@ -578,6 +579,9 @@ def run_turn(
     `judge`, when given, is asked each of `judge_conditions` whose guardian answer is in the
     uncertain band (engine/judge.py): a confident judge answer settles it, anything else
     leaves it to a person. It is never asked about risk, nor on a step held at the gate.
+
+    `before_calls`, when given, sees the prepared step (its gate's classes) before any call
+    runs: the shell decides there how durably each call must be recorded.
     """
     timings: dict[str, float] = {}
     tick = clock.monotonic()
@@ -598,6 +602,8 @@ def run_turn(
         refusals=refusals,
         timings=timings,
     )
+    if before_calls is not None:
+        before_calls(prepared)
     tick = clock.monotonic()
     statuses = dict(prepared.statuses)
     results, errors = _execute(

@@ -468,6 +468,10 @@ def report_rounds(report: Report, contenders: Contenders, guardian) -> None:
         report.ratio(
             f"  Guardian publishing / LangGraph per-invoke, {label}", publishing / per_invoke
         )
+        if label in WHOLE and guardian.write_median is not None:
+            report.ratio(
+                f"Guardian write in-slice / LangGraph loop, {label}", guardian.write_median / loop
+            )
         if label in guardian.counts and contenders.observer is not None:
             sides = [("Guardian in-slice", guardian.counts[label], guardian.statements[label])]
             for mode in contenders.modes:

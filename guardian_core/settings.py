@@ -305,7 +305,7 @@ GUARDIAN_TOOLS = [
     "runs.demo_tools.READ_TRACKING",
     "runs.demo_tools.LIST_PROMOTIONS",
     "runs.demo_tools.ISSUE_REFUND",
-    "runs.demo_tools.TAG_ORDER",
+    "runs.demo_tools.FLAG_ORDER",
     "runs.demo_tools.SEND_EMAIL",
     "runs.demo_tools.SLOW_LOOKUP",
     "runs.demo_tools.CHECK_CODE",

@@ -1,4 +1,4 @@
-"""The demo's tools: an order and refund desk, a reversible tag (a write a retry may repeat),
+"""The demo's tools: an order and refund desk, a reversible flag (a write a retry may repeat),
 a document search that can carry an injected instruction, a slow lookup (for crash tests)
 and a code checker for the coder/reviewer loop.
 
@@ -85,14 +85,14 @@ def issue_refund(arguments: dict, *, idempotency_key: str) -> str:
     return f"Refund of {arguments['amount']:.2f} issued for {arguments['order_id']}."
 
 
-def tag_order(arguments: dict, *, idempotency_key: str) -> str:
-    # Reversible, and safe to repeat: a tag already made under this key is not made again,
+def flag_order(arguments: dict, *, idempotency_key: str) -> str:
+    # Reversible, and safe to repeat: a flag already made under this key is not made again,
     # which is what lets a retry run the call once more (runs/ports.py CallRecorder).
     _, made = DemoSideEffect.objects.get_or_create(
-        tool="tag_order", idempotency_key=idempotency_key, defaults={"payload": arguments}
+        tool="flag_order", idempotency_key=idempotency_key, defaults={"payload": arguments}
     )
-    again = "" if made else " (already tagged under this key)"
-    return f"Order {arguments['order_id']} tagged {arguments['tag']!r}{again}."
+    again = "" if made else " (already flagged under this key)"
+    return f"Order {arguments['order_id']} flagged {arguments['tag']!r}{again}."
 
 
 def send_email(arguments: dict, *, idempotency_key: str) -> str:
@@ -161,15 +161,15 @@ ISSUE_REFUND = Tool(
     risk_class=RiskClass.IRREVERSIBLE,
     func=issue_refund,
 )
-TAG_ORDER = Tool(
-    name="tag_order",
-    description="Tag an order for the team (a tag can be removed).",
+FLAG_ORDER = Tool(
+    name="flag_order",
+    description="Flag an order for the team (a flag can be removed).",
     schema=_object(
         {"order_id": {"type": "string"}, "tag": {"type": "string", "maxLength": 40}},
         ["order_id", "tag"],
     ),
     risk_class=RiskClass.REVERSIBLE_WRITE,
-    func=tag_order,
+    func=flag_order,
 )
 SEND_EMAIL = Tool(
     name="send_email",

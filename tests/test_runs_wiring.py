@@ -26,7 +26,7 @@ from tests.runs_helpers import drive, start
 def test_the_registry_builds_every_tool_named_in_settings():
     assert set(tool_registry()) == {
         "read_order", "lookup_policy", "search_docs", "read_tracking", "list_promotions",
-        "issue_refund", "send_email", "slow_lookup", "check_code",
+        "issue_refund", "flag_order", "send_email", "slow_lookup", "check_code",
     }  # fmt: skip
 
 

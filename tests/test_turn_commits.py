@@ -57,7 +57,7 @@ def _reading_run(turns: int = 20) -> Run:
     )
 
 
-def _tagging_run(tool: str = "tag_order") -> Run:
+def _tagging_run(tool: str = "flag_order") -> Run:
     demo_policy_version()
     steps = [
         {"calls": [{"tool": "read_order", "arguments": {"order_id": "ord_4472"}}]},
@@ -267,17 +267,17 @@ def test_a_write_turn_that_fails_before_its_decision_runs_its_call_again_under_i
 
     monkeypatch.setattr(runs.turns, "turn_finish", lost_before_the_decision)
     assert run_advance(run_id=run.pk, enqueue_next=False) == "failed"
-    call = ToolCall.objects.get(turn__run=run, tool="tag_order")
+    call = ToolCall.objects.get(turn__run=run, tool="flag_order")
     assert call.status == ToolCallStatus.STARTED  # the result never landed
-    assert DemoSideEffect.objects.filter(tool="tag_order").count() == 1
+    assert DemoSideEffect.objects.filter(tool="flag_order").count() == 1
 
     monkeypatch.setattr(runs.turns, "turn_finish", real)
     assert run_advance(run_id=run.pk, enqueue_next=False) == "continued"
 
     call.refresh_from_db()
     assert call.status == ToolCallStatus.DONE
-    assert "already tagged under this key" in call.result  # run again, under the same key
-    assert DemoSideEffect.objects.filter(tool="tag_order").count() == 1
+    assert "already flagged under this key" in call.result  # run again, under the same key
+    assert DemoSideEffect.objects.filter(tool="flag_order").count() == 1
     assert call.turn.decision.outcome == "continue"
     assert run_advance(run_id=run.pk, enqueue_next=False) == "continued"  # and it goes on
 

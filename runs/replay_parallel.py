@@ -114,8 +114,12 @@ def parallel_possible() -> bool:
         "fork" in multiprocessing.get_all_start_methods()
         and not connection.in_atomic_block
         and not (connection.vendor == "sqlite" and connection.is_in_memory_db())
-        and threading.active_count() == 1
+        and _single_threaded()
     )
+
+
+def _single_threaded() -> bool:
+    return threading.active_count() == 1
 
 
 def plan_all(*, run_ids: Sequence[int], workers: int) -> list[list[Segment]]:

@@ -7,7 +7,10 @@ stagnation fires, a call repeats, a replan is counted), `decide` gives its decis
 real history window, and turns and decisions are bulk-inserted in batches as a worker would
 have logged them. Each pass is `runs.replay.run_replay` over the whole run: its turns read 2 000
 a query as they stream, the JSON decoded, `decide` again, the comparison (outcome, stop reason,
-fired, every reason, thresholds in force). Every pass must find every turn identical.
+fired, every reason, thresholds in force). Every pass must find every turn identical. Each
+pass is followed by one of `replay --all`'s default path (runs/replay_parallel.py: the run cut
+into segments over os.cpu_count() processes), and the speed-up of that over the one process
+is reported.
 Each run is deleted afterwards. Run alone: .venv/bin/python -m bench.replay
 """
 
@@ -67,7 +70,15 @@ def _measure_one(report: Report, label: str, *, distinct: bool) -> float:
             "s",
             extra=f"{TURNS} turns",
         )
-        rates, cpu_rates = [], []
+        from runs.replay_parallel import (
+            default_workers,
+            parallel_possible,
+            plan_all,
+            replay_segments,
+        )
+
+        workers = default_workers()
+        rates, cpu_rates, spread_rates = [], [], []
         for _ in range(PASSES):
             run = Run.objects.select_related("policy_version").get(pk=run_id)
             started, cpu_started = time.perf_counter(), time.process_time()
@@ -78,26 +89,45 @@ def _measure_one(report: Report, label: str, *, distinct: bool) -> float:
             if len(results) != TURNS or different:
                 raise AssertionError(f"{len(results)} replayed, {different} not identical")
             rates.append(len(results) / seconds)
+            # `replay --all --workers N`'s path: the run cut into segments over N processes
+            # (the planning query and the forks counted), passes alternating with the above.
+            started = time.perf_counter()
+            tasks = plan_all(run_ids=[run_id], workers=workers)
+            counted = [(r.identical, r.different) for r in replay_segments(tasks, workers=workers)]
+            seconds = time.perf_counter() - started
+            identical = sum(i for i, _ in counted)
+            if identical != TURNS or sum(d for _, d in counted):
+                raise AssertionError(f"{identical} of {TURNS} identical over {workers} workers")
+            spread_rates.append(TURNS / seconds)
         rate = statistics.median(rates)
-        verdict = "meets" if rate >= TARGET else "MISSES"
-        name = "decisions replayed per second" + ("" if distinct else f" ({label})")
+        spread = statistics.median(spread_rates)
+        verdict = "meets" if spread >= TARGET else "MISSES"
+        suffix = "" if distinct else f" ({label})"
         report.add(
-            name,
+            "decisions replayed per second" + suffix,
             rate,
             "/s",
-            extra=f"{label}; median of {PASSES} passes over {TURNS} turns; "
+            extra=f"{label}; 1 worker (in process); median of {PASSES} passes over {TURNS} turns",
+        )
+        how = "" if parallel_possible() else "; IN PROCESS: children cannot be forked here"
+        report.add(
+            f"decisions replayed per second, {workers} workers" + suffix,
+            spread,
+            "/s",
+            extra=f"replay --all's default (os.cpu_count()); {len(tasks)} segments{how}; "
             f"{verdict} ≥ {TARGET:.0f}/s",
         )
+        report.ratio(f"speed-up, {workers} workers / 1" + suffix, spread / rate)
         # On a shared machine the wall clock counts other processes' turns on the CPU: this
         # process's own CPU time (the database server's work excluded) says what one free core
         # would give at most.
         report.add(
-            "decisions replayed per CPU-second" + ("" if distinct else f" ({label})"),
+            "decisions replayed per CPU-second" + suffix,
             statistics.median(cpu_rates),
             "/s",
-            extra="this process's CPU time only (the database server's excluded)",
+            extra="1 worker: this process's CPU time only (the database server's excluded)",
         )
-        return rate
+        return spread
     finally:
         delete_runs()
 

@@ -50,7 +50,7 @@ SELECT t."index", CAST(t.usage AS text), CAST(t.steps AS text), d.outcome,
     CAST(d.answers AS text), CAST(d.fired AS text), CAST(d.call_signatures AS text),
     d.stop_reason, CAST(d.reasons AS text), CAST(d.thresholds AS text)
 FROM runs_turn t JOIN runs_decision d ON d.turn_id = t.id
-WHERE t.run_id = %s AND t."index" >= %s
+WHERE t.run_id = %s AND t."index" >= %s AND t."index" < %s
 ORDER BY t."index"
 """
 _CHUNK = 2000
@@ -284,47 +284,114 @@ def _thresholds_of(policy: Policy) -> dict:
     return {condition.value: t.as_dict() for condition, t in policy.thresholds.items()}
 
 
-def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> Iterator[TurnReplay]:
-    """Replay every decided turn of `run` in order (from `start_index`, at most `limit`).
+@dataclass(frozen=True)
+class ReplayState:
+    """What decision replay carries from one decided turn to the next, all of it read from the
+    log (never from what was replayed): the replans counted so far and the last decided turns
+    the policy's windows read (`history_needed`). Two segments of a run replayed apart give
+    what one pass gives exactly when the second starts from the state the first ended in."""
+
+    replans: int = 0
+    window: tuple[PastTurn, ...] = ()
+
+
+class _Carry:
+    """The state as it is carried along the rows (a bounded window and the replan count)."""
+
+    def __init__(self, policy: Policy, state: ReplayState) -> None:
+        self.keep = history_needed(policy)
+        self.window: deque[PastTurn] = deque(state.window, maxlen=max(self.keep, 1))
+        self.replans = state.replans
+
+    def state(self) -> ReplayState:
+        return ReplayState(self.replans, tuple(self.window)[-self.keep :] if self.keep else ())
+
+
+def run_replay(
+    *,
+    run: Run,
+    start_index: int = 0,
+    limit: int | None = None,
+    stop_index: int | None = None,
+) -> Iterator[TurnReplay]:
+    """Replay every decided turn of `run` in order (from `start_index`, before `stop_index`,
+    at most `limit`).
 
     One streamed query: the turns are read in index order with .iterator() and only the last
     `history_needed(policy)` of them are kept for the policy's windows; the replan count is
     carried along from the turns' steps. Turns before `start_index` are read (the windows and
     the count need them) but not replayed."""
     if run.actor == "coder_reviewer":
-        rows = (
-            Turn.objects.filter(run_id=run.pk, decision__isnull=False, index__gte=start_index)
-            .order_by("index")
-            .values_list("index", "decision__outcome", "decision__stop_reason")
+        yield from _review_rounds(
+            run=run, start_index=start_index, stop_index=stop_index, limit=limit
         )
-        if limit is not None:
-            rows = rows[:limit]
-        for index, outcome, stop_reason in rows.iterator(chunk_size=2000):
-            yield TurnReplay(
-                run_id=run.pk,
-                turn_index=index,
-                status=NOT_REPLAYABLE,
-                logged_outcome=outcome,
-                logged_stop_reason=stop_reason,
-                note=_(
-                    "a coder ⇄ reviewer round, decided by the review loop and not by the "
-                    "threshold policy"
-                ),
-            )
         return
     policy = mapping.policy_for_run(run)
-    keep = history_needed(policy)
-    window: deque[PastTurn] = deque(maxlen=max(keep, 1))
+    yield from replay_rows(
+        run_id=run.pk,
+        policy=policy,
+        carry=_Carry(policy, ReplayState()),
+        read_from=0,
+        start_index=start_index,
+        stop_index=stop_index,
+        limit=limit,
+    )
+
+
+def _review_rounds(
+    *, run: Run, start_index: int, stop_index: int | None, limit: int | None
+) -> Iterator[TurnReplay]:
+    rows = (
+        Turn.objects.filter(run_id=run.pk, decision__isnull=False, index__gte=start_index)
+        .order_by("index")
+        .values_list("index", "decision__outcome", "decision__stop_reason")
+    )
+    if stop_index is not None:
+        rows = rows.filter(index__lt=stop_index)
+    if limit is not None:
+        rows = rows[:limit]
+    for index, outcome, stop_reason in rows.iterator(chunk_size=2000):
+        yield TurnReplay(
+            run_id=run.pk,
+            turn_index=index,
+            status=NOT_REPLAYABLE,
+            logged_outcome=outcome,
+            logged_stop_reason=stop_reason,
+            note=_(
+                "a coder ⇄ reviewer round, decided by the review loop and not by the "
+                "threshold policy"
+            ),
+        )
+
+
+# No turn index reaches it (the column is a 32-bit integer).
+_NO_STOP = 2**31
+
+
+def replay_rows(
+    *,
+    run_id: int,
+    policy: Policy,
+    carry: _Carry,
+    read_from: int,
+    start_index: int,
+    stop_index: int | None = None,
+    limit: int | None = None,
+) -> Iterator[TurnReplay]:
+    """Read the run's decided turns from `read_from` (before `stop_index`), carry the state
+    along them from `carry`, and replay those from `start_index` (at most `limit`). `carry`
+    holds the state after the last row read when the generator is done."""
+    keep = carry.keep
+    window = carry.window
     # Texts repeated from turn to turn (the thresholds in force, a turn's steps, the fired
     # set) are decoded once: a small cache, cleared when it grows.
     thresholds_ok = _TextCache(lambda text: json.loads(text) == _thresholds_of(policy))
     replans_of = _TextCache(lambda text: _replans_split(json.loads(text)))
     decoded = _TextCache(json.loads)
-    replans = 0
     done = 0
-    # The windows and the replan count need the turns before `start_index`: all are read.
+    upper = _NO_STOP if stop_index is None else stop_index
     with connection.chunked_cursor() as cursor:
-        cursor.execute(_ROWS_SQL, [run.pk, 0])
+        cursor.execute(_ROWS_SQL, [run_id, read_from, upper])
         while rows := cursor.fetchmany(_CHUNK):
             for index, usage, steps, outcome, answers, fired, calls, stop, reasons, th in rows:
                 columns = {
@@ -344,7 +411,7 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
                     if index >= start_index:
                         if limit is not None and done >= limit:
                             return
-                        yield _malformed(run.pk, index, outcome, problems)
+                        yield _malformed(run_id, index, outcome, problems)
                         done += 1
                     continue
                 before, total = replans_of(steps)
@@ -354,7 +421,7 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
                         return
                     try:
                         replayed = replay_turn_row(
-                            run_id=run.pk,
+                            run_id=run_id,
                             row=(
                                 index,
                                 columns["usage"],
@@ -368,16 +435,16 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
                             ),
                             policy=policy,
                             history=list(window)[-keep:] if keep else [],
-                            replans=replans + before,
+                            replans=carry.replans + before,
                         )
                     except (ValueError, TypeError, KeyError, AttributeError) as exc:
                         # Shaped right but with values the engine refuses (an answer of an
                         # unknown kind, a usage that is not numbers): named, and on.
                         problem = f"{type(exc).__name__}: {exc}"[:300]
-                        replayed = _malformed(run.pk, index, outcome, [problem])
+                        replayed = _malformed(run_id, index, outcome, [problem])
                     yield replayed
                     done += 1
-                replans += total
+                carry.replans += total
                 window.append(
                     PastTurn(
                         outcome=Outcome(outcome),
@@ -385,6 +452,44 @@ def run_replay(*, run: Run, start_index: int = 0, limit: int | None = None) -> I
                         calls=tuple(call_list),
                     )
                 )
+
+
+# How many decided turns before a segment's first are read in full to guess its window: the
+# policy's windows and some slack for malformed rows among them.
+_GUESS_TAIL = 64
+_STEPS_BEFORE_SQL = """
+SELECT CAST(t.steps AS text), COUNT(*)
+FROM runs_turn t JOIN runs_decision d ON d.turn_id = t.id
+WHERE t.run_id = %s AND t."index" < %s
+GROUP BY CAST(t.steps AS text)
+"""
+
+
+def replay_state_guess(*, run_id: int, policy: Policy, before_index: int) -> ReplayState:
+    """A cheap guess at the state before `before_index`, without reading every earlier row in
+    full: the replans counted from the distinct steps texts (the database groups them), the
+    window from the last turns read as replay reads them. It is wrong only where an earlier
+    row is malformed (replay passes over it) or the tail is too short: whoever uses it must
+    check it against the state the previous segment ended in (runs/replay_parallel.py)."""
+    tail_from = max(0, before_index - history_needed(policy) - _GUESS_TAIL)
+    replans = 0
+    with connection.cursor() as cursor:
+        cursor.execute(_STEPS_BEFORE_SQL, [run_id, tail_from])
+        for text, count in cursor.fetchall():
+            steps = _decoded_or_none(text)
+            if isinstance(steps, list) and all(isinstance(s, Mapping) for s in steps):
+                replans += _replans_in(steps) * count
+    carry = _Carry(policy, ReplayState(replans=replans))
+    for _result in replay_rows(
+        run_id=run_id,
+        policy=policy,
+        carry=carry,
+        read_from=tail_from,
+        start_index=before_index,
+        stop_index=before_index,
+    ):
+        pass  # nothing is replayed: the rows read all come before `before_index`
+    return carry.state()
 
 
 class _TextCache:

@@ -27,8 +27,14 @@ from runs.replay import (
     turn_history_shown,
     turn_probe,
 )
+from runs.replay_parallel import default_workers, parallel_possible, replay_page
 
 REPLAY_PAGE_SIZE = 100
+# A page replays at most REPLAY_PAGE_SIZE + 1 turns; what costs is reading every decided turn
+# before `?from=` for the state it leaves (~40 µs a turn). Forking the workers and each one's
+# new connection cost some tens of milliseconds, so the turns before the page are spread over
+# processes only from this many on (about a second of reading in one process).
+PARALLEL_PAGE_FROM = 25_000
 
 
 def _run_or_404(run_id: int) -> Run:
@@ -61,7 +67,12 @@ def run_replay_page(request: HttpRequest, run_id: int) -> HttpResponse:
     error = ""
     results = []
     try:
-        results = list(run_replay(run=run, start_index=start, limit=REPLAY_PAGE_SIZE + 1))
+        if start >= PARALLEL_PAGE_FROM and parallel_possible():
+            results = replay_page(
+                run=run, start_index=start, limit=REPLAY_PAGE_SIZE + 1, workers=default_workers()
+            )
+        else:
+            results = list(run_replay(run=run, start_index=start, limit=REPLAY_PAGE_SIZE + 1))
     except ValueError as exc:  # a policy version stored before versions were validated
         error = _("The run cannot be replayed: %(error)s") % {"error": exc}
     more = len(results) > REPLAY_PAGE_SIZE

@@ -1,13 +1,27 @@
-"""`manage.py replay RUN_ID | --all`: replay every logged decision through the engine's
-`decide` and exit 1 on any mismatch."""
+"""`manage.py replay RUN_ID | --all [--workers N]`: replay every logged decision through the
+engine's `decide` and exit 1 on any mismatch (or when a run cannot be replayed, or a replay
+failed). The runs, and a long run's segments, are spread over N processes
+(runs/replay_parallel.py); what is printed, and in which order, does not depend on N."""
 
+import argparse
 import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.models import Run
-from runs.replay import DIFFERENT, NOT_REPLAYABLE, RunReplaySummary, run_replay
+from runs.replay import DIFFERENT, NOT_REPLAYABLE, RunReplaySummary
+from runs.replay_parallel import ReplayWorkerError, default_workers, plan_all, replay_segments
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
 
 
 class Command(BaseCommand):
@@ -22,26 +36,42 @@ class Command(BaseCommand):
         parser.add_argument(
             "--quiet", action="store_true", help="Print only mismatches and the summary."
         )
+        parser.add_argument(
+            "--workers",
+            type=_workers,
+            default=None,
+            metavar="N",
+            help="Processes to replay in (default: the number of CPUs; 1: in this process).",
+        )
 
-    def handle(self, *args, run_id: int | None, all: bool, quiet: bool, **options) -> None:
+    def handle(
+        self,
+        *args,
+        run_id: int | None,
+        all: bool,
+        quiet: bool,
+        workers: int | None,
+        **options,
+    ) -> None:
         if (run_id is None) == (not all):
             raise CommandError("give either RUN_ID or --all (not both)")
+        workers = default_workers() if workers is None else workers
         summary = RunReplaySummary()
         started = time.perf_counter()
         unreplayable: list[int] = []
         if all:
-            unreplayable = self._replay_all(summary)
+            ids = list(Run.objects.order_by("pk").values_list("pk", flat=True))
+            unreplayable = self._replay(
+                summary, ids, workers=workers, every_line=False, progress_lines=True
+            )
         else:
-            run = Run.objects.select_related("policy_version").filter(pk=run_id).first()
-            if run is None:
+            if not Run.objects.filter(pk=run_id).exists():
                 raise CommandError(f"no run {run_id}")
-            try:
-                for result in run_replay(run=run):
-                    summary.add(result)
-                    if not quiet or result.status == DIFFERENT:
-                        self.stdout.write(_line(result))
-            except ValueError as exc:  # a policy version stored before versions were checked
-                raise CommandError(f"run {run.pk}: cannot be replayed: {exc}") from exc
+            if self._replay(
+                summary, [run_id], workers=workers, every_line=not quiet, progress_lines=False
+            ):
+                # A policy version stored before versions were checked.
+                raise CommandError(f"run {run_id}: cannot be replayed: {self._cannot}")
         seconds = time.perf_counter() - started
         self.stdout.write(
             f"{summary.total} decisions replayed in {seconds:.2f} s: {summary.identical} "
@@ -56,26 +86,56 @@ class Command(BaseCommand):
         if summary.different or unreplayable:
             sys.exit(1)
 
-    def _replay_all(self, summary: RunReplaySummary) -> list[int]:
-        """Replay every run into `summary`; returns the runs that could not be replayed."""
+    def _replay(
+        self,
+        summary: RunReplaySummary,
+        ids: list[int],
+        *,
+        workers: int,
+        every_line: bool,
+        progress_lines: bool,
+    ) -> list[int]:
+        """Replay the runs `ids` into `summary`, printing each differing turn (each turn with
+        `every_line`) in order of run then turn; returns the runs that could not be replayed
+        (named on stdout in their place, and the others replayed all the same). A replay that
+        raised, here or in a child, ends the command with its run and turns named."""
         unreplayable: list[int] = []
-        ids = list(Run.objects.order_by("pk").values_list("pk", flat=True))
         progress = sys.stderr.isatty()
-        for n, run_id in enumerate(ids, start=1):
-            run = Run.objects.select_related("policy_version").get(pk=run_id)
-            try:
-                for result in run_replay(run=run):
-                    summary.add(result)
-                    if result.status == DIFFERENT:
-                        self.stdout.write(_line(result))
-            except ValueError as exc:  # one bad run does not hide the others': counted, exit 1
-                self.stdout.write(f"run {run.pk}: cannot be replayed: {exc}")
-                unreplayable.append(run.pk)
-            # A progress line rewritten in place (no dependency): runs done, decisions, mismatches.
-            line = f"\rrun {n}/{len(ids)}  {summary.total} decisions  {summary.different} different"
-            if progress or n == len(ids):
-                sys.stderr.write(line + ("\n" if n == len(ids) else ""))
-                sys.stderr.flush()
+        position = {run_id: n for n, run_id in enumerate(ids, start=1)}
+        tasks = plan_all(run_ids=ids, workers=workers)
+        last = {segment.run_id: segment for task in tasks for segment in task}
+        self._cannot = ""
+        try:
+            for result in replay_segments(tasks, workers=workers, keep_all=every_line):
+                run_id = result.segment.run_id
+                if result.cannot:
+                    # One bad run does not hide the others': counted, exit 1. Its segments
+                    # all say so; it is named once.
+                    if result.segment.start == 0:
+                        self.stdout.write(f"run {run_id}: cannot be replayed: {result.cannot}")
+                        unreplayable.append(run_id)
+                        self._cannot = result.cannot
+                else:
+                    summary.identical += result.identical
+                    summary.different += result.different
+                    summary.not_replayable += result.not_replayable
+                    for replayed in result.results:
+                        if replayed.status == DIFFERENT:
+                            summary.mismatches.append(replayed)
+                        self.stdout.write(_line(replayed))
+                if progress_lines and result.segment == last[run_id]:
+                    # A progress line rewritten in place (no dependency): runs done,
+                    # decisions, mismatches.
+                    n = position[run_id]
+                    line = (
+                        f"\rrun {n}/{len(ids)}  {summary.total} decisions  "
+                        f"{summary.different} different"
+                    )
+                    if progress or n == len(ids):
+                        sys.stderr.write(line + ("\n" if n == len(ids) else ""))
+                        sys.stderr.flush()
+        except ReplayWorkerError as exc:
+            raise CommandError(str(exc)) from exc
         return unreplayable
 
 

@@ -52,7 +52,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="the runs' guardian: the built-in local model (as an integrator gets it), or "
         "scripted calm answers (the server's own cost alone)",
     )
-    parser.add_argument("--wait-timeout", type=float, default=10.0, help="one long poll, s")
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=10.0,
+        help="a held loop's long poll on the wait endpoint, s (0: ask and pause 1 s instead)",
+    )
     parser.add_argument("--page-every", type=float, default=0.5, help="queue page period, s")
     parser.add_argument("--web-workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--web-threads", type=int, default=8, help="threads per worker")

@@ -28,6 +28,9 @@ REQUEST_TIMEOUT = 60.0
 LIMITS = httpx.Limits(keepalive_expiry=1.0)
 # How long a held loop waits for its verdict after the load's end before that is an error.
 VERDICT_GRACE = 120.0
+# With --wait-timeout under a second the held loop polls (a pause of this long between asks)
+# instead of long-polling: a long poll holds one of gunicorn's threads for its whole timeout.
+POLL_SECONDS = 1.0
 KEEP_ERRORS = 10  # the first errors kept in words
 
 LOOKUP = {
@@ -297,6 +300,8 @@ class OutsideLoop:
                 return verdict
             if time.monotonic() > self.deadline + VERDICT_GRACE:
                 raise LoadError(f"no verdict on escalation {escalation['id']} in time")
+            if self.wait_timeout < POLL_SECONDS:  # polling, not a long poll: a pause between
+                await asyncio.sleep(POLL_SECONDS)
 
 
 class Reviewer:

@@ -14,7 +14,7 @@ export PORT
 # environment or .env says otherwise (0: none).
 DEMO_TRAFFIC_SECONDS := $(or $(GUARDIAN_DEMO_TRAFFIC_SECONDS),$(call dotenv_number,GUARDIAN_DEMO_TRAFFIC_SECONDS),60)
 
-.PHONY: help demo test messages lint format bench clean guardian-model guardian-report example-langgraph example-agents soak
+.PHONY: help demo test messages lint format bench clean guardian-model guardian-report example-langgraph example-agents soak load
 
 help:
 	@echo "make demo   set up and run Guardian on http://127.0.0.1:$(PORT) (web + worker + beat)"
@@ -26,6 +26,7 @@ help:
 	@echo "make guardian-report the local guardian measured leave-one-source-out on real material"
 	@echo "make bench  medians and ratios: engine, durable turn vs LangGraph, workers, local guardian, external steps, MCP gateway"
 	@echo "make soak   the whole stack under load with workers, Redis and PostgreSQL failing, then its checks"
+	@echo "make load   N outside loops stepping against gunicorn, workers, PostgreSQL, Redis (LOAD_LOOPS=200 LOAD_SECONDS=60)"
 	@echo "make example-langgraph / make example-agents   an agent loop guarded from outside, against make demo"
 
 # A stamp per install flavour, redone whenever pyproject.toml changes.
@@ -127,3 +128,15 @@ example-agents: $(VENV)/.installed-examples
 # size, '--runs 600 --seconds 600' for a longer one). The knobs are in soak/__main__.py.
 soak: $(VENV)/.installed-bench
 	$(BIN)/python -m soak $(SOAK_ARGS)
+
+# The load test (issue 29): LOAD_LOOPS outside loops (asyncio clients, a token each) stepping
+# external runs for LOAD_SECONDS against the soak's stack (its own PostgreSQL and Redis on ports
+# 54410 and 63810, gunicorn, two workers, beat), LOAD_HELD of the steps held for the scripted
+# reviewer; per call p50/p99, steps/s, CPU per step, the queue page's p95; exits 1 on any error.
+# The defaults are CI's size; the issue's is `make load LOAD_LOOPS=200 LOAD_SECONDS=60`.
+# LOAD_ARGS is passed on (e.g. '--guardian scripted --web-threads 16'; python -m load --help).
+LOAD_LOOPS ?= 20
+LOAD_SECONDS ?= 20
+LOAD_HELD ?= 0.1
+load: $(VENV)/.installed-bench
+	$(BIN)/python -m load --loops $(LOAD_LOOPS) --seconds $(LOAD_SECONDS) --held $(LOAD_HELD) $(LOAD_ARGS)

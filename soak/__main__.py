@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import random
-import secrets
 import sys
 import tempfile
 import threading
@@ -29,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from soak.stack import Stack, missing_servers, port_free
+from soak.stack import Stack, app_environment, missing_servers, port_free, wait_for_web
 
 CI_SIZE = {"runs": 60, "seconds": 60.0, "kills": 2, "grace": 180.0}
 FULL_SIZE = {"runs": 300, "seconds": 240.0, "kills": 6, "grace": 240.0}
@@ -63,31 +62,6 @@ def say(text: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def app_environment(stack: Stack) -> dict[str, str]:
-    """The settings every process of the soak runs with (the production shape, short leases)."""
-    return {
-        "DJANGO_SETTINGS_MODULE": "guardian_core.settings",
-        "DATABASE_URL": stack.database_url,
-        "CELERY_BROKER_URL": stack.broker_url,
-        "CELERY_RESULT_BACKEND": "",  # the broker's, not one the caller's environment names
-        "GUARDIAN_VAR_DIR": str(stack.workdir / "var"),
-        "GUARDIAN_ENV_FILE": "",  # no developer's .env
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        # The demo scenarios' actors are scripted adapters (allowed, as in the demo).
-        "GUARDIAN_ALLOW_SCRIPTED_ADAPTERS": "true",
-        # A killed worker's run is swept after 10 s, not 5 min: the soak is bounded.
-        "GUARDIAN_TURN_LEASE_SECONDS": "10",
-        "GUARDIAN_STALLED_AFTER_SECONDS": "5",
-        # /metrics on, for the soak's scrape (issue 26 item 1), behind a token of its own.
-        "GUARDIAN_METRICS_ENABLED": "true",
-        "GUARDIAN_METRICS_TOKEN": secrets.token_urlsafe(24),
-        # No random audit draws: every escalation is one the runs raised.
-        "GUARDIAN_AUDIT_SAMPLE_SHARE": "0",
-    }
-
-
 def users_and_tokens() -> tuple[list[str], str]:
     """Two reviewers' API tokens (a quorum needs two) and an integrator's."""
     from django.contrib.auth import get_user_model
@@ -105,24 +79,6 @@ def users_and_tokens() -> tuple[list[str], str]:
     return [token("soak-reviewer-1", "reviewer"), token("soak-reviewer-2", "reviewer")], token(
         "soak-integrator", "integrator"
     )
-
-
-def wait_for_web(stack: Stack, timeout: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        web = stack.procs["web"].popen
-        if web is not None and web.poll() is not None:
-            log = stack.procs["web"].log
-            raise RuntimeError(f"gunicorn exited with {web.returncode}; see {log}")
-        try:
-            if httpx.get(f"{stack.web_url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"gunicorn did not answer on {stack.web_url}")
 
 
 class Faults:

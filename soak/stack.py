@@ -9,6 +9,7 @@ and broker from it.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -91,6 +92,12 @@ class Stack:
     pg_port: int
     redis_port: int
     web_port: int
+    db_name: str = DB_NAME
+    # As the soak has always run it; the load test reports it beside its peak of connections.
+    pg_max_connections: int = 200
+    # gunicorn as docker-compose.yml serves it: gthread workers, threads inside each.
+    web_workers: int = 2
+    web_threads: int = 8
     env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
     # Processes down on purpose (a fault's SIGKILL until its restart), and the others that
@@ -115,7 +122,7 @@ class Stack:
 
     @property
     def database_url(self) -> str:
-        return f"postgres://{APP_USER}:{APP_PASS}@127.0.0.1:{self.pg_port}/{DB_NAME}"
+        return f"postgres://{APP_USER}:{APP_PASS}@127.0.0.1:{self.pg_port}/{self.db_name}"
 
     @property
     def broker_url(self) -> str:
@@ -154,7 +161,8 @@ class Stack:
         # acknowledged, and the soak sees a client holding an escalation that no longer exists.
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.pg_port} -k {self.pgrun} "
-            "-c fsync=off -c full_page_writes=off -c max_connections=200"
+            "-c fsync=off -c full_page_writes=off "
+            f"-c max_connections={self.pg_max_connections}"
         )
         for attempt in range(5):
             done = self._as_pg(
@@ -184,7 +192,7 @@ class Stack:
             f"CREATE ROLE {APP_USER} LOGIN CREATEDB PASSWORD '{APP_PASS}'",
             "CREATE ROLE guardian_app NOLOGIN",
             f"GRANT guardian_app TO {APP_USER}",
-            f"CREATE DATABASE {DB_NAME} OWNER {APP_USER}",
+            f"CREATE DATABASE {self.db_name} OWNER {APP_USER}",
         ):
             done = subprocess.run([*psql, sql], capture_output=True, text=True)
             if done.returncode:
@@ -289,9 +297,10 @@ class Stack:
         self.add(
             "web",
             [str(BIN / "gunicorn"), "guardian_core.wsgi:application"]
-            + ["--bind", f"127.0.0.1:{self.web_port}", "--workers", "2"]
+            + ["--bind", f"127.0.0.1:{self.web_port}", "--workers", str(self.web_workers)]
             # As docker-compose.yml serves it: threads; long polls on verdicts hold one each.
-            + ["--worker-class", "gthread", "--threads", "8", "--timeout", "60"]
+            + ["--worker-class", "gthread", "--threads", str(self.web_threads)]
+            + ["--timeout", "60"]
             + ["--access-logfile", "-"],
         )
         for number, queue in enumerate(queues, start=1):
@@ -327,3 +336,46 @@ class Stack:
             self.postgres_stop("fast")
         if not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def app_environment(stack: Stack) -> dict[str, str]:
+    """The settings every process of the soak runs with (the production shape, short leases)."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "guardian_core.settings",
+        "DATABASE_URL": stack.database_url,
+        "CELERY_BROKER_URL": stack.broker_url,
+        "CELERY_RESULT_BACKEND": "",  # the broker's, not one the caller's environment names
+        "GUARDIAN_VAR_DIR": str(stack.workdir / "var"),
+        "GUARDIAN_ENV_FILE": "",  # no developer's .env
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        # The demo scenarios' actors are scripted adapters (allowed, as in the demo).
+        "GUARDIAN_ALLOW_SCRIPTED_ADAPTERS": "true",
+        # A killed worker's run is swept after 10 s, not 5 min: the soak is bounded.
+        "GUARDIAN_TURN_LEASE_SECONDS": "10",
+        "GUARDIAN_STALLED_AFTER_SECONDS": "5",
+        # /metrics on, for the soak's scrape (issue 26 item 1), behind a token of its own.
+        "GUARDIAN_METRICS_ENABLED": "true",
+        "GUARDIAN_METRICS_TOKEN": secrets.token_urlsafe(24),
+        # No random audit draws: every escalation is one the runs raised.
+        "GUARDIAN_AUDIT_SAMPLE_SHARE": "0",
+    }
+
+
+def wait_for_web(stack: Stack, timeout: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        web = stack.procs["web"].popen
+        if web is not None and web.poll() is not None:
+            log = stack.procs["web"].log
+            raise RuntimeError(f"gunicorn exited with {web.returncode}; see {log}")
+        try:
+            if httpx.get(f"{stack.web_url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"gunicorn did not answer on {stack.web_url}")

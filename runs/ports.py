@@ -2,6 +2,7 @@
 adapter names and settings, and the tool wrapper that records every call before it runs."""
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -488,11 +489,11 @@ class CallRecorder:
         if not begins and flush:
             return self._insert_started(params)
         # One commit: the turn begun in memory, written with its first call's start; a read's
-        # start not waited for (see the class).
+        # start not waited for (see the class). One statement on PostgreSQL.
+        if connection.vendor == "postgresql":
+            return self._start_in_one_statement(params, begins=begins, flush=flush)
         try:
             with transaction.atomic():
-                if not flush:
-                    no_flush_wait()
                 if begins:
                     self.turn.save(force_insert=True)
                     params[0] = self.turn.pk
@@ -504,6 +505,31 @@ class CallRecorder:
                 self.turn.pk, self.turn._state.adding = None, True
             return None
         return pk
+
+    def _start_in_one_statement(self, params: list, *, begins: bool, flush: bool) -> int | None:
+        """_start_new on PostgreSQL: the turn (when it `begins`) and the call started in one
+        statement, which without `flush` does not wait for its WAL flush."""
+        fence = "" if flush else NO_FLUSH_WAIT
+        if begins:
+            turn = [
+                self.turn.index,
+                json.dumps(self.turn.proposal),
+                self.turn.started_at,
+            ]
+            sql = _START_WITH_TURN_SQL.format(no_flush_wait=fence)
+            values = [self.turn.run_id, RunStatus.RUNNING, self.token, *turn, *params[1:]]
+        else:
+            sql = _START_NEW_SQL.format(lock=fence + " FOR SHARE", json="%s::jsonb")
+            values = [self.turn.run_id, RunStatus.RUNNING, self.token, *params]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        if begins:
+            self.turn.pk = row[1]
+            self.turn._state.adding, self.turn._state.db = False, connection.alias
+        return row[0]
 
     def _insert_started(self, params: list) -> int | None:
         sql = _START_NEW_SQL.format(**_vendor())
@@ -622,14 +648,34 @@ RETURNING id
 )
 
 
-def no_flush_wait() -> None:
-    """Let the current transaction commit without waiting for its WAL to reach the disk
-    (PostgreSQL; SQLite has no such setting). Only for a commit whose loss in a crash repeats
-    work nobody outside saw; each caller says why. A later commit that waits flushes it too:
-    the WAL is written in order."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit = off")
+# A condition that is always true and, evaluated for the row that lets the statement write,
+# makes its transaction commit without waiting for the WAL flush (set_config's third argument:
+# for this transaction only; PostgreSQL, SQLite has no such setting). Only for a commit whose
+# loss in a crash repeats work nobody outside saw; each user says why. A later commit that
+# waits flushes it too: the WAL is written in order. In the statement itself, because a
+# statement of its own would cost a round trip and a transaction block.
+NO_FLUSH_WAIT = "AND set_config('synchronous_commit', 'off', true) = 'off'"
+# The turn begun in memory and its first call started, in one statement (PostgreSQL).
+_START_WITH_TURN_SQL = """
+WITH live AS (
+    SELECT id FROM runs_run WHERE id = %s AND status = %s AND lease_token = %s
+        {no_flush_wait} FOR SHARE
+), turn AS (
+    INSERT INTO runs_turn (
+        run_id, index, state_hash, proposal, projection, risk_projections, steps, state,
+        usage, feedback, gate, timings, started_at
+    )
+    SELECT live.id, %s, '', %s::jsonb, '{{}}', '[]', '[]', '{{}}', '{{}}', '[]', '{{}}', '{{}}', %s
+    FROM live
+    RETURNING id
+)
+INSERT INTO runs_toolcall (
+    turn_id, position, tool, arguments, intent, risk_class, status, idempotency_key, result,
+    error, started_at
+)
+SELECT turn.id, %s, %s, %s::jsonb, %s, %s, %s, %s, NULL, '', %s FROM turn
+RETURNING id, turn_id
+"""
 
 
 def _vendor() -> dict[str, str]:

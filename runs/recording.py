@@ -53,7 +53,7 @@ from guardian_core.logs import log_context
 from guardian_core.policy_validation import escalation_hours
 from runs import chain, judging, mapping, sealing
 from runs.models import Decision, Run, RunStatus, ToolCall, ToolCallStatus, Turn
-from runs.ports import CallRecorder, CallResult, _Row, no_flush_wait
+from runs.ports import NO_FLUSH_WAIT, CallRecorder, CallResult, _Row
 from runs.queue import enqueue_after_commit
 from runs.vocabulary import reason_summary
 
@@ -648,7 +648,7 @@ WITH moved AS (
     SET state = %(state)s::jsonb, lease_token = %(lease_token)s,
         lease_expires_at = %(lease_expires_at)s, failures = 0,
         last_error = '', unbilled = '{{}}', updated_at = %(now)s, seal = %(seal)s::jsonb
-    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running'
+    WHERE id = %(run_id)s AND lease_token = %(token)s AND status = 'running' {no_flush_wait}
     RETURNING id
 ),{calls} turn AS ({turn}
 ){new_calls}
@@ -756,7 +756,12 @@ def _finish_in_one_statement(
         "content_hash": sealed["content_hash"],
         "seal_key": sealed["seal_key"],
     }
-    parts = {"calls": "", "turn": _FINISH_TURN_UPDATE_SQL, "new_calls": ""}
+    parts = {
+        "calls": "",
+        "turn": _FINISH_TURN_UPDATE_SQL,
+        "new_calls": "",
+        "no_flush_wait": "" if durable else NO_FLUSH_WAIT,
+    }
     if call_results:
         parts["calls"] = _FINISH_CALLS_SQL
         params["calls"] = json.dumps([call.__dict__ for call in call_results])
@@ -771,16 +776,9 @@ def _finish_in_one_statement(
                 [{name: getattr(row, name) for name in sealing.CALL_COLUMNS} for row in new_calls]
             ),
         )
-    sql = _FINISH_SQL.format(**parts)
-    if durable:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-    else:
-        with transaction.atomic(), connection.cursor() as cursor:
-            no_flush_wait()
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+    with connection.cursor() as cursor:
+        cursor.execute(_FINISH_SQL.format(**parts), params)
+        row = cursor.fetchone()
     if row is None:
         return None
     if row[1] != turn.pk:

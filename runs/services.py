@@ -25,6 +25,7 @@ from guardian_core.models import PolicyVersion
 from guardian_core.policy_validation import run_caps
 from runs import sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
+from runs.ports import NO_FLUSH_WAIT
 from runs.queue import enqueue_after_commit
 from runs.review_rounds import review_round_advance
 from runs.turns import RECENT_TURNS_READ, agent_turn_advance
@@ -237,12 +238,19 @@ SELECT claimed.*, (
 ) AS claimed_guardian_version_id
 FROM claimed
 """
-_TAKE_LEASE_SQL = """
+# Its commit does not wait for the WAL flush (runs/ports.py NO_FLUSH_WAIT): a claim a crash of
+# PostgreSQL loses was a claim by a process the crash cut off too (every connection dies with
+# it), and nothing is told on its strength before a later commit that waits flushes it.
+_TAKE_LEASE_SQL = (
+    """
     UPDATE runs_run
     SET lease_token = %s, lease_expires_at = %s
     WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
-        {only}
+        {only} """
+    + NO_FLUSH_WAIT
+    + """
     RETURNING *"""
+)
 # A lease the worker kept from its turn before (RunSlice): read, not written. Still its own,
 # unexpired, on a running run, or the turn does not go on (a cancel, or a sweeper's takeover).
 _HELD_LEASE_SQL = """

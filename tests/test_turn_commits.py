@@ -20,6 +20,9 @@ from tests.runs_helpers import reading_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+# How a statement says its commit need not wait for the WAL flush (runs/ports.py).
+NO_WAIT = "set_config('synchronous_commit', 'off', true)"
+
 postgres_only = pytest.mark.postgresql(
     reason="the one-statement write and synchronous_commit are PostgreSQL's; SQLite takes "
     "the ORM path with the same commits"
@@ -94,19 +97,20 @@ def test_a_read_only_turn_in_a_slice_reads_the_run_and_waits_for_no_flush():
 
     assert result == "continued"
     sql = [text for text, _ in seen]
-    assert len(sql) == 6, "\n".join(sql)
-    read, no_wait, turn_begun, read_started, no_wait_again, finish = sql
+    assert len(sql) == 3, "\n".join(sql)
+    read, started, finish = sql
     # The run read under the kept lease: a SELECT, no write of its own.
     assert read.startswith("WITH claimed AS (")
     assert "UPDATE runs_run" not in read
-    # The turn and its read's start: one commit, not waited for.
-    assert no_wait == no_wait_again == "SET LOCAL synchronous_commit = off"
-    assert turn_begun.startswith('INSERT INTO "runs_turn"')
-    assert "INSERT INTO runs_toolcall" in read_started
+    # The turn and its read's start: one statement, its commit not waited for.
+    assert "INSERT INTO runs_turn" in started
+    assert "INSERT INTO runs_toolcall" in started
+    assert NO_WAIT in started
     # The read's result, the decision and the renewed lease: one statement, not waited for.
     assert finish.startswith("WITH moved AS")
     assert "UPDATE runs_toolcall" in finish
-    assert [inside for _, inside in seen] == [False, True, True, True, True, True]
+    assert NO_WAIT in finish
+    assert [inside for _, inside in seen] == [False, False, False]  # each its own commit
     run.refresh_from_db()
     assert run.lease_token == token == turns.token
     assert run.lease_expires_at > before  # renewed by the turn's own write
@@ -126,8 +130,9 @@ def test_the_slices_last_turn_commits_with_the_flush_and_gives_the_lease_back():
     result, seen = _capture(lambda: turns.advance(last=True))
 
     assert result == "continued"
-    finish = [inside for text, inside in seen if text.startswith("WITH moved AS")]
-    assert finish == [False]  # on its own (autocommit), waiting for the flush
+    finish = [text for text, _ in seen if text.startswith("WITH moved AS")]
+    assert len(finish) == 1
+    assert NO_WAIT not in finish[0]  # the slice's last commit waits for the flush
     run.refresh_from_db()
     assert (run.lease_token, run.lease_expires_at, turns.token) == ("", None, "")
 
@@ -143,11 +148,11 @@ def test_a_read_only_turn_outside_a_slice_waits_for_one_flush_its_decisions():
     sql = [text for text, _ in seen]
     # the claim (lease taken, returning the run and its last turns); the turn with its read
     # started, not waited for; then the decision, flushed
-    assert len(sql) == 5, "\n".join(sql)
+    assert len(sql) == 3, "\n".join(sql)
     assert "UPDATE runs_run" in sql[0]
-    assert sql[1] == "SET LOCAL synchronous_commit = off"
-    assert sql[4].startswith("WITH moved AS")
-    assert not seen[4][1]  # on its own: autocommit, with the flush
+    assert NO_WAIT in sql[1]
+    assert sql[2].startswith("WITH moved AS")
+    assert NO_WAIT not in sql[2]
     assert Run.objects.get(pk=run.pk).lease_token == ""
 
 
@@ -232,16 +237,17 @@ def test_a_write_turn_commits_the_turn_and_its_call_started_before_the_call_runs
     assert witness["in_transaction"] is False
     assert witness["status"] == ToolCallStatus.STARTED
     assert witness["proposal"]["calls"][0]["tool"] == "witnessed_tag"
-    # Two commits: the turn with its call started (one transaction), then the call's result
-    # with the decision (one statement on PostgreSQL, one transaction on SQLite).
-    writes = [
-        (text, inside) for text, inside in seen if not text.startswith(("WITH claimed", "SELECT"))
-    ]
-    began = [text for text, inside in writes if inside and "runs_turn" in text]
-    assert began
-    assert "INSERT INTO" in began[0]
-    started = [text for text, inside in writes if inside and "INSERT INTO runs_toolcall" in text]
+    # Two commits: the turn with its call started (one statement on PostgreSQL, one
+    # transaction on SQLite), then the call's result with the decision.
+    started = [i for i, (text, _) in enumerate(seen) if "INSERT INTO runs_toolcall" in text]
     assert len(started) == 1
+    text, inside = seen[started[0]]
+    if "INSERT INTO runs_turn" not in text:
+        before, before_inside = seen[started[0] - 1]
+        assert before.startswith('INSERT INTO "runs_turn"')
+        assert inside  # the same transaction as the turn's insert
+        assert before_inside
+    writes = [(text, inside) for text, inside in seen if not text.startswith("WITH claimed")]
     done_on_its_own = [
         text
         for text, inside in writes

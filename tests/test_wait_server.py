@@ -8,6 +8,7 @@ import contextlib
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -16,11 +17,19 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.urls import reverse
+from guardian_client import Call, Guardian
 from rest_framework.test import APIClient
 
 from escalations.verdicts import escalation_resolve
 from guardian_core.services import api_token_create
 from runs.wait_server import WAIT_PATH
+from tests.client_helpers import (
+    LOOKUP_ORDER,
+    REFUND_ORDER,
+    approve_when_held,
+    guardian_for,
+    scripted,
+)
 from tests.mcp_upstreams.launch import free_port
 from tests.processes import REPO, child_env
 from tests.test_external_runs import api, refund, start, step  # noqa: F401 - api: a fixture
@@ -283,3 +292,33 @@ def test_every_other_answer_is_the_api_views_own(api, announcing, django_user_mo
     assert "'soon'" in french["timeout"][0]
     assert not french["timeout"][0].startswith("a number of seconds")
     assert httpx.get(f"{url}/api/runs/", timeout=30).status_code == 404
+
+
+def test_the_client_waits_where_the_step_answer_says_and_hears_the_verdict_there(
+    live_server, integrator, reviewer, announcing, polling, settings
+):
+    url, _process = announcing if settings.GUARDIAN_WAIT_REDIS_URL else polling
+    settings.GUARDIAN_WAIT_URL = url
+    token = guardian_for(integrator)
+    with Guardian(live_server.url, token) as guardian:
+        run = guardian.run(
+            goal="Refund order ord_1: the parcel arrived broken.",
+            tools=[LOOKUP_ORDER, REFUND_ORDER],
+            guardian="scripted",
+            config=scripted({}, {}, {}),
+        )
+        gate = run.before(
+            calls=[Call("refund_order", {"order_id": "ord_1", "amount": 49.9}, call_id="c2")]
+        )
+        assert gate.escalation.wait_url == f"{url}/api/escalations/{gate.escalation.id}/wait"
+        # Held on the wait server (its count says so) until the reviewer decides.
+        seen = []
+        watcher = threading.Thread(
+            target=lambda: seen.append(asyncio.run(_waiting(url, 1, within=20)))
+        )
+        watcher.start()
+        approve_when_held(reviewer, delay=1.0)
+        verdict = run.wait(gate.escalation.id, timeout=20, poll=10)  # by id: the run knows where
+        watcher.join()
+    assert seen == [None]
+    assert (verdict.decision, verdict.resumed.status) == ("approve", "run")

@@ -37,6 +37,7 @@ from guardian_core.engine.judge import decide_judged
 from guardian_core.engine.policy import Outcome, history_needed
 from guardian_core.engine.tools import action_hash, validate_call
 from guardian_core.logs import log_context
+from guardian_core.wakeups import escalation_settled_after_commit
 from runs import judging, mapping, sealing
 from runs.models import Run, RunStatus, ToolCall, ToolCallStatus
 from runs.queue import enqueue_after_commit
@@ -293,6 +294,8 @@ def _resolve(
                 from runs.queue import verdict_webhook_after_commit
 
                 verdict_webhook_after_commit(escalation.pk)
+                # And a caller held by the wait server answers now (guardian_core/wakeups.py).
+                escalation_settled_after_commit(escalation.pk)
         verdict.resulting_outcome = outcome
         verdict.save(update_fields=["resulting_outcome"])
         escalation.status = {

@@ -382,6 +382,32 @@ GUARDIAN_WEBHOOK_TIMEOUT_SECONDS = env_float("GUARDIAN_WEBHOOK_TIMEOUT_SECONDS",
 GUARDIAN_EXTERNAL_MAX_WAIT_SECONDS = env_float(
     "GUARDIAN_EXTERNAL_MAX_WAIT_SECONDS", 30.0, minimum=0.0
 )
+# The wait server (runs/wait_server.py, `manage.py wait_server`): callers waiting for a
+# person's verdict are held there on one event loop, no thread each. GUARDIAN_WAIT_URL is its
+# address as callers reach it (http://wait.example.com:8001); the step answers' `wait_url`
+# points there. Empty (make demo): callers wait on this server, a thread each while they wait.
+GUARDIAN_WAIT_URL = env_str("GUARDIAN_WAIT_URL").rstrip("/")
+if GUARDIAN_WAIT_URL and urlsplit(GUARDIAN_WAIT_URL).scheme not in ("http", "https"):
+    raise ImproperlyConfigured(
+        f"GUARDIAN_WAIT_URL={GUARDIAN_WAIT_URL!r} must be an http:// or https:// address."
+    )
+# Where a committed verdict is announced to the wait server (Redis pub/sub): the broker's Redis
+# unless named; "off", or a broker that is not Redis: no announcement, the wait server finds
+# verdicts by its poll alone.
+_wait_redis = env_str("GUARDIAN_WAIT_REDIS_URL") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+GUARDIAN_WAIT_REDIS_URL = "" if _wait_redis.lower() == "off" else _wait_redis
+if GUARDIAN_WAIT_REDIS_URL and not GUARDIAN_WAIT_REDIS_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(
+        "GUARDIAN_WAIT_REDIS_URL must be a redis:// or rediss:// address, or off."
+    )
+# The wait server's poll of every escalation it holds a caller for, in one statement: a lost
+# announcement delays an answer by at most this long.
+GUARDIAN_WAIT_FALLBACK_SECONDS = env_float("GUARDIAN_WAIT_FALLBACK_SECONDS", 5.0, minimum=0.1)
+# The wait server's database threads (each keeps one connection open): every read and the
+# answer run on them; waiting runs on none.
+GUARDIAN_WAIT_DB_THREADS = env_int("GUARDIAN_WAIT_DB_THREADS", 4, minimum=1)
 # The monitoring rollup folds a decision once it is this many seconds old, for the same reason.
 GUARDIAN_MONITORING_SETTLE_SECONDS = env_float(
     "GUARDIAN_MONITORING_SETTLE_SECONDS", 15.0, minimum=0.0

@@ -939,7 +939,10 @@ def _escalation_json(escalation: Escalation) -> dict:
         "summary": escalation.summary,
         # For a person (the loop may post it in a chat): absolute, at GUARDIAN_BASE_URL.
         "url": item_url(escalation.pk),
-        "wait_url": reverse("api:escalation-wait", args=[escalation.pk]),
+        # The long poll: on the wait server when there is one (no thread held per caller),
+        # else on this server, a path.
+        "wait_url": settings.GUARDIAN_WAIT_URL
+        + reverse("api:escalation-wait", args=[escalation.pk]),
     }
 
 

@@ -278,6 +278,27 @@ class RunStepResultsApi(APIView):
         return Response(answer, status=200)
 
 
+def waited_escalation(*, user, pk: int) -> Escalation:
+    """An escalation of one of the caller's runs, or 404 (the wait server asks the same)."""
+    escalation = Escalation.objects.raised().select_related("run").filter(pk=pk).first()
+    if escalation is None or escalation.run.created_by_id != user.pk:
+        raise Http404
+    return escalation
+
+
+def wait_timeout(raw: str) -> float:
+    """A wait's `timeout` query parameter: seconds, 0 to 30, or a 400 naming the field."""
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = -1.0
+    if not 0 <= timeout <= MAX_WAIT_SECONDS:
+        raise ValidationError(
+            {"timeout": [_("a number of seconds, 0 to 30, not %(value)s") % {"value": repr(raw)}]}
+        )
+    return timeout
+
+
 class EscalationWaitApi(APIView):
     """Wait for a person's verdict on an escalation of the caller's run: answers as soon as
     there is one, or after `timeout` seconds (at most 30) with status "open". An approved held
@@ -291,20 +312,6 @@ class EscalationWaitApi(APIView):
         responses={200: VerdictSerializer},
     )
     def get(self, request: Request, pk: int) -> Response:
-        escalation = Escalation.objects.raised().select_related("run").filter(pk=pk).first()
-        if escalation is None or escalation.run.created_by_id != request.user.pk:
-            raise Http404
-        raw = request.query_params.get("timeout", "0")
-        try:
-            timeout = float(raw)
-        except ValueError:
-            timeout = -1.0
-        if not 0 <= timeout <= MAX_WAIT_SECONDS:
-            raise ValidationError(
-                {
-                    "timeout": [
-                        _("a number of seconds, 0 to 30, not %(value)s") % {"value": repr(raw)}
-                    ]
-                }
-            )
+        escalation = waited_escalation(user=request.user, pk=pk)
+        timeout = wait_timeout(request.query_params.get("timeout", "0"))
         return Response(external_escalation_wait(escalation=escalation, timeout=timeout))

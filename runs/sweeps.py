@@ -25,6 +25,7 @@ from escalations.models import (
 )
 from escalations.notifications import notification_deliveries_sweep
 from guardian_core.logs import log_context
+from guardian_core.wakeups import escalation_settled_after_commit
 from runs import sealing
 from runs.external import external_steps_abandoned, webhook_deliveries_sweep
 from runs.models import Run, RunStatus
@@ -110,6 +111,8 @@ def _expire_escalations(now) -> None:
                 )
                 # The escalation's status is part of the seal even when the run had moved.
                 sealing.run_reseal(run_id)
+                # A caller held by the wait server hears of it now (guardian_core/wakeups.py).
+                escalation_settled_after_commit(escalation_id)
 
 
 def _expire_audit_sample(escalation_id: int, now) -> None:

@@ -82,12 +82,19 @@ class World:
 
 
 def approve_when_held(
-    reviewer, *, decision: str = "approve", answer: dict | None = None, timeout: float = 30.0
+    reviewer,
+    *,
+    decision: str = "approve",
+    answer: dict | None = None,
+    timeout: float = 30.0,
+    delay: float = 0.0,
 ):
     """A reviewer in another thread: decides the first escalation that opens (as from the
-    queue), so a loop that waits on a person sees the verdict arrive."""
+    queue), `delay` seconds after it starts looking, so a loop that waits on a person sees the
+    verdict arrive."""
 
     def decide() -> None:
+        time.sleep(delay)
         try:
             _decide_first()
         finally:

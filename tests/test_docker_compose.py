@@ -14,7 +14,7 @@ from guardian_core.env import broker_from_url, database_from_url
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
-APP_SERVICES = ("web", "worker", "beat")
+APP_SERVICES = ("web", "wait", "worker", "beat")
 APP_ROLE_SCRIPT = REPO_ROOT / "deploy" / "postgres" / "10-guardian-app-role.sh"
 
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
@@ -76,9 +76,9 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
 SPLIT_WORKERS = {f"worker-{queue}": queue for queue in settings.GUARDIAN_CELERY_QUEUES}
 
 
-def test_compose_defines_the_six_services(services):
+def test_compose_defines_the_seven_services(services):
     started = {name for name, service in services.items() if not service.get("profiles")}
-    assert started == {"postgres", "redis", "migrate", "web", "worker", "beat"}
+    assert started == {"postgres", "redis", "migrate", "web", "wait", "worker", "beat"}
 
 
 def _queues_option(words: list[str]) -> list[str] | None:
@@ -240,6 +240,20 @@ def test_web_publishes_port_8000_and_checks_healthz(services):
     web = services["web"]
     assert "8000:8000" in [str(port) for port in web["ports"]]
     assert "/healthz" in " ".join(web["healthcheck"]["test"])
+
+
+def test_callers_wait_for_verdicts_on_the_wait_server_that_compose_publishes(services):
+    # Held long polls go to the async wait server, not to gunicorn's threads: the step
+    # answers' wait_url names it, on the port it publishes.
+    wait = services["wait"]
+    words = _command_words(wait)
+    assert words[words.index("manage.py") + 1 :][:1] == ["wait_server"]
+    port = words[words.index("--port") + 1]
+    assert f"{port}:{port}" in [str(published) for published in wait["ports"]]
+    assert "/healthz" in " ".join(wait["healthcheck"]["test"])
+    url = urlsplit(_interpolate(_environment(services["web"])["GUARDIAN_WAIT_URL"]))
+    assert (url.scheme, url.port) == ("http", int(port))
+    assert _environment(wait)["CELERY_BROKER_URL"].startswith("redis://")  # its announcements
 
 
 @pytest.mark.parametrize("name", ["worker", "beat"])

@@ -117,8 +117,26 @@ class _RunState:
         self.next_step = data.get("next_step", 0)
         # A step whose results Guardian waits for (an attached run may have one).
         self.pending: int | None = data.get("pending_step")
+        # Where to wait for each escalation seen: the `wait_url` Guardian named (its wait
+        # server's, when it has one), by escalation id.
+        self.wait_urls: dict[int, str] = {}
+        if data.get("escalation"):
+            self.escalation_seen(Escalation.from_json(data["escalation"]))
+
+    def escalation_seen(self, escalation: Escalation | None) -> None:
+        if escalation is not None and escalation.wait_url:
+            self.wait_urls[escalation.id] = escalation.wait_url
+
+    def wait_path(self, escalation: Escalation | int) -> str:
+        """The escalation's `wait_url` (an absolute address on Guardian's wait server, or a
+        path on this one), else the API's path."""
+        if isinstance(escalation, Escalation):
+            self.escalation_seen(escalation)
+            escalation = escalation.id
+        return self.wait_urls.get(escalation) or f"/api/escalations/{escalation}/wait"
 
     def gate_seen(self, gate: Gate) -> Gate:
+        self.escalation_seen(gate.escalation)
         if gate.status == "run":
             self.pending = gate.step
         else:
@@ -293,14 +311,14 @@ class Run:
         """Wait for a person's verdict, a long poll of at most `poll` seconds at a time, for up
         to `timeout` seconds in all (None: until there is one). A verdict not yet given comes
         back with `decided` False."""
-        escalation_id = escalation.id if isinstance(escalation, Escalation) else escalation
+        path = self._state.wait_path(escalation)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             data = self._g._send(
                 _Request(
                     "GET",
-                    f"/api/escalations/{escalation_id}/wait",
+                    path,
                     params={"timeout": f"{left:g}"},
                     timeout=left + 10,
                 )
@@ -441,7 +459,7 @@ class AsyncRun:
     async def wait(
         self, escalation: Escalation | int, *, timeout: float | None = None, poll: float = 30.0
     ) -> Verdict:
-        escalation_id = escalation.id if isinstance(escalation, Escalation) else escalation
+        path = self._state.wait_path(escalation)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -449,7 +467,7 @@ class AsyncRun:
             data = await self._g._send(
                 _Request(
                     "GET",
-                    f"/api/escalations/{escalation_id}/wait",
+                    path,
                     params={"timeout": f"{left:g}"},
                     timeout=left + 10,
                 )

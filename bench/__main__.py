@@ -24,7 +24,9 @@ Sections, in this order (names as in BENCH_SKIP and as keys of the JSON):
     external step    what Guardian adds to each step of an agent loop that runs elsewhere: the
                      calls before and after a step at steps 1-10 and at the end of a
                      BENCH_EXTERNAL_STEPS-step run (500), server side and end to end through
-                     the Python client to gunicorn on 127.0.0.1, ms (bench/external_step.py)
+                     the Python client to gunicorn on 127.0.0.1, and the first calls of
+                     BENCH_EXTERNAL_FIRST (3) fresh gunicorn processes, ms
+                     (bench/external_step.py)
     mcp gateway      what the MCP gateway adds to a read-only tool call: BENCH_MCP_CALLS (300)
                      calls with the SDK's client, directly to a test upstream and through
                      `manage.py mcp_gateway`, over stdio and Streamable HTTP, BENCH_MCP_PASSES
@@ -43,7 +45,8 @@ is then 1. Knobs (environment): BENCH_TURNS, BENCH_RUNS, BENCH_RUN_TURNS, BENCH_
 BENCH_ENGINE_NUMBER, BENCH_LOCAL_ANSWERS, BENCH_ROUND_TRIPS, BENCH_QUEUE_ROWS, BENCH_RUN_ROWS,
 BENCH_PAGE_REQUESTS,
 BENCH_REPLAY_TURNS, BENCH_REPLAY_PASSES, BENCH_SHADOW_TURNS, BENCH_GATE_ROWS, BENCH_EXTERNAL_STEPS,
-BENCH_PG_COUNTS, BENCH_MCP_CALLS, BENCH_MCP_PASSES, BENCH_MCP_BLOCK, BENCH_MCP_FIRST_CALLS,
+BENCH_EXTERNAL_FIRST, BENCH_PG_COUNTS, BENCH_MCP_CALLS, BENCH_MCP_PASSES, BENCH_MCP_BLOCK,
+BENCH_MCP_FIRST_CALLS,
 BENCH_SKIP (comma-separated section names; spaces or underscores).
 """
 

@@ -12,6 +12,10 @@ of 500), medians:
 - end to end, through the Python client (guardian_client, keep-alive) to a gunicorn worker on
   127.0.0.1: what the caller's loop waits for.
 The ratio of the last steps to the first says whether a step costs more as the run grows.
+Then the first calls of BENCH_EXTERNAL_FIRST (3) fresh gunicorn processes (started as in
+production, with guardian_core/gunicorn_conf.py), on a run of the local guardian (the one
+with a model to load): the first call before a step and the first after it, against the
+median of the next ones, once the process answers /healthz.
 Uses the configured database (migrated first). Run alone: .venv/bin/python -m bench.external_step
 """
 
@@ -38,6 +42,8 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from bench.report import Report  # noqa: E402
 
 STEPS = int(os.environ.get("BENCH_EXTERNAL_STEPS", "500"))
+FIRST_PROCESSES = int(os.environ.get("BENCH_EXTERNAL_FIRST", "3"))
+FIRST_TARGET_MS = 50.0
 TARGET_MS = 5.0
 GOAL = "bench: external steps"  # every run this section makes has this goal
 LOOKUP = {
@@ -104,10 +110,9 @@ def _integrator_token() -> str:
     return secret
 
 
-def _server_side(secret: str) -> tuple[dict, dict, dict]:
-    """({step: ms before}, {step: ms after}, {step: (SQL statements before, after)})."""
+def _poster(secret: str):
+    """post(url, body) -> the answer's JSON, through Django's test Client with the token."""
     from django.test import Client
-    from django.urls import reverse
 
     # The test Client's host: with DEBUG off no host is allowed unless ALLOWED_HOSTS says.
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
@@ -119,6 +124,14 @@ def _server_side(secret: str) -> tuple[dict, dict, dict]:
             raise SystemExit(f"{url}: HTTP {response.status_code} {response.content[:300]!r}")
         return response.json()
 
+    return post
+
+
+def _server_side(secret: str) -> tuple[dict, dict, dict]:
+    """({step: ms before}, {step: ms after}, {step: (SQL statements before, after)})."""
+    from django.urls import reverse
+
+    post = _poster(secret)
     run = post(reverse("api:run-start"), _run_body())
     before, after, statements = {}, {}, {}
     for index in range(STEPS):
@@ -161,6 +174,8 @@ def _gunicorn(port: int) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "guardian_core.wsgi:application"]
+        # As production starts it: the worker loads the guardian's model before it serves.
+        + ["--config", "python:guardian_core.gunicorn_conf"]
         + ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--access-logfile", "-"]
         # As docker-compose.yml serves it: threads, and so keep-alive connections.
         + ["--worker-class", "gthread", "--threads", "4"],
@@ -232,6 +247,49 @@ def _over_http(secret: str) -> tuple[dict[int, float], dict[int, float]]:
             server.kill()
 
 
+def _first_calls(secret: str) -> list[tuple[float, float, float]]:
+    """[(ms of the first call before a step, the first after it, the median of the next
+    calls)] of FIRST_PROCESSES fresh gunicorn processes, each on a new run of the local
+    guardian started in this process."""
+    import httpx
+    from django.urls import reverse
+
+    post = _poster(secret)
+    body = {**_run_body(), "guardian": "local", "config": {}}
+    found = []
+    for _ in range(FIRST_PROCESSES):
+        run = post(reverse("api:run-start"), body)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = _gunicorn(port)
+        try:
+            _until_up(url, server, timeout=60.0)
+            times = []
+            with httpx.Client(headers={"Authorization": f"Bearer {secret}"}) as http:
+                for index in range(6):
+                    start = time.perf_counter()
+                    gate = http.post(f"{url}/api/runs/{run['id']}/steps/", json=_step_body(index))
+                    times.append((time.perf_counter() - start) * 1000)
+                    start = time.perf_counter()
+                    results = [{"position": 0, "result": f"ord_{index:05d}: paid 49.90"}]
+                    decided = http.post(
+                        f"{url}{gate.json()['results_url']}", json={"results": results}
+                    )
+                    times.append((time.perf_counter() - start) * 1000)
+                    if gate.status_code != 201 or decided.status_code != 200:
+                        raise SystemExit(
+                            f"first calls: HTTP {gate.status_code}, {decided.status_code}"
+                        )
+            found.append((times[0], times[1], statistics.median(times[2:])))
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    return found
+
+
 def measure(report: Report) -> dict[str, float]:
     """Report and return the median ms of each call per window ({label: ms})."""
     from demo.setup import demo_policy_version
@@ -267,6 +325,22 @@ def measure(report: Report) -> dict[str, float]:
                 report.add(
                     name, medians[name], "ms", extra="guardian_client → gunicorn on 127.0.0.1"
                 )
+        if FIRST_PROCESSES:
+            first = _first_calls(secret)
+            for name, at in (("first call before a step", 0), ("first call after it", 1)):
+                label = f"fresh process, {name}"
+                medians[label] = statistics.median(calls[at] for calls in first)
+                report.add(
+                    label,
+                    medians[label],
+                    "ms",
+                    extra=f"target ≤ {FIRST_TARGET_MS:.0f} ms; local guardian; "
+                    + ", ".join(f"{calls[at]:.0f}" for calls in first)
+                    + f" ms in {len(first)} processes",
+                )
+            label = "fresh process, the calls after the first two"
+            medians[label] = statistics.median(calls[2] for calls in first)
+            report.add(label, medians[label], "ms", extra="local guardian")
     finally:
         # The bench's runs are ended, so no sweeper takes their unfinished steps to a person.
         Run.objects.filter(goal=GOAL, status=RunStatus.RUNNING).update(status=RunStatus.CANCELLED)

@@ -11,6 +11,8 @@ from celery.signals import (
     setup_logging,
     task_postrun,
     task_prerun,
+    worker_init,
+    worker_process_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
@@ -37,6 +39,29 @@ app.autodiscover_tasks()
 @task_postrun.connect
 def close_broken_or_old_connections(**kwargs) -> None:
     close_old_connections()
+
+
+# ---- the guardian's model loaded before the first task (guardian_core/warming.py) ----------
+# A prefork pool's child loads it when it starts (loading it in the parent before the fork
+# would share onnxruntime's threads across it); a solo or threads pool runs its tasks in the
+# worker's own process, which loads it before it consumes.
+
+
+@worker_process_init.connect
+def guardian_warm_in_child(**kwargs) -> None:
+    from guardian_core.warming import serving_process_start
+
+    serving_process_start("celery worker")
+
+
+@worker_init.connect
+def guardian_warm_in_worker(sender=None, **kwargs) -> None:
+    pool = str(getattr(sender, "pool_cls", "") or app.conf.worker_pool or "prefork")
+    if "prefork" in pool.lower() or "processes" in pool.lower():
+        return  # each child loads it (above)
+    from guardian_core.warming import serving_process_start
+
+    serving_process_start("celery worker")
 
 
 # ---- structured logs (issue 26, guardian_core/logs.py) ---------------------------------------

@@ -29,6 +29,19 @@ if env_str("GUARDIAN_LOG_FORMAT", "plain").lower() == "json":
     }
 
 
+def post_worker_init(worker) -> None:
+    """A worker whose app has loaded, before it takes a request: the guardian's model loads now
+    (guardian_core/warming.py), so that its first step does not wait a second or two for it."""
+    from django.db import connections
+
+    from guardian_core.warming import serving_process_start
+
+    serving_process_start("gunicorn worker")
+    # The requests run on the worker's threads, each with its own connection: this thread's
+    # (the active model version was read) would only sit idle.
+    connections.close_all()
+
+
 def child_exit(server, worker) -> None:
     """A gunicorn worker that ends: in prometheus_client's multiprocess mode (several workers
     behind one /metrics) its live gauges go with it, as the library's documentation asks."""

@@ -15,18 +15,24 @@ from runs.api import (
     RunTurnDetailApi,
     RunTurnListApi,
 )
-from runs.external_api import EscalationWaitApi, RunStepApi, RunStepResultsApi, RunStepsApi
+from runs.external_api import (
+    EscalationWaitApi,
+    RunStepApi,
+    run_step_results_view,
+    run_steps_view,
+)
 
 urlpatterns = [
     path("runs/", api_view(RunListApi), name="run-list"),
     path("runs/<int:pk>/", api_view(RunDetailApi), name="run-detail"),
     path("runs/start/", api_view(RunCreateApi), name="run-start"),
     path("runs/<int:pk>/cancel/", api_view(RunCancelApi), name="run-cancel"),
-    path("runs/<int:pk>/steps/", api_view(RunStepsApi), name="run-steps"),
+    # The two calls an outside loop makes at every step: their common request on a lean path.
+    path("runs/<int:pk>/steps/", run_steps_view(), name="run-steps"),
     path("runs/<int:pk>/steps/<int:step>/", api_view(RunStepApi), name="run-step"),
     path(
         "runs/<int:pk>/steps/<int:step>/results/",
-        api_view(RunStepResultsApi),
+        run_step_results_view(),
         name="run-step-results",
     ),
     path("runs/<int:pk>/turns/", api_view(RunTurnListApi), name="run-turn-list"),

@@ -19,3 +19,10 @@ class RunsConfig(AppConfig):
         from runs.chain import check_log_key
 
         check_log_key()
+
+        # A web or worker process loads the guardian's model before its first step, not in
+        # it (runs/warm.py; sent by guardian_core/gunicorn_conf.py and guardian_core/celery.py).
+        from guardian_core.warming import serving_process_started
+        from runs.warm import process_warm
+
+        serving_process_started.connect(process_warm, dispatch_uid="guardian_process_warm")

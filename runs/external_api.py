@@ -315,3 +315,219 @@ class EscalationWaitApi(APIView):
         escalation = waited_escalation(user=request.user, pk=pk)
         timeout = wait_timeout(request.query_params.get("timeout", "0"))
         return Response(external_escalation_wait(escalation=escalation, timeout=timeout))
+
+
+# ---- the lean path of the two hot calls -------------------------------------------------------
+# An outside loop calls these two endpoints before and after every step of its own: what they
+# cost is added to each step. A request that is plainly good (a bearer token of a user who may
+# drive runs, a JSON body the input serializers would take as it is) is answered by a plain
+# Django view: the token and its permission read in one statement, the body checked by hand,
+# the service called and its answer serialised once. Anything else (no token, a session, a
+# body with a problem, a value DRF would coerce) goes to the DRF view above, which answers it
+# as it always has, every bad field named; the schema documents that view. Nothing is written
+# before the lean path has decided to answer, so handing a request over repeats nothing.
+
+_LEAN_ANSWER = object()  # a request the lean path hands to the DRF view
+
+
+def _text(value, *, max_length: int, blank: bool = True, trim: bool = True):
+    """`value` as a CharField would validate it, or _LEAN_ANSWER when it would not (or would
+    change it in a way worth DRF's words)."""
+    if not isinstance(value, str):
+        return _LEAN_ANSWER
+    if trim:
+        value = value.strip()
+    if len(value) > max_length or (not blank and not value):
+        return _LEAN_ANSWER
+    return value
+
+
+def _count(value, *, floor: int = 0):
+    if type(value) is not int or value < floor:
+        return _LEAN_ANSWER
+    return value
+
+
+def _lean_step_body(data) -> dict | None:
+    """StepInputSerializer's validated data for a body it takes as it is; None otherwise."""
+    if not isinstance(data, dict):
+        return None
+    body = {
+        "step": _count(data.get("step")),
+        "message": _text(data.get("message", ""), max_length=MAX_MESSAGE_CHARS),
+        "tokens": _count(data.get("tokens", 0)),
+        "calls": [],
+        "user_messages": [],
+    }
+    cost = data.get("cost", 0.0)
+    body["cost"] = float(cost) if type(cost) in (int, float) and 0 <= cost < 1e300 else _LEAN_ANSWER
+    calls, said = data.get("calls", []), data.get("user_messages", [])
+    if not isinstance(calls, list) or len(calls) > MAX_CALLS:
+        return None
+    if not isinstance(said, list) or len(said) > MAX_USER_MESSAGES:
+        return None
+    for call in calls:
+        if not isinstance(call, dict) or "arguments" in call and call["arguments"] is None:
+            return None
+        body["calls"].append(
+            {
+                "tool": _text(call.get("tool"), max_length=120, blank=False),
+                "arguments": call.get("arguments", {}),
+                "call_id": _text(call.get("call_id", ""), max_length=200),
+                "intent": _text(call.get("intent", ""), max_length=2000),
+            }
+        )
+    for message in said:
+        if not isinstance(message, dict) or set(message) != {"text"}:
+            return None
+        text = _text(message["text"], max_length=MAX_USER_MESSAGE_CHARS, blank=False, trim=False)
+        body["user_messages"].append({"text": text})
+    values = [*body.values(), *(v for c in body["calls"] for v in c.values())]
+    values += [m["text"] for m in body["user_messages"]]
+    return None if any(value is _LEAN_ANSWER for value in values) else body
+
+
+def _lean_results_body(data) -> list[dict] | None:
+    """ResultsInputSerializer's results for a body it takes as it is; None otherwise."""
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        return None
+    results = []
+    for item in data["results"]:
+        if not isinstance(item, dict):
+            return None
+        result = {"position": _count(item.get("position"))}
+        if "result" in item:
+            result["result"] = _text(item["result"], max_length=MAX_RESULT_CHARS, trim=False)
+        if "error" in item:
+            result["error"] = _text(item["error"], max_length=10_000, blank=False)
+        if any(value is _LEAN_ANSWER for value in result.values()):
+            return None
+        results.append(result)
+    return results
+
+
+def _lean_json(request) -> object:
+    """The request's JSON as BoundedJSONParser reads it, or _LEAN_ANSWER for a body it would
+    refuse (or one not sent as JSON)."""
+    import io
+
+    from django.core.exceptions import RequestDataTooBig
+    from rest_framework.exceptions import ParseError
+
+    from guardian_core.parsers import BoundedJSONParser
+
+    if request.content_type != "application/json":
+        return _LEAN_ANSWER
+    accept = request.headers.get("Accept", "*/*")
+    if not any(kind in accept for kind in ("*/*", "application/*", "application/json")):
+        return _LEAN_ANSWER  # DRF's content negotiation answers it (406)
+    try:
+        body = request.body
+        return BoundedJSONParser().parse(
+            io.BytesIO(body), parser_context={"encoding": request.encoding}
+        )
+    except (RequestDataTooBig, ParseError, ValidationError):
+        return _LEAN_ANSWER
+
+
+def _lean_response(answer: dict, status: int, allow: str):
+    """The answer as the DRF view renders it (JSONRenderer's settings), serialised once."""
+    import json
+
+    from django.http import HttpResponse
+    from rest_framework.utils.encoders import JSONEncoder
+
+    content = json.dumps(
+        answer, cls=JSONEncoder, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+    )
+    return HttpResponse(
+        content, status=status, content_type="application/json", headers={"Allow": allow}
+    )
+
+
+def _lean_error(error: ExternalError, allow: str):
+    """An ExternalError as the DRF view answers it (_raise, then the exception handler)."""
+    from guardian_core.api import error_body
+
+    if error.status == 400:
+        return _lean_response(error_body(error.problems or {"detail": error.detail}), 400, allow)
+    return _lean_response(error_body({"detail": error.detail}), error.status, allow)
+
+
+def _lean(drf_view, answer_with):
+    """The URL's view: `answer_with(request, user_id, data, **kwargs)` on the lean path, the DRF
+    view `drf_view` for every request it does not take. Carries the DRF view's class, so the
+    schema still documents the endpoint, and its 403 and CSRF checks for what it hands over."""
+    from django.contrib.auth.decorators import login_not_required
+    from django.db import OperationalError
+    from django.views.decorators.csrf import csrf_exempt
+
+    from guardian_core.api import exception_handler
+    from guardian_core.authentication import token_holder
+
+    view_class = drf_view.cls
+    allow = ", ".join(view_class().allowed_methods)
+
+    def view(request, **kwargs):
+        if request.method != "POST":
+            return drf_view(request, **kwargs)
+        data = _lean_json(request)
+        if data is _LEAN_ANSWER:
+            return drf_view(request, **kwargs)
+        user_id = token_holder(request, view_class.required_permission)
+        if user_id is None:
+            return drf_view(request, **kwargs)
+        try:
+            answered = answer_with(request, user_id, data, **kwargs)
+        except ExternalError as error:
+            return _lean_error(error, allow)
+        except OperationalError as exc:  # a lost race or a database that does not answer
+            handled = exception_handler(exc, {})
+            if handled is None:
+                raise
+            response = _lean_response(handled.data, handled.status_code, allow)
+            for header in ("Retry-After",):
+                if header in handled:
+                    response[header] = handled[header]
+            return response
+        if answered is None:
+            return drf_view(request, **kwargs)
+        answer, status = answered
+        return _lean_response(answer, status, allow)
+
+    for name in ("cls", "initkwargs", "view_class", "view_initkwargs"):
+        if hasattr(drf_view, name):
+            setattr(view, name, getattr(drf_view, name))
+    view.__name__ = drf_view.__name__
+    view.__doc__ = drf_view.__doc__
+    return login_not_required(csrf_exempt(view))
+
+
+def _steps_lean(request, user_id: int, data, *, pk: int):
+    body = _lean_step_body(data)
+    if body is None:
+        return None
+    answer, new = external_step_propose(run_id=pk, owner_id=user_id, step=body["step"], body=body)
+    return answer, 201 if new else 200
+
+
+def _results_lean(request, user_id: int, data, *, pk: int, step: int):
+    results = _lean_results_body(data)
+    if results is None:
+        return None
+    answer, _new = external_step_results(run_id=pk, owner_id=user_id, step=step, results=results)
+    return answer, 200
+
+
+def run_steps_view():
+    """GET and POST /api/runs/<pk>/steps/: the POST's common request on the lean path."""
+    from guardian_core.api import api_view
+
+    return _lean(api_view(RunStepsApi), _steps_lean)
+
+
+def run_step_results_view():
+    """POST /api/runs/<pk>/steps/<step>/results/: its common request on the lean path."""
+    from guardian_core.api import api_view
+
+    return _lean(api_view(RunStepResultsApi), _results_lean)

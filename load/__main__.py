@@ -65,6 +65,13 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pg-port", type=int, default=54410)
     parser.add_argument("--redis-port", type=int, default=63810)
     parser.add_argument("--web-port", type=int, default=8791)
+    parser.add_argument(
+        "--wait-port",
+        type=int,
+        default=8792,
+        help="the wait server's port (manage.py wait_server), where held loops wait; 0: "
+        "they wait on gunicorn, a thread each",
+    )
     parser.add_argument("--workdir", type=Path, help="default: a fresh directory under /tmp")
     parser.add_argument("--keep", action="store_true", help="keep the workdir (logs, data)")
     parser.add_argument("--seed", type=int, default=29)
@@ -90,9 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"load: cannot start the stack, missing: {'; '.join(missing)}", file=sys.stderr)
         return 2
-    busy = [p for p in (args.pg_port, args.redis_port, args.web_port) if not port_free(p)]
+    ports = (args.pg_port, args.redis_port, args.web_port, args.wait_port)
+    busy = [p for p in ports if p and not port_free(p)]
     if busy:
-        print(f"load: ports in use: {busy} (--pg-port, --redis-port, --web-port)", file=sys.stderr)
+        print(
+            f"load: ports in use: {busy} (--pg-port, --redis-port, --web-port, --wait-port)",
+            file=sys.stderr,
+        )
         return 2
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="guardian-load-"))
     stack = Stack(
@@ -124,6 +135,9 @@ def _load(args: argparse.Namespace, stack: Stack) -> int:
         print(f"load: the servers did not start: {exc}", file=sys.stderr)
         return 2
     stack.env = app_environment(stack)
+    if args.wait_port:
+        # As docker-compose.yml serves it: verdict waits on the wait server, not gunicorn.
+        stack.env["GUARDIAN_WAIT_URL"] = f"http://127.0.0.1:{args.wait_port}"
     os.environ.update(stack.env)
 
     import django
@@ -145,12 +159,20 @@ def _load(args: argparse.Namespace, stack: Stack) -> int:
         loop_tokens[0] = "gdn_" + "0" * 40
     queues = worker_queues()
     stack.define_processes(queues)
+    if args.wait_port:
+        stack.add(
+            "wait",
+            [sys.executable, "manage.py", "wait_server", "--port", str(args.wait_port)],
+        )
     for name in stack.procs:
         stack.start(name)
     wait_for_web(stack)
+    if args.wait_port:
+        _wait_for_wait_server(args.wait_port)
     say(
         f"gunicorn on {stack.web_url} ({args.web_workers} workers × {args.web_threads} "
         f"threads), two workers on queues {queues}, beat"
+        + (f", the wait server on :{args.wait_port}" if args.wait_port else "")
     )
     say(
         f"load: {args.loops} outside loops for {args.seconds:.0f} s, {args.held:.0%} of steps "
@@ -165,6 +187,20 @@ def _load(args: argparse.Namespace, stack: Stack) -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0 if figures["errors"]["count"] == 0 else 1
+
+
+def _wait_for_wait_server(port: int, timeout: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"the wait server did not answer on :{port} in {timeout:.0f} s")
 
 
 def _people(loops: int) -> tuple[list[str], list[str], str]:

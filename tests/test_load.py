@@ -27,11 +27,11 @@ pytestmark = [
 
 
 def _load(figures, *extra: str) -> subprocess.Popen:
-    pg_port, redis_port, web_port = _free_ports(3)
+    pg_port, redis_port, web_port, wait_port = _free_ports(4)
     return subprocess.Popen(
         [sys.executable, "-m", "load", "--loops", "3", "--seconds", "3", "--held", "0.3"]
         + ["--json", str(figures), "--pg-port", str(pg_port), "--redis-port", str(redis_port)]
-        + ["--web-port", str(web_port), *extra],
+        + ["--web-port", str(web_port), "--wait-port", str(wait_port), *extra],
         cwd=REPO,
         env=child_env(),
         stdout=subprocess.PIPE,

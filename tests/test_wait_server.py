@@ -28,6 +28,7 @@ from tests.client_helpers import (
     REFUND_ORDER,
     approve_when_held,
     guardian_for,
+    run_async,
     scripted,
 )
 from tests.mcp_upstreams.launch import free_port
@@ -182,7 +183,7 @@ def test_a_thousand_waiting_callers_hold_a_handful_of_threads_and_all_hear_the_v
             figures["all 1000 answered after the verdicts in"] = time.monotonic() - decided
             return answers
 
-    answers = asyncio.run(scene())
+    answers = run_async(scene)
     print(figures)  # the README's figures (pytest -s)
     assert {(a.status_code, a.json()["decision"]) for a in answers} == {(200, "approve")}
     assert {a.json()["escalation"] for a in answers} == set(escalations)
@@ -213,7 +214,7 @@ def test_a_verdict_wakes_its_caller_by_its_announcement_long_before_the_poll(
             answer = await waiting
             return answer, time.monotonic() - committed
 
-    answer, latency = asyncio.run(scene())
+    answer, latency = run_async(scene)
     print(f"woken {latency * 1000:.0f} ms after the verdict committed")
     body = answer.json()
     assert (answer.status_code, body["status"], body["decision"]) == (200, "resolved", "approve")
@@ -243,7 +244,7 @@ def test_a_lost_announcement_still_ends_with_the_verdict_by_the_poll(
             answer = await waiting
             return answer, time.monotonic() - committed
 
-    answer, waited = asyncio.run(scene())
+    answer, waited = run_async(scene)
     assert (answer.status_code, answer.json()["decision"]) == (200, "approve")
     assert waited < QUICK_POLL_SECONDS + 2.0  # by the poll, not at the timeout
 

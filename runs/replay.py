@@ -273,7 +273,22 @@ def _malformed(run_id: int, index: int, outcome, problems: list[str]) -> TurnRep
     )
 
 
+_scan = json.JSONDecoder().scan_once
+
+
 def _decoded_or_none(text):
+    """`json.loads(text)`, or None when it refuses the text. A text the scanner reads whole
+    (what the database gives back) is decoded without `loads`' checks around the scanner;
+    anything else (whitespace around it, bytes, junk after it) goes through `loads` itself, so
+    the result is the same either way."""
+    if type(text) is str:
+        try:
+            value, end = _scan(text, 0)
+        except (StopIteration, ValueError, TypeError):
+            pass
+        else:
+            if end == len(text):
+                return value
     try:
         return json.loads(text)
     except (TypeError, ValueError):
@@ -384,27 +399,41 @@ def replay_rows(
     keep = carry.keep
     window = carry.window
     # Texts repeated from turn to turn (the thresholds in force, a turn's steps, the fired
-    # set) are decoded once: a small cache, cleared when it grows.
-    thresholds_ok = _TextCache(lambda text: json.loads(text) == _thresholds_of(policy))
-    replans_of = _TextCache(lambda text: _replans_split(json.loads(text)))
-    decoded = _TextCache(json.loads)
+    # set) are decoded and checked once: a small cache, cleared when it grows.
+    policy_thresholds = _thresholds_of(policy)
+    thresholds_of = _TextCache(lambda text: _thresholds_read(text, policy_thresholds))
+    steps_of = _TextCache(_steps_read)
+    fired_of = _TextCache(_fired_read)
     done = 0
     upper = _NO_STOP if stop_index is None else stop_index
     with connection.chunked_cursor() as cursor:
         cursor.execute(_ROWS_SQL, [run_id, read_from, upper])
         while rows := cursor.fetchmany(_CHUNK):
             for index, usage, steps, outcome, answers, fired, calls, stop, reasons, th in rows:
-                columns = {
-                    "usage": _decoded_or_none(usage),
-                    "steps": _decoded_or_none(steps),
-                    "outcome": outcome,
-                    "answers": _decoded_or_none(answers),
-                    "fired": _decoded_or_none(fired),
-                    "calls": _decoded_or_none(calls),
-                    "reasons": _decoded_or_none(reasons),
-                    "thresholds": _decoded_or_none(th),
-                }
-                problems = logged_row_problems(**columns)
+                usage_data = _decoded_or_none(usage)
+                answers_data = _decoded_or_none(answers)
+                call_list = _decoded_or_none(calls)
+                reasons_data = _decoded_or_none(reasons)
+                steps_data, steps_shaped, before, total = steps_of(steps)
+                fired_list, fired_shaped, fired_set = fired_of(fired)
+                thresholds_data, thresholds_shaped, thresholds_ok = thresholds_of(th)
+                problems = (
+                    []
+                    if steps_shaped
+                    and fired_shaped
+                    and thresholds_shaped
+                    and _shaped(usage_data, outcome, answers_data, call_list, reasons_data)
+                    else logged_row_problems(
+                        usage=usage_data,
+                        steps=steps_data,
+                        outcome=outcome,
+                        answers=answers_data,
+                        fired=fired_list,
+                        calls=call_list,
+                        reasons=reasons_data,
+                        thresholds=thresholds_data,
+                    )
+                )
                 if problems:
                     # Named and passed over: the turns after it are still replayed (their
                     # windows without this one, which may make them differ too).
@@ -414,8 +443,6 @@ def replay_rows(
                         yield _malformed(run_id, index, outcome, problems)
                         done += 1
                     continue
-                before, total = replans_of(steps)
-                fired_list, call_list = decoded(fired), columns["calls"]
                 if index >= start_index:
                     if limit is not None and done >= limit:
                         return
@@ -424,17 +451,18 @@ def replay_rows(
                             run_id=run_id,
                             row=(
                                 index,
-                                columns["usage"],
+                                usage_data,
                                 outcome,
-                                columns["answers"],
+                                answers_data,
                                 fired_list,
                                 call_list,
                                 stop,
-                                columns["reasons"],
-                                thresholds_ok(th),
+                                reasons_data,
+                                thresholds_ok,
                             ),
                             policy=policy,
-                            history=list(window)[-keep:] if keep else [],
+                            # The window's maxlen is `keep` (when not 0): it holds no more.
+                            history=list(window) if keep else [],
                             replans=carry.replans + before,
                         )
                     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -445,13 +473,7 @@ def replay_rows(
                     yield replayed
                     done += 1
                 carry.replans += total
-                window.append(
-                    PastTurn(
-                        outcome=Outcome(outcome),
-                        fired=frozenset(Condition(name) for name in fired_list),
-                        calls=tuple(call_list),
-                    )
-                )
+                window.append(PastTurn(_OUTCOME_OF[outcome], fired_set, tuple(call_list)))
 
 
 # How many decided turns before a segment's first are read in full to guess its window: the
@@ -508,9 +530,62 @@ class _TextCache:
             return value
 
 
-def _replans_split(steps: list) -> tuple[int, int]:
-    """(replans of the verdict steps before the turn decided, replans of all its steps)."""
-    return _replans_before_decide(steps, 0), _replans_in(steps)
+# What replay_rows keeps of a repeated column's text: the decoded value, whether it has the
+# shape the app writes (as logged_row_problems checks it), and what is derived from it.
+
+
+def _steps_read(text) -> tuple[object, bool, int, int]:
+    """(steps, shaped, replans of the verdict steps before the turn decided, replans of all its
+    steps); the counts are 0 when the steps are not shaped."""
+    steps = _decoded_or_none(text)
+    if not isinstance(steps, list) or not all(isinstance(s, Mapping) for s in steps):
+        return steps, False, 0, 0
+    return steps, True, _replans_before_decide(steps, 0), _replans_in(steps)
+
+
+def _fired_read(text) -> tuple[object, bool, frozenset[Condition]]:
+    """(fired, shaped, the fired conditions; empty when not shaped)."""
+    fired = _decoded_or_none(text)
+    if not isinstance(fired, list) or not all(name in _CONDITIONS for name in fired):
+        return fired, False, frozenset()
+    return fired, True, frozenset(Condition(name) for name in fired)
+
+
+def _thresholds_read(text, policy_thresholds: dict) -> tuple[object, bool, bool]:
+    """(thresholds, shaped, whether they are the policy's)."""
+    thresholds = _decoded_or_none(text)
+    return thresholds, isinstance(thresholds, Mapping), thresholds == policy_thresholds
+
+
+_OUTCOME_OF = {outcome.value: outcome for outcome in Outcome}
+
+
+def _shaped(usage, outcome, answers, calls, reasons) -> bool:
+    """True only when logged_row_problems finds nothing in these columns (those not cached by
+    text), checked the cheap way: decoded JSON holds plain dicts, lists and strings, so an
+    exact type test stands for the abstract one. False sends the row to logged_row_problems,
+    which names what is wrong."""
+    if (
+        type(usage) is not dict
+        or outcome not in _OUTCOMES
+        or type(answers) is not dict
+        or type(calls) is not list
+        or type(reasons) is not list
+    ):
+        return False
+    for call in calls:
+        if type(call) is not str:
+            return False
+    for r in reasons:
+        if not (
+            type(r) is dict
+            and type(r.get("source")) is str
+            and r.get("outcome") in _OUTCOMES
+            and "band" in r
+            and "detail" in r
+        ):
+            return False
+    return True
 
 
 def turn_decision_replay(*, run: Run, index: int) -> TurnReplay | None:

@@ -84,6 +84,10 @@ def parse_answer(condition: Condition, raw: object) -> Answer:
     Yes/no conditions take a probability; risk takes {class: probability}; drift takes
     {score: probability} (score keys may be ints or digit strings, as JSON makes them).
     """
+    # The common case first, and cheaply: a yes/no probability as JSON gives it back (a float
+    # in [0, 1]; NaN fails the comparison). Exactly what the general path below returns.
+    if type(raw) is float and 0.0 <= raw <= 1.0 and condition in YES_NO_CONDITIONS:
+        return YesNo(raw)
     if raw is None:
         return Malformed("missing answer")
     if isinstance(raw, Malformed | YesNo | RiskDistribution | DriftDistribution):
@@ -92,9 +96,9 @@ def parse_answer(condition: Condition, raw: object) -> Answer:
         problem = _probability_problem(raw)
         return Malformed(problem) if problem else YesNo(float(raw))
     if condition == Condition.RISK:
-        parsed = _distribution(raw, {member.value: member for member in RiskClass})
+        parsed = _distribution(raw, _RISK_KEYS)
         return parsed if isinstance(parsed, Malformed) else RiskDistribution(parsed)
-    parsed = _distribution(raw, {str(score): score for score in DRIFT_SCORES})
+    parsed = _distribution(raw, _DRIFT_KEYS)
     return parsed if isinstance(parsed, Malformed) else DriftDistribution(parsed)
 
 
@@ -104,6 +108,8 @@ def compared_probability(condition: Condition, answer: Answer) -> float | None:
     yes/no: P(yes). risk: P(irreversible or regulated). drift: P(score ≤ 1), the chance the
     current sub-task has left the goal. None for a malformed answer.
     """
+    if type(answer) is YesNo:
+        return answer.probability
     match answer:
         case YesNo(probability=p):
             return p
@@ -120,6 +126,11 @@ def most_likely_risk(answer: Answer) -> RiskClass | None:
     if not isinstance(answer, RiskDistribution):
         return None
     return max(RiskClass, key=lambda c: (answer.probabilities[c], c.severity))
+
+
+# A distribution's keys as they come in (JSON makes every key a string) → the typed key.
+_RISK_KEYS = {member.value: member for member in RiskClass}
+_DRIFT_KEYS = {str(score): score for score in DRIFT_SCORES}
 
 
 def _matches(condition: Condition, answer: Answer) -> bool:
@@ -151,9 +162,11 @@ def _distribution(raw: object, keys: dict) -> dict | Malformed:
         member = keys.get(str(key))
         if member is None or isinstance(key, bool):
             return Malformed(f"unknown class {key!r}"[:200])
-        problem = _probability_problem(value)
-        if problem:
-            return Malformed(f"{key}: {problem}")
+        # A float in [0, 1] has no problem (NaN fails the comparison): the check is skipped.
+        if not (type(value) is float and 0.0 <= value <= 1.0):
+            problem = _probability_problem(value)
+            if problem:
+                return Malformed(f"{key}: {problem}")
         parsed[member] = float(value)
     total = math.fsum(parsed.values())
     if abs(total - 1.0) > DISTRIBUTION_TOLERANCE:

@@ -126,6 +126,8 @@ def decide_judged(
     """`decide` with the judge's settling answers in place of the guardian's band answers;
     each judged condition's reason says both answers. Without judge answers, exactly
     `decide`."""
+    if not judged:  # the judge was not asked (most turns): nothing to settle or to copy
+        return decide(answers, policy, history, usage, **decide_options)
     found = judgements(answers, judged, policy)
     effective = dict(answers)
     for judgement in found:

@@ -134,7 +134,7 @@ def decide(
     `replans` is how many replans the run has had, counted from `history` when not given.
     """
     usage = usage or Usage(turns=1)
-    evaluated = list(dict.fromkeys([*conditions, *_known_conditions(answers)]))
+    evaluated = dict.fromkeys([*conditions, *_known_conditions(answers)])
     reasons: list[Reason] = []
     fired: set[Condition] = set()
     replans_so_far = (
@@ -156,7 +156,8 @@ def decide(
         reasons.append(_limit_replans(repeat, replans_so_far, policy))
     reasons.extend(extra_reasons)
 
-    outcome = next(o for o in PRECEDENCE if o == Outcome.CONTINUE or _asks(reasons, o))
+    asked = {reason.outcome for reason in reasons}
+    outcome = next(o for o in PRECEDENCE if o == Outcome.CONTINUE or o in asked)
     caps = _caps_reached(usage, policy)
     reasons.extend(caps)
     # The last allowed turn may still reach the goal; a run that overspent tokens, cost or
@@ -179,14 +180,26 @@ def history_needed(policy: Policy) -> int:
     return max(*windows, policy.repeat_limit) - 1
 
 
+# A key of the answers → its condition (StrEnum members hash and compare as their values), and
+# each condition's place in the enum's order: a lookup, not an enum call that raises per key.
+_CONDITION_OF = {condition.value: condition for condition in Condition}
+_CONDITION_ORDER = {condition: place for place, condition in enumerate(Condition)}
+
+
 def _known_conditions(answers: Mapping) -> list[Condition]:
-    known = []
-    for key in answers:
-        try:
-            known.append(Condition(key))
-        except ValueError:
-            continue  # not a condition: ignored, so decide stays total over any mapping
-    return sorted(known, key=list(Condition).index)
+    # A key that is not a condition is ignored, so decide stays total over any mapping.
+    known = [_CONDITION_OF[key] for key in answers if _is_condition(key)]
+    return sorted(known, key=_CONDITION_ORDER.__getitem__)
+
+
+def _is_condition(key: object) -> bool:
+    try:
+        return key in _CONDITION_OF
+    except TypeError:  # an unhashable key cannot be a condition (Condition(key) refuses it)
+        return False
+
+
+_CLEAR, _UNCERTAIN, _FIRED = Band.CLEAR.value, Band.UNCERTAIN.value, Band.FIRED.value
 
 
 def _evaluate(condition, raw, policy: Policy, history) -> tuple[Reason, bool]:
@@ -194,17 +207,18 @@ def _evaluate(condition, raw, policy: Policy, history) -> tuple[Reason, bool]:
     answer = parse_answer(condition, raw)
     value = compared_probability(condition, answer)
     band = threshold.band(value)
-    common = {"value": value, "t_star": round(threshold.t_star, 6), "delta": threshold.delta}
+    name, t_star, delta = condition.value, threshold.t_star, threshold.delta
+    rounded = round(t_star, 6)
     if isinstance(answer, Malformed):
         detail = f"malformed answer ({answer.reason}): counted as uncertain"
-        return Reason(condition.value, "malformed", Outcome.ESCALATE, detail, **common), False
-    if band == Band.UNCERTAIN:
-        detail = f"p={value:.3f} is within δ={threshold.delta} of t*={threshold.t_star:.3f}"
-        return Reason(condition.value, band.value, Outcome.ESCALATE, detail, **common), False
-    if band == Band.CLEAR:
-        detail = f"p={value:.3f} is below t*={threshold.t_star:.3f}"
-        return Reason(condition.value, band.value, Outcome.CONTINUE, detail, **common), False
-    detail = f"p={value:.3f} is above t*={threshold.t_star:.3f}"
+        return Reason(name, "malformed", Outcome.ESCALATE, detail, value, rounded, delta), False
+    if band is Band.UNCERTAIN:
+        detail = f"p={value:.3f} is within δ={delta} of t*={t_star:.3f}"
+        return Reason(name, _UNCERTAIN, Outcome.ESCALATE, detail, value, rounded, delta), False
+    if band is Band.CLEAR:
+        detail = f"p={value:.3f} is below t*={t_star:.3f}"
+        return Reason(name, _CLEAR, Outcome.CONTINUE, detail, value, rounded, delta), False
+    detail = f"p={value:.3f} is above t*={t_star:.3f}"
     if condition in HYSTERESIS_CONDITIONS:
         hysteresis = policy.hysteresis_for(condition)
         window = history[len(history) - (hysteresis.window - 1) :] if history else ()
@@ -214,9 +228,9 @@ def _evaluate(condition, raw, policy: Policy, history) -> tuple[Reason, bool]:
                 f"; fired on {times} of the last {hysteresis.window} turns, "
                 f"{hysteresis.required} needed"
             )
-            return Reason(condition.value, band.value, Outcome.CONTINUE, detail, **common), True
+            return Reason(name, _FIRED, Outcome.CONTINUE, detail, value, rounded, delta), True
         detail += f"; fired on {times} of the last {hysteresis.window} turns"
-    return Reason(condition.value, band.value, ON_FIRE[condition], detail, **common), True
+    return Reason(name, _FIRED, ON_FIRE[condition], detail, value, rounded, delta), True
 
 
 def _limit_replans(reason: Reason, replans_so_far: int, policy: Policy) -> Reason:
@@ -262,10 +276,6 @@ def _caps_reached(usage: Usage, policy: Policy) -> list[Reason]:
             detail = f"{name}: {spent} spent of {limit}; the run stops with no answer"
             reasons.append(Reason(name, "fired", Outcome.STOP_FAILURE, detail))
     return reasons
-
-
-def _asks(reasons: Sequence[Reason], outcome: Outcome) -> bool:
-    return any(reason.outcome == outcome for reason in reasons)
 
 
 def _stop_reason(outcome: Outcome, reasons: Sequence[Reason]) -> str | None:

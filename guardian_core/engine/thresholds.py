@@ -9,6 +9,7 @@ wrong probability flips the outcome, not around 0.5.
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from guardian_core.engine.conditions import Condition
 
@@ -44,7 +45,9 @@ class Threshold:
         if problems:
             raise ValueError("; ".join(problems))
 
-    @property
+    # Computed once per threshold (its fields are frozen): `decide` reads it for every
+    # condition of every turn, live and in replay.
+    @cached_property
     def t_star(self) -> float:
         return self.c_stop / (self.c_stop + self.c_cont)
 
@@ -52,9 +55,10 @@ class Threshold:
         """Where `probability` falls; None (a malformed answer) is uncertain."""
         if probability is None:
             return Band.UNCERTAIN
-        if abs(probability - self.t_star) <= self.delta:
+        t_star = self.t_star
+        if abs(probability - t_star) <= self.delta:
             return Band.UNCERTAIN
-        return Band.FIRED if probability > self.t_star else Band.CLEAR
+        return Band.FIRED if probability > t_star else Band.CLEAR
 
     def as_dict(self) -> dict:
         return {

@@ -253,5 +253,12 @@ def delete_runs() -> None:
         cursor.execute(f"DELETE FROM {Run._meta.db_table} WHERE goal = %s", [MARK])
 
 
+def main() -> None:
+    # Under make bench (BENCH_CHILD set), in a process of its own below the section's header.
+    report = Report("replay", header=not os.environ.get("BENCH_CHILD"))
+    measure(report)
+    report.finish()
+
+
 if __name__ == "__main__":
-    measure(Report("replay"))
+    main()

@@ -7,12 +7,13 @@ from pathlib import Path
 
 
 class Report:
-    def __init__(self, section: str) -> None:
+    def __init__(self, section: str, *, header: bool = True) -> None:
         self.section = section
         self.figures: dict[str, dict] = {}
         self.skipped: str | None = None  # why the section did not run, when it did not
         self.error: str | None = None  # what went wrong, when it did
-        print(section)
+        if header:  # not when a section's own process reports under its parent's header
+            print(section)
 
     def add(self, name: str, value: float, unit: str, *, extra: str = "") -> None:
         self.figures[name] = {"value": round(value, 4), "unit": unit, "note": extra}

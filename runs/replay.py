@@ -7,12 +7,13 @@ decided turns before it: the run's turns are streamed in order once, with a boun
 so a whole run costs one query whatever its length.
 """
 
+import contextlib
 import json
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -406,7 +407,17 @@ def replay_rows(
     fired_of = _TextCache(_fired_read)
     done = 0
     upper = _NO_STOP if stop_index is None else stop_index
-    with connection.chunked_cursor() as cursor:
+    # On PostgreSQL the rows are read inside a transaction of their own, which only reads:
+    # there the server-side cursor streams them, where in autocommit Django declares it WITH
+    # HOLD and PostgreSQL builds the whole result (the join, the sort, the casts) before the
+    # first row comes. A caller that stops early (next() on the generator) ends it when the
+    # generator is closed. Not on SQLite, where a transaction takes the write lock.
+    reading = (
+        transaction.atomic()
+        if connection.vendor == "postgresql" and not connection.in_atomic_block
+        else contextlib.nullcontext()
+    )
+    with reading, connection.chunked_cursor() as cursor:
         cursor.execute(_ROWS_SQL, [run_id, read_from, upper])
         while rows := cursor.fetchmany(_CHUNK):
             for index, usage, steps, outcome, answers, fired, calls, stop, reasons, th in rows:

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+# The soak's outside loops' tools: the same read and the same irreversible refund.
+from soak.load import LOOKUP, REFUND
+
 # One request's longest wait: gunicorn's own timeout, so a request the server dropped is an
 # error here rather than a hang.
 REQUEST_TIMEOUT = 60.0
@@ -33,28 +36,6 @@ VERDICT_GRACE = 120.0
 POLL_SECONDS = 1.0
 KEEP_ERRORS = 10  # the first errors kept in words
 
-LOOKUP = {
-    "name": "lookup_order",
-    "description": "Read an order by its id: its status, its items and what was paid.",
-    "parameters": {
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}},
-        "required": ["order_id"],
-        "additionalProperties": False,
-    },
-    "risk_class": "read_only",
-}
-REFUND = {
-    "name": "refund_order",
-    "description": "Refund an order to the customer's card: money leaves the company.",
-    "parameters": {
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
-        "required": ["order_id", "amount"],
-        "additionalProperties": False,
-    },
-    "risk_class": "irreversible",
-}
 GOAL = "load: read each order in the customer's list and refund the broken ones"
 # A run long enough to outlast any load: it ends when the load does, not on a budget.
 BUDGETS = {"max_turns": 100_000, "max_tokens": 10_000_000}

@@ -204,10 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _soak(args: argparse.Namespace, stack: Stack) -> int:
     try:
-        stack.postgres_init()
-        stack.postgres_start()
-        stack.postgres_setup()
-        stack.redis_start()
+        stack.servers_start()
     except Exception as exc:  # noqa: BLE001
         print(f"soak: the servers did not start: {exc}", file=sys.stderr)
         return 2

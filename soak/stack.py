@@ -198,6 +198,13 @@ class Stack:
             if done.returncode:
                 raise RuntimeError(f"{sql}: {done.stderr}")
 
+    def servers_start(self) -> None:
+        """A fresh PostgreSQL cluster with the app's roles and database, and Redis."""
+        self.postgres_init()
+        self.postgres_start()
+        self.postgres_setup()
+        self.redis_start()
+
     # ---- Redis -----------------------------------------------------------------------------
 
     def redis_start(self) -> None:

@@ -16,7 +16,7 @@ from guardian_core.engine.conditions import RiskClass
 from guardian_core.engine.tools import Tool
 from runs.models import DemoSideEffect, Run, ToolCall, ToolCallStatus
 from runs.services import RunSlice, run_advance, run_cancel, run_start
-from tests.runs_helpers import reading_scenario
+from tests.test_turn_cost import _long_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,18 +48,6 @@ def _capture(advance) -> tuple[str, list[tuple[str, bool]]]:
     return result, statements.seen
 
 
-def _reading_run(turns: int = 20) -> Run:
-    demo_policy_version()
-    return run_start(
-        goal="Read every order, one a turn.",
-        tools=["read_order"],
-        actor="scripted",
-        guardian="scripted",
-        budgets={"max_turns": turns + 5},
-        config={"scenario": reading_scenario(turns)},
-    )
-
-
 def _tagging_run(tool: str = "flag_order") -> Run:
     demo_policy_version()
     steps = [
@@ -86,7 +74,7 @@ def _tagging_run(tool: str = "flag_order") -> Run:
 
 @postgres_only
 def test_a_read_only_turn_in_a_slice_reads_the_run_and_waits_for_no_flush():
-    run = _reading_run()
+    run = _long_run(20)
     turns = RunSlice(run.pk)
     assert turns.advance(last=False) == "continued"  # the slice's first turn claims
     token = turns.token
@@ -123,7 +111,7 @@ def test_a_read_only_turn_in_a_slice_reads_the_run_and_waits_for_no_flush():
 
 @postgres_only
 def test_the_slices_last_turn_commits_with_the_flush_and_gives_the_lease_back():
-    run = _reading_run()
+    run = _long_run(20)
     turns = RunSlice(run.pk)
     assert turns.advance(last=False) == "continued"
 
@@ -139,7 +127,7 @@ def test_the_slices_last_turn_commits_with_the_flush_and_gives_the_lease_back():
 
 @postgres_only
 def test_a_read_only_turn_outside_a_slice_waits_for_one_flush_its_decisions():
-    run = _reading_run()
+    run = _long_run(20)
     run_advance(run_id=run.pk)
 
     result, seen = _capture(lambda: run_advance(run_id=run.pk, enqueue_next=False))
@@ -157,7 +145,7 @@ def test_a_read_only_turn_outside_a_slice_waits_for_one_flush_its_decisions():
 
 
 def test_a_cancel_between_two_turns_of_a_slice_stops_the_next_one_before_it_reads_on():
-    run = _reading_run()
+    run = _long_run(20)
     turns = RunSlice(run.pk)
     assert turns.advance(last=False) == "continued"
     assert run_cancel(run_id=run.pk)
@@ -170,7 +158,7 @@ def test_a_cancel_between_two_turns_of_a_slice_stops_the_next_one_before_it_read
 
 
 def test_a_lease_taken_over_between_two_turns_of_a_slice_is_not_read_under_again():
-    run = _reading_run()
+    run = _long_run(20)
     turns = RunSlice(run.pk)
     assert turns.advance(last=False) == "continued"
     # The lease ran out and the sweeper gave the run to another worker.
@@ -182,7 +170,7 @@ def test_a_lease_taken_over_between_two_turns_of_a_slice_is_not_read_under_again
 
 
 def test_an_expired_kept_lease_is_not_read_under():
-    run = _reading_run()
+    run = _long_run(20)
     turns = RunSlice(run.pk)
     assert turns.advance(last=False) == "continued"
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now())
